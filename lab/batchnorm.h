@@ -1,0 +1,84 @@
+// BatchNorm1d / BatchNorm2d, exactly as PyTorch (see shared SEMANTICS.md), local or synchronized.
+//   x: (N, C) or (N, C, H, W); statistics per channel over n = N*H*W values.
+// Train: normalize with the batch mean and the biased variance; update running stats with the
+// unbiased variance; momentum is the weight of the new batch (None: cumulative average 1/k).
+// Eval: normalize with running stats; no buffer changes. track_running_stats=false: no buffers,
+// batch statistics in both modes.
+// SyncBatchNorm: when a BnSync is attached (and the world has more than one rank), the batch
+// statistics are the count-weighted statistics of the global batch and backward sums
+// (sum_dy, sum_dy_xmu) across ranks.
+#pragma once
+
+#include <optional>
+
+#include "module.h"
+
+namespace lab {
+
+// What SyncBatchNorm needs from the communicator. Implemented by the run on top of collectives.
+// Every rank calls these in the same order, with the same n.
+class BnSync {
+ public:
+  virtual ~BnSync() = default;
+  virtual int world_size() const = 0;
+  // Gathers n floats from every rank: all = concat over ranks in rank order, size world*n.
+  virtual void allgather(const float* mine, int n, std::vector<float>& all) = 0;
+  // In-place elementwise sum over ranks of n floats.
+  virtual void allreduce_sum(float* data, int n) = 0;
+};
+
+struct BatchNormOptions {
+  int num_features = 0;
+  int spatial_dims = 0;                // 0 for BatchNorm1d over (N, C), 2 for BatchNorm2d
+  double eps = 1e-5;
+  std::optional<double> momentum = 0.1; // nullopt: cumulative moving average
+  bool affine = true;
+  bool track_running_stats = true;
+};
+
+// Per-channel statistics of the last Train forward, kept for metrics and the GUI.
+struct BnBatchStats {
+  std::vector<float> mean;     // (C,) batch mean used to normalize (global with SyncBN)
+  std::vector<float> var;      // (C,) biased batch variance used to normalize
+  std::vector<float> local_mean;  // (C,) this rank's own batch mean (== mean for local BN)
+  std::vector<float> local_var;   // (C,) this rank's own biased variance
+  int64_t count = 0;           // n used (global count with SyncBN)
+  int64_t local_count = 0;
+};
+
+class BatchNorm : public Module {
+ public:
+  explicit BatchNorm(const BatchNormOptions& opt);
+  std::string kind() const override;
+  std::string describe() const override;
+  void forward(const Tensor& x, Tensor& y, Mode mode) override;
+  void backward(const Tensor& dy, Tensor* dx) override;
+  std::vector<Param*> params() override;
+  std::vector<Buffer*> buffers() override;
+
+  // nullptr: local BatchNorm. Otherwise SyncBatchNorm over `sync` (not owned).
+  void set_sync(BnSync* sync) { m_sync = sync; }
+  // The hint added to the batch-of-one error ("the last batch of the epoch has ...").
+  void set_error_hint(std::string hint) { m_hint = std::move(hint); }
+  const BatchNormOptions& options() const { return m_opt; }
+  const BnBatchStats& last_stats() const { return m_stats; }
+  Param& weight() { return m_weight; }
+  Param& bias() { return m_bias; }
+  Buffer& running_mean() { return m_running_mean; }
+  Buffer& running_var() { return m_running_var; }
+  Buffer& num_batches_tracked() { return m_num_batches_tracked; }
+
+ private:
+  BatchNormOptions m_opt;
+  BnSync* m_sync = nullptr;
+  std::string m_hint;
+  Param m_weight, m_bias;
+  Buffer m_running_mean, m_running_var, m_num_batches_tracked;
+  BnBatchStats m_stats;
+  // saved for backward
+  Tensor m_xhat;                // like x: normalized input
+  std::vector<float> m_invstd;  // (C,)
+  std::vector<int64_t> m_shape;
+};
+
+}  // namespace lab

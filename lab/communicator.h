@@ -1,0 +1,68 @@
+// Communicator: the collectives a training rank uses, written over a Transport. It numbers
+// every collective (op_seq, identical on all ranks), records each chunk transfer and each whole
+// collective as Events, wraps transport errors with the operation and the training step, and
+// lets a StepGate pause the world between ring steps.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "events.h"
+#include "transport.h"
+
+namespace lab {
+
+// Called by each rank before each step of a collective (one ring step = every rank sends one
+// chunk). The run uses it to pause and single-step; nullptr: free-running.
+class StepGate {
+ public:
+  virtual ~StepGate() = default;
+  virtual void before_step(int rank, const Event& next) = 0;
+};
+
+// Identifies a collective in events and error messages.
+struct CollectiveInfo {
+  const char* what = "";  // "grad bucket", "bn stats", ...
+  int tag = -1;           // bucket index or module index
+};
+
+class Communicator {
+ public:
+  Communicator(Transport& transport, EventLog* log, StepGate* gate = nullptr);
+  int rank() const;
+  int world_size() const;
+  Transport& transport() { return m_t; }
+
+  // The training step recorded in events and named in errors.
+  void set_train_step(int64_t step) { m_train_step = step; }
+  int64_t train_step() const { return m_train_step; }
+
+  // In-place sum over ranks (ring: reduce-scatter then allgather over N chunks). Every rank
+  // ends with bitwise identical values.
+  void allreduce_sum(float* data, size_t count, CollectiveInfo info);
+  // Root's bytes overwrite every other rank's (a ring pipeline is not needed: a chain from root).
+  void broadcast(void* data, size_t bytes, int root, CollectiveInfo info);
+  // all = concat of every rank's `count` floats in rank order; all has world_size*count floats.
+  void allgather(const float* mine, size_t count, float* all, CollectiveInfo info);
+
+  // Bytes this rank has sent so far.
+  uint64_t bytes_sent() const { return m_bytes_sent; }
+
+  // Used by algorithms: record one chunk event / call the gate.
+  uint64_t next_seq() { return m_seq++; }
+  void record(const Event& e);
+  void gate(const Event& next);
+  void add_bytes_sent(uint64_t b) { m_bytes_sent += b; }
+
+ private:
+  Transport& m_t;
+  EventLog* m_log;
+  StepGate* m_gate;
+  int64_t m_train_step = -1;
+  uint64_t m_seq = 0;
+  uint64_t m_bytes_sent = 0;
+};
+
+}  // namespace lab

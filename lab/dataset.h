@@ -1,0 +1,35 @@
+// Fashion-MNIST from gzipped IDX files (Debian: dataset-fashion-mnist, files under
+// /usr/share/datasets/fashion-mnist). Preprocessed as torchvision users do it:
+// ToTensor (pixel / 255) then Normalize(mean 0.2860, std 0.3530).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace lab {
+
+constexpr const char* kDefaultDataDir = "/usr/share/datasets/fashion-mnist";
+constexpr float kFashionMean = 0.2860f;
+constexpr float kFashionStd = 0.3530f;
+
+struct Dataset {
+  std::string name;             // "train" or "test"
+  std::string images_path;      // the files it came from
+  std::string labels_path;
+  int64_t size = 0;             // L
+  std::vector<float> images;    // (L, 1, 28, 28), normalized
+  std::vector<uint8_t> raw;     // (L, 28, 28) pixels 0..255 as stored (for the GUI)
+  std::vector<int> labels;      // (L,) in 0..9
+};
+
+// Reads train-{images-idx3,labels-idx1}-ubyte.gz (train) or t10k-* (test) from dir.
+// limit > 0 keeps the first `limit` samples. Throws DataError naming the file and the problem
+// (missing, corrupt gzip, bad magic, wrong dimensions, short payload, count mismatch,
+// label >= 10); a missing default directory says how to install the Debian package.
+Dataset load_fashion_mnist(const std::string& dir, bool train, int64_t limit = 0);
+
+// Checks all four files of a directory before training starts (same errors as above).
+void check_fashion_mnist(const std::string& dir);
+
+}  // namespace lab

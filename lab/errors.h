@@ -1,0 +1,68 @@
+// Typed errors raised at the lab's boundaries. main() alone turns them into exit codes
+// (documented in the README): library code never calls exit().
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace lab {
+
+// Exit codes of the dtlab executable, one per error family.
+enum ExitCode : int {
+  kExitOk = 0,
+  kExitFailure = 1,       // unexpected internal error
+  kExitUsage = 2,         // bad flag or bad value of a flag (also PyTorch-style ValueError)
+  kExitData = 3,          // dataset missing, truncated or malformed
+  kExitIo = 4,            // cannot write the run directory or read a weights file
+  kExitTraining = 5,      // a training-time error, e.g. the BatchNorm batch-of-one error
+  kExitCommunication = 6, // a rank failed or a collective timed out
+  kExitInterrupted = 130, // stopped by SIGINT
+};
+
+// Base of all lab errors: a message plus an optional hint shown on its own line.
+class Error : public std::runtime_error {
+ public:
+  Error(const std::string& what, std::string hint = {}) : std::runtime_error(what), m_hint(std::move(hint)) {}
+  const std::string& hint() const { return m_hint; }
+  virtual int exit_code() const { return kExitFailure; }
+
+ private:
+  std::string m_hint;
+};
+
+// A bad setting (flag, config value): PyTorch's ValueError wording where PyTorch has one.
+class ConfigError : public Error {
+ public:
+  using Error::Error;
+  int exit_code() const override { return kExitUsage; }
+};
+
+// Dataset problems. The message names the file and what is wrong with it.
+class DataError : public Error {
+ public:
+  using Error::Error;
+  int exit_code() const override { return kExitData; }
+};
+
+// Files the lab reads or writes besides the dataset (run directory, weights).
+class IoError : public Error {
+ public:
+  using Error::Error;
+  int exit_code() const override { return kExitIo; }
+};
+
+// Errors PyTorch would raise during training (e.g. BatchNorm with one value per channel).
+class TrainingError : public Error {
+ public:
+  using Error::Error;
+  int exit_code() const override { return kExitTraining; }
+};
+
+// A collective failed: a peer rank failed, or a blocking operation timed out.
+class CommError : public Error {
+ public:
+  using Error::Error;
+  int exit_code() const override { return kExitCommunication; }
+};
+
+}  // namespace lab

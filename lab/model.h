@@ -1,0 +1,66 @@
+// Model: a Sequential of modules with PyTorch's state_dict names ("1.weight", "2.running_mean").
+// build_model("mlp"|"cnn") gives the reference models of shared/peers/torch_peer.py, initialized
+// like `torch.manual_seed(seed); model = mlp()` (bit for bit, via TorchGenerator).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "batchnorm.h"
+#include "module.h"
+
+namespace lab {
+
+// One entry of the state dict: exactly one of param / buffer is set.
+struct StateEntry {
+  std::string name;  // "1.weight"
+  Param* param = nullptr;
+  Buffer* buffer = nullptr;
+};
+
+class Model {
+ public:
+  Model() = default;
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  void add(std::unique_ptr<Module> m) { m_modules.push_back(std::move(m)); }
+  size_t size() const { return m_modules.size(); }
+  Module& module(size_t i) { return *m_modules[i]; }
+
+  // logits = model(x). x: (N, 1, 28, 28); logits: (N, 10).
+  const Tensor& forward(const Tensor& x, Mode mode);
+  // Backpropagates dlogits (N, 10) through the last Train forward. Parameter gradients are
+  // accumulated (+=). on_param_ready(i) is called for parameter index i (params() order) as soon
+  // as its gradient is final for this backward, which happens in reverse order: the hook DDP's
+  // bucketing uses to start an allreduce during backward.
+  void backward(const Tensor& dlogits, const std::function<void(int)>& on_param_ready = {});
+
+  std::vector<Param*> params();          // registration order
+  std::vector<StateEntry> state_dict();  // params and buffers, PyTorch's order and names
+  std::vector<BatchNorm*> batchnorms();
+  std::vector<int> batchnorm_module_index();  // module index of each BatchNorm ("2" in "2.weight")
+  void zero_grad();
+  std::string describe() const;          // "Sequential(Flatten(), Linear(784, 256), ...)"
+
+ private:
+  std::vector<std::unique_ptr<Module>> m_modules;
+  std::vector<Tensor> m_acts;  // m_acts[i] = output of module i
+  std::vector<Tensor> m_grads;
+  const Tensor* m_input = nullptr;
+};
+
+struct ModelOptions {
+  std::string name = "cnn";  // "mlp" | "cnn"
+  BatchNormOptions bn;       // eps / momentum / track_running_stats for every BN layer
+};
+
+// The model named opt.name, initialized as PyTorch does after torch.manual_seed(seed).
+// Throws ConfigError for an unknown name.
+std::unique_ptr<Model> build_model(const ModelOptions& opt, uint64_t seed);
+// Copies values of every parameter and buffer (not gradients) from src into dst (same model).
+void copy_state(Model& src, Model& dst);
+
+}  // namespace lab

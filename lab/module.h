@@ -1,0 +1,49 @@
+// Module: one layer of a Sequential model, with PyTorch's names for parameters and buffers.
+// A module keeps what its backward needs from the last training forward (its "saved tensors").
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tensor.h"
+
+namespace lab {
+
+enum class Mode { Train, Eval };
+
+// A learnable parameter and its gradient (same shape). name is the local name ("weight", "bias").
+struct Param {
+  std::string name;
+  Tensor value;
+  Tensor grad;
+};
+
+// A buffer: float ("running_mean") or int64 ("num_batches_tracked", stored in i64).
+struct Buffer {
+  std::string name;
+  Tensor value;          // float buffers
+  bool is_int64 = false; // then the value is i64 and `value` is empty
+  int64_t i64 = 0;
+};
+
+class Module {
+ public:
+  virtual ~Module() = default;
+  // PyTorch's class name, e.g. "Linear", "BatchNorm2d".
+  virtual std::string kind() const = 0;
+  // Human-readable constructor echo, e.g. "Linear(784, 256)".
+  virtual std::string describe() const = 0;
+  // y = f(x). In Train mode, saves what backward needs.
+  virtual void forward(const Tensor& x, Tensor& y, Mode mode) = 0;
+  // Accumulates (+=) parameter gradients from dy; writes dx if dx != nullptr (the first layer
+  // of a model needs no dx). Must follow a Train-mode forward.
+  virtual void backward(const Tensor& dy, Tensor* dx) = 0;
+  // Parameters and buffers in PyTorch's registration order (state_dict order).
+  virtual std::vector<Param*> params() { return {}; }
+  virtual std::vector<Buffer*> buffers() { return {}; }
+};
+
+}  // namespace lab

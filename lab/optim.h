@@ -1,0 +1,40 @@
+// Loss and optimizer with PyTorch's exact rules.
+#pragma once
+
+#include <vector>
+
+#include "module.h"
+
+namespace lab {
+
+// nn.CrossEntropyLoss() (mean reduction): logits (N, C), labels (N,) in [0, C).
+// Returns the mean loss; writes dlogits (N, C) = (softmax - onehot) / N. correct = number of
+// argmax hits (ties: first index, like torch.argmax).
+float cross_entropy(const Tensor& logits, const std::vector<int>& labels, Tensor* dlogits, int* correct);
+
+struct SgdOptions {
+  double lr = 0.01;
+  double momentum = 0.0;
+  double dampening = 0.0;
+  double weight_decay = 0.0;
+  bool nesterov = false;
+};
+
+// torch.optim.SGD. Per parameter p with gradient g:
+//   g = g + wd * p;  buf = g (first step) else buf = momentum * buf + (1 - dampening) * g;
+//   g = nesterov ? g + momentum * buf : buf;  p = p - lr * g
+class Sgd {
+ public:
+  Sgd(std::vector<Param*> params, const SgdOptions& opt);
+  void step();
+  const SgdOptions& options() const { return m_opt; }
+  std::vector<Tensor>& momentum_buffers() { return m_buf; }
+
+ private:
+  std::vector<Param*> m_params;
+  SgdOptions m_opt;
+  std::vector<Tensor> m_buf;
+  bool m_first = true;
+};
+
+}  // namespace lab

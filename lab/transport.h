@@ -1,0 +1,55 @@
+// Transport: point-to-point messaging between ranks. Collective algorithms (ring_allreduce.h,
+// ...) are written once against this interface; backends/threads (emulated ranks in one
+// process), backends/mpi and backends/nccl implement it.
+//
+// Protocol: messages between a pair of ranks are matched in order by (peer, tag). Every blocking
+// call gives up after timeout() seconds of waiting (time while the run is paused, see
+// set_hold_flag, does not count) and throws CommError naming this rank, the peer and the call.
+// When any rank calls abort(), every blocking call on every other rank throws CommError whose
+// message carries the aborting rank's reason.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace lab {
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  virtual const char* name() const = 0;  // "threads", "mpi", ...
+
+  virtual void send(int dst, const void* buf, size_t bytes, uint64_t tag) = 0;
+  virtual void recv(int src, void* buf, size_t bytes, uint64_t tag) = 0;
+  // One ring step: send sbuf to dst and receive rbuf from src at the same time (no deadlock when
+  // every rank does this at once). Returns when both are complete.
+  virtual void sendrecv(int dst, const void* sbuf, size_t sbytes, int src, void* rbuf, size_t rbytes,
+                        uint64_t tag) = 0;
+  // Like sendrecv, but the received float32 values are added into acc (acc[i] += in[i]), which a
+  // transport may fuse with the copy. The default receives into scratch space and adds.
+  virtual void sendrecv_reduce(int dst, const float* sbuf, size_t scount, int src, float* acc,
+                               size_t rcount, uint64_t tag);
+
+  // Tells every other rank that this rank failed with `reason` (their calls then throw).
+  virtual void abort(const std::string& reason) = 0;
+  // True once any rank has aborted; reason of the first abort.
+  virtual bool aborted() const = 0;
+  virtual std::string abort_reason() const = 0;
+
+  void set_timeout(double seconds) { m_timeout = seconds; }
+  double timeout() const { return m_timeout; }
+  // While *hold is true (the run is paused), waiting does not count towards the timeout.
+  void set_hold_flag(const std::atomic<bool>* hold) { m_hold = hold; }
+
+ protected:
+  double m_timeout = 60.0;
+  const std::atomic<bool>* m_hold = nullptr;
+  std::vector<float> m_scratch;  // used by the default sendrecv_reduce
+};
+
+}  // namespace lab
