@@ -65,4 +65,17 @@ class CommError : public Error {
   int exit_code() const override { return kExitCommunication; }
 };
 
+// Throws the error type whose exit_code() is `code` (used to re-raise a rank's error on the
+// thread that reports it, with added context).
+[[noreturn]] inline void throw_error(int code, const std::string& what, const std::string& hint) {
+  switch (code) {
+    case kExitUsage: throw ConfigError(what, hint);
+    case kExitData: throw DataError(what, hint);
+    case kExitIo: throw IoError(what, hint);
+    case kExitTraining: throw TrainingError(what, hint);
+    case kExitCommunication: throw CommError(what, hint);
+    default: throw Error(what, hint);
+  }
+}
+
 }  // namespace lab

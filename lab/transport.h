@@ -52,4 +52,15 @@ class Transport {
   std::vector<float> m_scratch;  // used by the default sendrecv_reduce
 };
 
+// The ranks of one run as seen from the process that drives them: emulated ranks (all of them
+// in this process) or, later, one real process's rank. Implemented by backends.
+class World {
+ public:
+  virtual ~World() = default;
+  virtual int world_size() const = 0;
+  // Ranks driven by this process (all of them for emulated ranks).
+  virtual std::vector<int> local_ranks() const = 0;
+  virtual Transport& transport(int rank) = 0;
+};
+
 }  // namespace lab

@@ -12,13 +12,14 @@ namespace lab {
 struct ThreadsWorldState;
 
 // The shared state of N emulated ranks. Create one per run, then one transport per rank thread.
-class ThreadsWorld {
+class ThreadsWorld : public World {
  public:
   explicit ThreadsWorld(int world_size);
-  ~ThreadsWorld();
-  int world_size() const;
+  ~ThreadsWorld() override;
+  int world_size() const override;
+  std::vector<int> local_ranks() const override;  // all of them
   // The transport of `rank`, owned by the world; used only by that rank's thread.
-  Transport& transport(int rank);
+  Transport& transport(int rank) override;
 
  private:
   std::unique_ptr<ThreadsWorldState> m_state;

@@ -1,0 +1,23 @@
+// dtlab bench train: training throughput in samples per second, measured the way
+// shared/peers/torch_peer.py measures PyTorch (fixed random batch, SGD lr 0.01 momentum 0.9,
+// 5 warm-up steps, rounds of about `seconds`, median step time; with several ranks, DDP over
+// emulated ranks and the slowest rank's time). The last line printed is `samples_per_s <N>`.
+#pragma once
+
+#include <string>
+
+namespace lab {
+
+struct BenchTrainOptions {
+  std::string model = "cnn";
+  long long batch_size = 64;
+  int world_size = 1;
+  int threads = 1;
+  double seconds = 0.3;
+  int rounds = 7;
+};
+
+// Returns an exit code.
+int bench_train(const BenchTrainOptions& opt);
+
+}  // namespace lab

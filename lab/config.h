@@ -1,0 +1,76 @@
+// RunConfig: every setting of a training run, with PyTorch's names. The resolved configuration is
+// echoed as the first thing a run prints and written as config.toml into its run directory; a
+// config.toml can be read back (the GUI opens run directories, lessons store configurations).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace lab {
+
+constexpr int kConfigFormatVersion = 1;
+constexpr int kMaxWorldSize = 64;
+constexpr const char* kDtlabVersion = "0.1.0";
+
+struct RunConfig {
+  // model and data
+  std::string model = "cnn";           // mlp | cnn
+  std::string data_dir;                // empty: the Debian package's directory
+  int64_t limit_train = 0;             // 0: all samples
+  int64_t limit_test = 0;
+  // distributed setup
+  int world_size = 1;
+  std::string comm = "threads";        // emulated ranks
+  std::string bn = "local";            // local | sync
+  bool broadcast_buffers = true;
+  double bucket_cap_mb = 25.0;
+  double timeout_s = 60.0;             // every blocking collective gives up after this
+  // data loading (per rank)
+  int64_t batch_size = 64;
+  bool shuffle = true;
+  bool drop_last = false;              // DataLoader drop_last
+  bool sampler_drop_last = false;      // DistributedSampler drop_last
+  // schedule
+  int64_t epochs = 1;
+  int64_t steps = 0;                   // > 0: stop after this many iterations
+  // optimization
+  double lr = 0.05;
+  double momentum = 0.9;
+  double weight_decay = 0.0;
+  bool nesterov = false;
+  // BatchNorm
+  std::optional<double> bn_momentum = 0.1;  // nullopt: cumulative average ("none")
+  double bn_eps = 1e-5;
+  bool track_running_stats = true;
+  // reproducibility and resources
+  uint64_t seed = 0;
+  int threads = 0;                     // 0: one per core
+  // outputs
+  std::string out_dir;                 // empty: no run directory
+  std::string init;                    // safetensors file to start from
+  int64_t trace_steps = 100;           // steps written to trace.json; -1: all
+  int64_t eval_batch_size = 1000;
+  // teaching / testing: make one rank fail at a given step
+  int fail_rank = -1;
+  int64_t fail_step = -1;
+  std::string fail_at = "backward";    // forward | backward | allreduce | hang
+
+  int global_batch() const { return static_cast<int>(batch_size) * world_size; }
+};
+
+// Validates values and combinations; throws ConfigError with PyTorch's wording where PyTorch has
+// one (batch_size) and naming the flag otherwise.
+void validate(const RunConfig& cfg);
+
+// TOML text of the resolved configuration, with a header naming the format version, dtlab's
+// version and the backends used.
+std::string to_toml(const RunConfig& cfg, const std::vector<std::pair<std::string, std::string>>& backends);
+// Reads a config.toml written by to_toml (unknown keys are an error naming the key and file).
+RunConfig config_from_toml_file(const std::string& path);
+
+// "local", "sync"; "none" or a number for bn_momentum.
+std::string bn_momentum_str(const std::optional<double>& m);
+
+}  // namespace lab

@@ -1,0 +1,153 @@
+#include "ddp.h"
+
+#include <cassert>
+#include <cstring>
+#include <limits>
+
+namespace lab {
+
+std::vector<std::vector<int>> compute_bucket_assignment(const std::vector<size_t>& param_bytes,
+                                                        const std::vector<int>& order,
+                                                        const std::vector<size_t>& limits) {
+  assert(!limits.empty());
+  std::vector<std::vector<int>> buckets;
+  std::vector<int> current;
+  size_t current_bytes = 0;
+  size_t limit_index = 0;
+  for (int i : order) {
+    current.push_back(i);
+    current_bytes += param_bytes[static_cast<size_t>(i)];
+    if (current_bytes >= limits[limit_index]) {
+      buckets.push_back(std::move(current));
+      current.clear();
+      current_bytes = 0;
+      if (limit_index + 1 < limits.size()) ++limit_index;
+    }
+  }
+  if (!current.empty()) buckets.push_back(std::move(current));
+  return buckets;
+}
+
+DdpReducer::DdpReducer(Model& model, Communicator& comm, double bucket_cap_mb)
+    : m_model(model), m_comm(comm), m_params(model.params()) {
+  m_cap_bytes = static_cast<size_t>(bucket_cap_mb * 1024.0 * 1024.0);
+  // First iteration: one bucket with every parameter, in registration order (PyTorch passes
+  // bucket_size_limits = [sys.maxsize] when find_unused_parameters is off).
+  std::vector<int> all;
+  for (size_t i = 0; i < m_params.size(); ++i) all.push_back(static_cast<int>(i));
+  m_buckets = {all};
+  m_bucket_of.assign(m_params.size(), 0);
+}
+
+void DdpReducer::prepare_for_backward() {
+  m_pending.assign(m_buckets.size(), 0);
+  for (size_t b = 0; b < m_buckets.size(); ++b) m_pending[b] = static_cast<int>(m_buckets[b].size());
+  m_ready.assign(m_params.size(), 0);
+  m_next_bucket = 0;
+  if (!m_rebuilt) m_ready_order.clear();
+}
+
+void DdpReducer::mark_param_ready(int i) {
+  assert(!m_ready[static_cast<size_t>(i)] && "gradient marked ready twice");
+  m_ready[static_cast<size_t>(i)] = 1;
+  if (!m_rebuilt) m_ready_order.push_back(i);
+  --m_pending[static_cast<size_t>(m_bucket_of[static_cast<size_t>(i)])];
+  // Buckets are launched in index order: a ready bucket waits for all earlier ones.
+  while (m_next_bucket < m_buckets.size() && m_pending[m_next_bucket] == 0) reduce_bucket(m_next_bucket++);
+}
+
+void DdpReducer::reduce_bucket(size_t b) {
+  const int world = m_comm.world_size();
+  const float scale = static_cast<float>(1.0 / world);  // PyTorch multiplies by 1/world_size
+  size_t total = 0;
+  for (int i : m_buckets[b]) total += m_params[static_cast<size_t>(i)]->grad.data.size();
+  m_flat.resize(total);
+  size_t off = 0;
+  for (int i : m_buckets[b]) {
+    const Tensor& g = m_params[static_cast<size_t>(i)]->grad;
+    for (size_t k = 0; k < g.data.size(); ++k) m_flat[off + k] = g.data[k] * scale;
+    off += g.data.size();
+  }
+  m_comm.allreduce_sum(m_flat.data(), total, CollectiveInfo{"grad bucket", static_cast<int>(b)});
+  off = 0;
+  for (int i : m_buckets[b]) {
+    Tensor& g = m_params[static_cast<size_t>(i)]->grad;
+    std::memcpy(g.data.data(), m_flat.data() + off, g.data.size() * sizeof(float));
+    off += g.data.size();
+  }
+}
+
+void DdpReducer::finalize_backward() {
+  assert(m_next_bucket == m_buckets.size() && "a bucket was never reduced: a parameter got no gradient");
+  if (m_rebuilt) return;
+  // Reducer::rebuild_buckets: gradient-ready order, first bucket 1 MiB, then bucket_cap_mb.
+  std::vector<size_t> bytes;
+  for (Param* p : m_params) bytes.push_back(p->value.data.size() * sizeof(float));
+  m_buckets = compute_bucket_assignment(bytes, m_ready_order, {kDefaultFirstBucketBytes, m_cap_bytes});
+  for (size_t b = 0; b < m_buckets.size(); ++b)
+    for (int i : m_buckets[b]) m_bucket_of[static_cast<size_t>(i)] = static_cast<int>(b);
+  m_rebuilt = true;
+}
+
+namespace {
+
+// Packs float buffers then int64 buffers into bytes, in state_dict order.
+std::vector<uint8_t> pack_buffers(Model& model) {
+  std::vector<uint8_t> out;
+  for (const StateEntry& e : model.state_dict()) {
+    if (!e.buffer) continue;
+    const uint8_t* p;
+    size_t n;
+    if (e.buffer->is_int64) {
+      p = reinterpret_cast<const uint8_t*>(&e.buffer->i64);
+      n = sizeof(int64_t);
+    } else {
+      p = reinterpret_cast<const uint8_t*>(e.buffer->value.data.data());
+      n = e.buffer->value.data.size() * sizeof(float);
+    }
+    out.insert(out.end(), p, p + n);
+  }
+  return out;
+}
+
+void unpack_buffers(Model& model, const std::vector<uint8_t>& in) {
+  size_t off = 0;
+  for (const StateEntry& e : model.state_dict()) {
+    if (!e.buffer) continue;
+    if (e.buffer->is_int64) {
+      std::memcpy(&e.buffer->i64, in.data() + off, sizeof(int64_t));
+      off += sizeof(int64_t);
+    } else {
+      const size_t n = e.buffer->value.data.size() * sizeof(float);
+      std::memcpy(e.buffer->value.data.data(), in.data() + off, n);
+      off += n;
+    }
+  }
+  assert(off == in.size());
+}
+
+}  // namespace
+
+void broadcast_buffers(Model& model, Communicator& comm) {
+  std::vector<uint8_t> bytes = pack_buffers(model);
+  if (bytes.empty()) return;
+  comm.broadcast(bytes.data(), bytes.size(), 0, CollectiveInfo{"buffers", -1});
+  if (comm.rank() != 0) unpack_buffers(model, bytes);
+}
+
+void broadcast_state(Model& model, Communicator& comm) {
+  // PyTorch coalesces the module states into 250 MB buckets; ours fit in one.
+  std::vector<float> flat;
+  for (Param* p : model.params()) flat.insert(flat.end(), p->value.data.begin(), p->value.data.end());
+  comm.broadcast(flat.data(), flat.size() * sizeof(float), 0, CollectiveInfo{"parameters", -1});
+  if (comm.rank() != 0) {
+    size_t off = 0;
+    for (Param* p : model.params()) {
+      std::memcpy(p->value.data.data(), flat.data() + off, p->value.data.size() * sizeof(float));
+      off += p->value.data.size();
+    }
+  }
+  broadcast_buffers(model, comm);
+}
+
+}  // namespace lab

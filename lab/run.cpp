@@ -1,0 +1,722 @@
+// Run: sections
+//   1. RunControl (pause / single-step gates)
+//   2. per-rank state, SyncBN adapter
+//   3. Run construction (validation, data, replicas)
+//   4. rank_main: the DDP training loop of one rank
+//   5. poll / finish: metrics draining, final evaluation, outputs, error reporting
+#include "run.h"
+
+#include <algorithm>
+#include <cassert>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <deque>
+#include <sstream>
+
+#include "ddp.h"
+#include "errors.h"
+#include "gemm.h"
+#include "optim.h"
+#include "run_dir.h"
+#include "safetensors.h"
+#include "sampler.h"
+
+namespace lab {
+
+const char* run_state_name(RunState s) {
+  switch (s) {
+    case RunState::Created: return "created";
+    case RunState::Running: return "running";
+    case RunState::Paused: return "paused";
+    case RunState::Finished: return "finished";
+    case RunState::Failed: return "failed";
+  }
+  return "?";
+}
+
+// ---- 1. RunControl ----
+
+namespace {
+// Thrown at a gate after stop(): unwinds a rank without being reported as a failure.
+struct StopRequested {};
+}  // namespace
+
+RunControl::RunControl(int world_size) : m_ring_tokens(static_cast<size_t>(world_size), 0),
+                                         m_iter_tokens(static_cast<size_t>(world_size), 0) {}
+
+void RunControl::pause() {
+  std::lock_guard<std::mutex> lock(m_mu);
+  m_paused = true;
+  std::fill(m_ring_tokens.begin(), m_ring_tokens.end(), 0);
+  std::fill(m_iter_tokens.begin(), m_iter_tokens.end(), 0);
+}
+
+void RunControl::resume() {
+  {
+    std::lock_guard<std::mutex> lock(m_mu);
+    m_paused = false;
+  }
+  m_cv.notify_all();
+}
+
+void RunControl::step_ring(int n) {
+  {
+    std::lock_guard<std::mutex> lock(m_mu);
+    for (int& t : m_ring_tokens) t += n;
+  }
+  m_cv.notify_all();
+}
+
+void RunControl::step_iteration(int n) {
+  {
+    std::lock_guard<std::mutex> lock(m_mu);
+    for (int& t : m_iter_tokens) t += n;
+  }
+  m_cv.notify_all();
+}
+
+void RunControl::stop() {
+  {
+    std::lock_guard<std::mutex> lock(m_mu);
+    m_stop = true;
+  }
+  m_cv.notify_all();
+}
+
+// A paused rank blocks at every gate. A ring token lets it pass one ring gate (and any iteration
+// gates on the way to it); an iteration token lets it pass one iteration gate (and the ring gates
+// inside that iteration).
+void RunControl::wait_gate(int rank, bool ring) {
+  std::unique_lock<std::mutex> lock(m_mu);
+  const size_t r = static_cast<size_t>(rank);
+  for (;;) {
+    if (m_stop) throw StopRequested{};
+    if (!m_paused) return;
+    if (ring) {
+      if (m_ring_tokens[r] > 0) {
+        --m_ring_tokens[r];
+        return;
+      }
+      if (m_iter_tokens[r] > 0) return;
+    } else {
+      if (m_iter_tokens[r] > 0) {
+        --m_iter_tokens[r];
+        return;
+      }
+      if (m_ring_tokens[r] > 0) return;
+    }
+    m_cv.wait(lock);
+  }
+}
+
+void RunControl::before_step(int rank, const Event& next) {
+  if (on_ring_step) on_ring_step(rank, next);
+  wait_gate(rank, true);
+}
+
+void RunControl::before_iteration(int rank) { wait_gate(rank, false); }
+
+// ---- 2. per-rank state ----
+
+struct Run::RankState {
+  std::mutex mu;
+  std::deque<StepRecord> pending;  // finished steps not yet written
+  std::shared_ptr<const StepRecord> latest;
+  double loss_sum = 0;             // over the current epoch
+  int64_t correct = 0, samples = 0, steps = 0;
+};
+
+namespace {
+
+// SyncBatchNorm's collectives for one BatchNorm layer, recorded under its module index.
+class CommBnSync : public BnSync {
+ public:
+  CommBnSync(Communicator& comm, int module_index) : m_comm(comm), m_index(module_index) {}
+  int world_size() const override { return m_comm.world_size(); }
+  void allgather(const float* mine, int n, std::vector<float>& all) override {
+    all.resize(static_cast<size_t>(n) * static_cast<size_t>(m_comm.world_size()));
+    m_comm.allgather(mine, static_cast<size_t>(n), all.data(), CollectiveInfo{"bn stats", m_index});
+  }
+  void allreduce_sum(float* data, int n) override {
+    m_comm.allreduce_sum(data, static_cast<size_t>(n), CollectiveInfo{"bn grad sums", m_index});
+  }
+
+ private:
+  Communicator& m_comm;
+  int m_index;
+};
+
+// Thrown by --fail-rank/--fail-step to demonstrate what a failing rank does to the world.
+class InjectedFailure : public TrainingError {
+ public:
+  using TrainingError::TrainingError;
+};
+
+std::string fmt_seconds(double s) {
+  std::ostringstream o;
+  o.precision(3);
+  o << s << " s";
+  return o.str();
+}
+
+}  // namespace
+
+// ---- 3. construction ----
+
+Run::Run(const RunConfig& cfg, const WorldFactory& make_world) : m_cfg(cfg) {
+  validate(m_cfg);
+  const std::string dir = m_cfg.data_dir.empty() ? kDefaultDataDir : m_cfg.data_dir;
+  m_cfg.data_dir = dir;
+  // Every input is checked before any training starts: data, init weights, run directory.
+  m_train = load_fashion_mnist(dir, true, m_cfg.limit_train);
+  m_test = load_fashion_mnist(dir, false, m_cfg.limit_test);
+
+  const int world = m_cfg.world_size;
+  // Batches per epoch, identical on every rank (DistributedSampler gives each the same count).
+  DistributedSampler probe({m_train.size, world, 0, m_cfg.shuffle, m_cfg.seed, m_cfg.sampler_drop_last});
+  m_steps_per_epoch = batches_per_epoch(probe.num_samples(), m_cfg.batch_size, m_cfg.drop_last);
+  if (m_steps_per_epoch == 0)
+    throw ConfigError("no training step: each rank gets " + std::to_string(probe.num_samples()) +
+                          " samples, fewer than --batch-size " + std::to_string(m_cfg.batch_size) + " with --drop-last",
+                      "lower --batch-size or drop --drop-last");
+  m_steps_total = m_steps_per_epoch * m_cfg.epochs;
+  if (m_cfg.steps > 0) m_steps_total = m_cfg.steps;
+
+  ModelOptions mopt;
+  mopt.name = m_cfg.model;
+  mopt.bn.eps = m_cfg.bn_eps;
+  mopt.bn.momentum = m_cfg.bn_momentum;
+  mopt.bn.track_running_stats = m_cfg.track_running_stats;
+  for (int r = 0; r < world; ++r) {
+    m_replicas.push_back(build_model(mopt, m_cfg.seed));
+    m_logs.push_back(std::make_unique<EventLog>());
+    m_ranks.push_back(std::make_unique<RankState>());
+  }
+  if (!m_cfg.init.empty()) {
+    // Loaded on rank 0 only: DDP's initial broadcast gives it to everyone, as in PyTorch when
+    // only rank 0 loads a checkpoint.
+    load_model_tensors(*m_replicas[0], read_safetensors(m_cfg.init), m_cfg.init);
+  }
+  if (!m_cfg.out_dir.empty()) {
+    m_dir = std::make_unique<RunDir>(m_cfg.out_dir);
+    m_dir->write_text("config.toml", to_toml(m_cfg, backends()));
+  }
+  m_errors.assign(static_cast<size_t>(world), "");
+  m_world = make_world(m_cfg);
+  m_control = std::make_unique<RunControl>(world);
+  for (int r = 0; r < world; ++r) {
+    m_world->transport(r).set_timeout(m_cfg.timeout_s);
+    m_world->transport(r).set_hold_flag(m_control->hold_flag());
+  }
+  if (m_cfg.fail_rank >= 0 && m_cfg.fail_at == "allreduce") {
+    const int fr = m_cfg.fail_rank;
+    const int64_t fs = m_cfg.fail_step < 0 ? 0 : m_cfg.fail_step;
+    m_control->on_ring_step = [fr, fs](int rank, const Event& e) {
+      if (rank == fr && e.train_step == fs && std::strcmp(e.what, "grad bucket") == 0 && e.ring_step == 1)
+        throw InjectedFailure("injected failure in " + std::string(e.op) + " #" + std::to_string(e.op_seq) +
+                              " (grad bucket " + std::to_string(e.tag) + ") before ring step 1 (--fail-at allreduce)");
+    };
+  }
+  auto s = std::make_shared<Snapshot>();
+  s->steps_total = m_steps_total;
+  s->steps_per_epoch = m_steps_per_epoch;
+  s->latest.resize(static_cast<size_t>(world));
+  m_snapshot = s;
+}
+
+Run::~Run() {
+  if (!m_threads.empty() && !m_finished) {
+    m_control->stop();
+    for (int r = 0; r < m_cfg.world_size; ++r) m_world->transport(r).abort("the run was destroyed");
+    for (auto& t : m_threads)
+      if (t.joinable()) t.join();
+  }
+}
+
+std::vector<std::pair<std::string, std::string>> Run::backends() const {
+  return {{"sgemm", gemm_backend_name()}, {"transport", m_cfg.comm}, {"allreduce", "ring"}};
+}
+
+void Run::start() {
+  const int world = m_cfg.world_size;
+  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = m_cfg.threads > 0 ? m_cfg.threads : hw;
+  // Ranks are threads: each gets a single-threaded BLAS; one rank may use them all.
+  gemm_set_threads(world == 1 ? threads : 1);
+  m_t0 = now_seconds();
+  m_running = world;
+  for (int r = 0; r < world; ++r) m_threads.emplace_back([this, r] { rank_main(r); });
+}
+
+// ---- 4. the training loop of one rank ----
+
+void Run::rank_main(int rank) {
+  const RunConfig& c = m_cfg;
+  const int world = c.world_size;
+  Model& model = *m_replicas[static_cast<size_t>(rank)];
+  RankState& rs = *m_ranks[static_cast<size_t>(rank)];
+  Transport& transport = m_world->transport(rank);
+  Communicator comm(transport, m_logs[static_cast<size_t>(rank)].get(), m_control.get());
+  try {
+    std::vector<std::unique_ptr<CommBnSync>> syncs;
+    std::vector<BatchNorm*> bns = model.batchnorms();
+    std::vector<int> bn_index = model.batchnorm_module_index();
+    if (c.bn == "sync") {
+      for (size_t i = 0; i < bns.size(); ++i) {
+        syncs.push_back(std::make_unique<CommBnSync>(comm, bn_index[i]));
+        bns[i]->set_sync(syncs.back().get());
+      }
+    }
+    // DDP construction: rank 0's parameters and buffers everywhere.
+    broadcast_state(model, comm);
+    if (rank == 0 && m_dir)
+      m_dir->write_weights("init.safetensors", model_tensors(model),
+                           {{"format", "pt"}, {"producer", std::string("dtlab ") + kDtlabVersion}, {"rank", "0"}});
+    DdpReducer reducer(model, comm, c.bucket_cap_mb);
+    SgdOptions so;
+    so.lr = c.lr;
+    so.momentum = c.momentum;
+    so.weight_decay = c.weight_decay;
+    so.nesterov = c.nesterov;
+    Sgd opt(model.params(), so);
+    DistributedSampler sampler({m_train.size, world, rank, c.shuffle, c.seed, c.sampler_drop_last});
+    bool require_forward_param_sync = true;  // DDP: sync buffers before the next forward
+    Tensor x, dlogits;
+    std::vector<int> labels;
+    int64_t step = 0;
+    const int64_t epochs = c.steps > 0 ? (c.steps + m_steps_per_epoch - 1) / m_steps_per_epoch : c.epochs;
+    for (int64_t epoch = 0; epoch < epochs && step < m_steps_total; ++epoch) {
+      sampler.set_epoch(epoch);
+      const double t_epoch0 = now_seconds();
+      const auto batches = make_batches(sampler.indices(), c.batch_size, c.drop_last);
+      for (size_t bi = 0; bi < batches.size() && step < m_steps_total; ++bi, ++step) {
+        m_control->before_iteration(rank);
+        comm.set_train_step(step);
+        const auto& idx = batches[bi];
+        const int64_t n = static_cast<int64_t>(idx.size());
+        x.resize({n, 1, 28, 28});
+        labels.resize(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) {
+          const int64_t s = idx[static_cast<size_t>(i)];
+          std::memcpy(x.ptr() + i * 784, m_train.images.data() + s * 784, 784 * sizeof(float));
+          labels[static_cast<size_t>(i)] = m_train.labels[static_cast<size_t>(s)];
+        }
+        if (n == 1) {
+          const std::string hint = "rank " + std::to_string(rank) + " got a batch of one sample: batch " +
+                                   std::to_string(bi) + " of epoch " + std::to_string(epoch) +
+                                   " is the last, incomplete batch (" + std::to_string(sampler.num_samples()) +
+                                   " samples per rank mod batch size " + std::to_string(c.batch_size) +
+                                   " = 1). Use --drop-last, or a batch size that does not leave one sample" +
+                                   (c.bn == "local" ? ", or --bn sync (statistics over the global batch)" : "");
+          for (BatchNorm* b : bns) b->set_error_hint(hint);
+        }
+        if (c.broadcast_buffers && require_forward_param_sync) broadcast_buffers(model, comm);
+        const bool inject = rank == c.fail_rank && step == (c.fail_step < 0 ? 0 : c.fail_step);
+        if (inject && c.fail_at == "forward") throw InjectedFailure("injected failure before forward (--fail-at forward)");
+        if (inject && c.fail_at == "hang") {
+          // A rank that stops answering: the others' next collective times out and names it.
+          while (!transport.aborted()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          throw StopRequested{};
+        }
+
+        Event ev;
+        ev.kind = EventKind::Compute;
+        ev.rank = rank;
+        ev.train_step = step;
+        ev.phase = Phase::Forward;
+        ev.op = "forward";
+        ev.t_start = now_seconds();
+        const Tensor& logits = model.forward(x, Mode::Train);
+        ev.t_end = now_seconds();
+        comm.record(ev);
+        int correct = 0;
+        const float loss = cross_entropy(logits, labels, &dlogits, &correct);
+
+        ev.phase = Phase::Backward;
+        ev.op = "backward";
+        ev.t_start = now_seconds();
+        model.zero_grad();
+        reducer.prepare_for_backward();
+        bool first_grad = true;
+        model.backward(dlogits, [&](int i) {
+          if (inject && c.fail_at == "backward" && first_grad)
+            throw InjectedFailure("injected failure in backward (--fail-at backward)");
+          first_grad = false;
+          if (world > 1) reducer.mark_param_ready(i);
+        });
+        if (world > 1) reducer.finalize_backward();
+        ev.t_end = now_seconds();
+        comm.record(ev);
+
+        ev.phase = Phase::OptimizerStep;
+        ev.op = "optimizer-step";
+        ev.t_start = now_seconds();
+        opt.step();
+        ev.t_end = now_seconds();
+        comm.record(ev);
+        require_forward_param_sync = true;
+
+        StepRecord rec;
+        rec.rank = rank;
+        rec.step = step;
+        rec.epoch = epoch;
+        rec.batch = static_cast<int64_t>(bi);
+        rec.batch_size = n;
+        rec.loss = loss;
+        rec.correct = correct;
+        rec.bytes_sent = comm.bytes_sent();
+        rec.t = now_seconds() - m_t0;
+        for (size_t i = 0; i < bns.size(); ++i) {
+          const BnBatchStats& st = bns[i]->last_stats();
+          BnLayerRecord b;
+          b.layer = std::to_string(bn_index[i]);
+          b.count = st.count;
+          b.batch_mean = st.mean;
+          b.batch_var = st.var;
+          b.local_mean = st.local_mean;
+          b.local_var = st.local_var;
+          if (c.track_running_stats) {
+            b.running_mean = bns[i]->running_mean().value.data;
+            b.running_var = bns[i]->running_var().value.data;
+            b.num_batches_tracked = bns[i]->num_batches_tracked().i64;
+          }
+          rec.bn.push_back(std::move(b));
+        }
+        {
+          std::lock_guard<std::mutex> lock(rs.mu);
+          rs.loss_sum += loss;
+          rs.correct += correct;
+          rs.samples += n;
+          rs.steps += 1;
+          rs.latest = std::make_shared<const StepRecord>(rec);
+          rs.pending.push_back(std::move(rec));
+        }
+      }
+      // End of epoch: evaluate like a DDP user does. The first no-grad forward after training
+      // broadcasts rank 0's buffers (broadcast_buffers); each rank evaluates a contiguous shard
+      // of the test set in eval mode and the sums are allreduced.
+      comm.set_train_step(-1);
+      if (c.broadcast_buffers && require_forward_param_sync) broadcast_buffers(model, comm);
+      require_forward_param_sync = false;
+      const int64_t L = m_test.size;
+      const double t_eval = now_seconds();
+      EvalResult mine = evaluate(model, Mode::Eval, c.eval_batch_size, L * rank / world, L * (rank + 1) / world);
+      Event ev;
+      ev.kind = EventKind::Compute;
+      ev.rank = rank;
+      ev.phase = Phase::Eval;
+      ev.op = "eval";
+      ev.t_start = t_eval;
+      ev.t_end = now_seconds();
+      comm.record(ev);
+      float sums[4] = {static_cast<float>(mine.loss * static_cast<double>(mine.samples)),
+                       static_cast<float>(mine.acc * static_cast<double>(mine.samples)),
+                       static_cast<float>(mine.samples), 0.0f};
+      {
+        std::lock_guard<std::mutex> lock(rs.mu);
+        sums[3] = static_cast<float>(rs.loss_sum);
+      }
+      comm.allreduce_sum(sums, 4, CollectiveInfo{"eval sums", -1});
+      if (rank == 0) {
+        EpochRecord e;
+        e.epoch = epoch;
+        e.steps = step;
+        int64_t ep_steps = 0, ep_samples = 0, ep_correct = 0;
+        // Train metrics come from every rank's counters (read under their locks).
+        for (auto& other : m_ranks) {
+          std::lock_guard<std::mutex> lock(other->mu);
+          ep_steps += other->steps;
+          ep_samples += other->samples;
+          ep_correct += other->correct;
+        }
+        e.train_loss = ep_steps ? sums[3] / static_cast<double>(ep_steps) : 0.0;
+        e.train_acc = ep_samples ? static_cast<double>(ep_correct) / static_cast<double>(ep_samples) : 0.0;
+        e.test_loss = sums[2] > 0 ? sums[0] / sums[2] : 0.0;
+        e.test_acc = sums[2] > 0 ? sums[1] / sums[2] : 0.0;
+        e.seconds = t_eval - t_epoch0;  // training only: evaluation starts at t_eval
+        e.samples_per_s = e.seconds > 0 ? static_cast<double>(ep_samples) / e.seconds : 0.0;
+        std::lock_guard<std::mutex> lock(m_epoch_mu);
+        m_epochs.push_back(e);
+      }
+      // All ranks read their counters before anyone resets them.
+      float dummy = 0;
+      comm.allreduce_sum(&dummy, 1, CollectiveInfo{"epoch barrier", -1});
+      std::lock_guard<std::mutex> lock(rs.mu);
+      rs.loss_sum = 0;
+      rs.correct = rs.samples = rs.steps = 0;
+    }
+  } catch (const StopRequested&) {
+  } catch (const CommError& e) {
+    fail_rank(rank, e, true);
+  } catch (const std::exception& e) {
+    fail_rank(rank, e, false);
+  }
+  --m_running;
+}
+
+void Run::fail_rank(int rank, const std::exception& e, bool is_comm) {
+  std::string msg = e.what();
+  std::string hint;
+  if (const auto* le = dynamic_cast<const Error*>(&e)) hint = le->hint();
+  std::string full = is_comm ? msg : "rank " + std::to_string(rank) + " failed: " + msg;
+  {
+    std::lock_guard<std::mutex> lock(m_err_mu);
+    m_errors[static_cast<size_t>(rank)] = full;
+    const bool take = m_root_code == 0 || (!is_comm && m_root_code == kExitCommunication);
+    if (take) {
+      m_root_rank = rank;
+      const auto* le = dynamic_cast<const Error*>(&e);
+      m_root_code = le ? le->exit_code() : kExitFailure;
+      m_root_what = full;
+      m_root_hint = hint;
+    }
+  }
+  // Tell every other rank: their blocking calls now fail at once instead of timing out.
+  m_world->transport(rank).abort(full);
+}
+
+EvalResult Run::evaluate(Model& model, Mode mode, int64_t batch_size, int64_t begin, int64_t end) {
+  EvalResult r;
+  Tensor x, dummy;
+  std::vector<int> labels;
+  double loss_sum = 0;
+  int64_t correct_sum = 0;
+  for (int64_t s = begin; s < end;) {
+    int64_t n = std::min(batch_size, end - s);
+    // Batch statistics need two values per channel: fold a trailing single sample into this batch.
+    if (mode == Mode::Train && end - (s + n) == 1) n += 1;
+    x.resize({n, 1, 28, 28});
+    labels.resize(static_cast<size_t>(n));
+    std::memcpy(x.ptr(), m_test.images.data() + s * 784, static_cast<size_t>(n) * 784 * sizeof(float));
+    for (int64_t i = 0; i < n; ++i) labels[static_cast<size_t>(i)] = m_test.labels[static_cast<size_t>(s + i)];
+    const Tensor& logits = model.forward(x, mode);
+    int correct = 0;
+    const float loss = cross_entropy(logits, labels, nullptr, &correct);
+    loss_sum += static_cast<double>(loss) * static_cast<double>(n);
+    correct_sum += correct;
+    s += n;
+  }
+  r.samples = end - begin;
+  if (r.samples > 0) {
+    r.loss = loss_sum / static_cast<double>(r.samples);
+    r.acc = static_cast<double>(correct_sum) / static_cast<double>(r.samples);
+  }
+  return r;
+}
+
+// ---- 5. poll / finish ----
+
+void Run::publish() {
+  auto s = std::make_shared<Snapshot>();
+  s->steps_total = m_steps_total;
+  s->steps_per_epoch = m_steps_per_epoch;
+  for (auto& rs : m_ranks) {
+    std::lock_guard<std::mutex> lock(rs->mu);
+    s->latest.push_back(rs->latest ? *rs->latest : StepRecord{});
+  }
+  {
+    std::lock_guard<std::mutex> lock(m_epoch_mu);
+    s->epochs = m_epochs;
+  }
+  // Progress figure for display: full global batches per second since start.
+  double elapsed = now_seconds() - m_t0;
+  int64_t done = 0;
+  for (const StepRecord& r : s->latest) done = std::max(done, r.step + (r.batch_size ? 1 : 0));
+  s->samples_per_s = elapsed > 0 ? static_cast<double>(done) * static_cast<double>(m_cfg.global_batch()) / elapsed : 0;
+  {
+    std::lock_guard<std::mutex> lock(m_err_mu);
+    if (m_root_code) s->error = m_root_what;
+  }
+  const bool running = m_running.load() > 0;
+  s->state = !s->error.empty() ? RunState::Failed
+             : running         ? (m_control->paused() ? RunState::Paused : RunState::Running)
+             : m_threads.empty() ? RunState::Created
+                                 : RunState::Finished;
+  std::atomic_store(&m_snapshot, std::shared_ptr<const Snapshot>(std::move(s)));
+}
+
+bool Run::poll() {
+  // Write every step that all ranks have finished, in (step, rank) order, so metrics.jsonl is
+  // identical from run to run whatever the thread scheduling.
+  std::vector<std::deque<StepRecord>> taken(m_ranks.size());
+  if (m_dir) {
+    int64_t complete = INT64_MAX;
+    for (auto& rs : m_ranks) {
+      std::lock_guard<std::mutex> lock(rs->mu);
+      complete = std::min<int64_t>(complete, rs->pending.empty() ? -1 : rs->pending.back().step);
+    }
+    std::vector<StepRecord> out;
+    for (size_t r = 0; r < m_ranks.size(); ++r) {
+      std::lock_guard<std::mutex> lock(m_ranks[r]->mu);
+      auto& p = m_ranks[r]->pending;
+      while (!p.empty() && p.front().step <= complete) {
+        taken[r].push_back(std::move(p.front()));
+        p.pop_front();
+      }
+    }
+    for (int64_t s = taken.empty() || taken[0].empty() ? 0 : taken[0].front().step; s <= complete; ++s)
+      for (size_t r = 0; r < taken.size(); ++r)
+        if (!taken[r].empty() && taken[r].front().step == s) {
+          out.push_back(std::move(taken[r].front()));
+          taken[r].pop_front();
+        }
+    if (!out.empty()) m_dir->append_steps(out);
+  }
+  publish();
+  return m_running.load() == 0;
+}
+
+const RunSummary& Run::run(const std::function<void(const Snapshot&)>& tick) {
+  start();
+  while (!poll()) {
+    if (tick) tick(*snapshot());
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (tick) tick(*snapshot());
+  return finish();
+}
+
+const RunSummary& Run::finish() {
+  for (auto& t : m_threads)
+    if (t.joinable()) t.join();
+  m_finished = true;
+  // Whatever is left (a failed run leaves ranks at different steps): in (step, rank) order.
+  if (m_dir) {
+    std::vector<StepRecord> rest;
+    for (auto& rs : m_ranks)
+      for (auto& r : rs->pending) rest.push_back(std::move(r));
+    std::stable_sort(rest.begin(), rest.end(), [](const StepRecord& a, const StepRecord& b) {
+      return a.step != b.step ? a.step < b.step : a.rank < b.rank;
+    });
+    if (!rest.empty()) m_dir->append_steps(rest);
+    for (auto& rs : m_ranks) rs->pending.clear();
+    for (const EpochRecord& e : m_epochs) m_dir->append_epoch(e);
+  }
+  const double t_end = now_seconds();
+  std::vector<std::vector<Event>> events(m_logs.size());
+  for (size_t r = 0; r < m_logs.size(); ++r) m_logs[r]->copy_since(0, events[r]);
+  if (m_dir) {
+    nlohmann::json meta = {{"producer", std::string("dtlab ") + kDtlabVersion},
+                           {"format_version", kRunDirFormatVersion},
+                           {"world_size", m_cfg.world_size},
+                           {"model", m_cfg.model},
+                           {"trace_steps", m_cfg.trace_steps}};
+    m_dir->write_trace(events, m_cfg.trace_steps, meta);
+  }
+  publish();
+  if (m_root_code) {
+    // Root cause first, then how every other rank ended.
+    std::ostringstream msg;
+    msg << m_root_what;
+    for (size_t r = 0; r < m_errors.size(); ++r) {
+      if (static_cast<int>(r) == m_root_rank) continue;
+      msg << "\n  rank " << r << ": " << (m_errors[r].empty() ? "stopped" : m_errors[r]);
+    }
+    throw_error(m_root_code, msg.str(), m_root_hint);
+  }
+
+  // Training throughput: samples trained / wall time of the rank threads (evaluation included in
+  // per-epoch figures, excluded here by subtracting eval events of rank 0).
+  int64_t samples = 0, steps = 0;
+  double eval_time = 0;
+  for (const Event& e : events[0])
+    if (e.kind == EventKind::Compute && e.phase == Phase::Eval) eval_time += e.t_end - e.t_start;
+  {
+    int64_t max_step = -1;
+    for (auto& rs : m_ranks) {
+      if (rs->latest) max_step = std::max(max_step, rs->latest->step);
+    }
+    steps = max_step + 1;
+  }
+  // Samples actually trained: sum of every rank's batch sizes over the run.
+  samples = 0;
+  {
+    // DistributedSampler gives every rank the same number of samples per epoch.
+    DistributedSampler probe({m_train.size, m_cfg.world_size, 0, m_cfg.shuffle, m_cfg.seed, m_cfg.sampler_drop_last});
+    const auto per_rank_batches = make_batches(probe.indices(), m_cfg.batch_size, m_cfg.drop_last);
+    for (int64_t s = 0; s < steps; ++s)
+      samples += static_cast<int64_t>(per_rank_batches[static_cast<size_t>(s % m_steps_per_epoch)].size()) *
+                 m_cfg.world_size;
+  }
+  m_summary.steps = steps;
+  m_summary.samples = samples;
+  m_summary.epochs = m_epochs;
+  m_summary.epochs_completed = static_cast<int64_t>(m_epochs.size());
+  m_summary.train_seconds = std::max(1e-9, (t_end - m_t0) - eval_time);
+  m_summary.samples_per_s = static_cast<double>(samples) / m_summary.train_seconds;
+
+  // Final evaluation of rank 0's model (as PyTorch users do: model.eval() on rank 0). Evaluation
+  // in train mode runs on a copy, so the saved running statistics are untouched.
+  gemm_set_threads(m_cfg.threads > 0 ? m_cfg.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  Model& m0 = *m_replicas[0];
+  m_summary.eval_mode = evaluate(m0, Mode::Eval, m_cfg.eval_batch_size, 0, m_test.size);
+  ModelOptions mopt;
+  mopt.name = m_cfg.model;
+  mopt.bn.eps = m_cfg.bn_eps;
+  mopt.bn.momentum = m_cfg.bn_momentum;
+  mopt.bn.track_running_stats = m_cfg.track_running_stats;
+  auto copy = build_model(mopt, m_cfg.seed);
+  copy_state(m0, *copy);
+  m_summary.train_mode = evaluate(*copy, Mode::Train, m_cfg.batch_size, 0, m_test.size);
+
+  // Ranks whose buffers differ from rank 0's (no broadcast_buffers, or a run that stopped
+  // mid-epoch after each rank updated its own statistics).
+  const auto b0 = model_tensors(m0, true);
+  std::vector<int> differing;
+  for (int r = 1; r < m_cfg.world_size; ++r) {
+    const auto br = model_tensors(*m_replicas[static_cast<size_t>(r)], true);
+    bool same = br.size() == b0.size();
+    for (size_t i = 0; same && i < br.size(); ++i) same = br[i].bytes == b0[i].bytes;
+    if (!same) differing.push_back(r);
+  }
+  if (!differing.empty()) {
+    m_summary.eval_mode_per_rank.push_back(m_summary.eval_mode);
+    for (int r = 1; r < m_cfg.world_size; ++r)
+      m_summary.eval_mode_per_rank.push_back(
+          evaluate(*m_replicas[static_cast<size_t>(r)], Mode::Eval, m_cfg.eval_batch_size, 0, m_test.size));
+  }
+
+  if (m_dir) {
+    const std::map<std::string, std::string> meta = {
+        {"format", "pt"}, {"producer", std::string("dtlab ") + kDtlabVersion}, {"rank", "0"}};
+    m_dir->write_weights("final.safetensors", model_tensors(m0), meta);
+    for (int r : differing) {
+      auto m = meta;
+      m["rank"] = std::to_string(r);
+      m_dir->write_weights("final.rank" + std::to_string(r) + ".buffers.safetensors",
+                           model_tensors(*m_replicas[static_cast<size_t>(r)], true), m);
+    }
+    nlohmann::json j;
+    j["format_version"] = kRunDirFormatVersion;
+    j["producer"] = std::string("dtlab ") + kDtlabVersion;
+    j["test_eval_mode"] = {{"accuracy", m_summary.eval_mode.acc}, {"loss", m_summary.eval_mode.loss},
+                           {"samples", m_summary.eval_mode.samples},
+                           {"what", "rank 0's final model, model.eval(): running statistics"}};
+    j["test_train_mode"] = {{"accuracy", m_summary.train_mode.acc}, {"loss", m_summary.train_mode.loss},
+                            {"samples", m_summary.train_mode.samples}, {"batch_size", m_cfg.batch_size},
+                            {"what", "rank 0's final model, model.train(): batch statistics of test batches of "
+                                     "batch_size (on a copy: the saved running statistics are unchanged)"}};
+    if (!m_summary.eval_mode_per_rank.empty()) {
+      nlohmann::json pr = nlohmann::json::array();
+      for (const auto& e : m_summary.eval_mode_per_rank) pr.push_back({{"accuracy", e.acc}, {"loss", e.loss}});
+      j["test_eval_mode_per_rank"] = pr;
+      j["ranks_with_different_buffers"] = differing;
+    }
+    j["steps"] = m_summary.steps;
+    j["epochs"] = m_summary.epochs_completed;
+    j["samples"] = m_summary.samples;
+    j["train_seconds"] = m_summary.train_seconds;
+    j["samples_per_s"] = m_summary.samples_per_s;
+    nlohmann::json ep = nlohmann::json::array();
+    for (const EpochRecord& e : m_summary.epochs)
+      ep.push_back({{"epoch", e.epoch}, {"steps", e.steps}, {"train_loss", e.train_loss},
+                    {"train_accuracy", e.train_acc}, {"test_loss", e.test_loss}, {"test_accuracy", e.test_acc},
+                    {"seconds", e.seconds}});
+    j["per_epoch"] = ep;
+    m_dir->write_json("summary.json", j);
+  }
+  return m_summary;
+}
+
+}  // namespace lab

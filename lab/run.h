@@ -1,0 +1,194 @@
+// Run: one training run of N emulated ranks (threads), the lab's central object.
+//
+//   Run run(cfg);            // validates, loads data, builds replicas; throws on bad input
+//   run.start();             // one thread per rank
+//   while (!run.poll()) ...  // drains metrics to the run directory; snapshot() for display
+//   run.finish();            // joins, evaluates, writes outputs; rethrows the root-cause error
+//
+// Observing: snapshot() returns an immutable Snapshot published by pointer swap; readers never
+// lock the training threads. Driving: control() pauses, resumes and single-steps the world at the
+// granularity of one ring step (every rank sends one chunk) or one iteration. Paused time does not
+// count towards collective timeouts.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "communicator.h"
+#include "config.h"
+#include "dataset.h"
+#include "events.h"
+#include "model.h"
+
+namespace lab {
+
+class RunDir;
+
+// Creates the ranks' transports for a validated configuration (backends/backends.h).
+using WorldFactory = std::function<std::unique_ptr<World>(const RunConfig&)>;
+
+// ---- what a run records per step and rank (one line of metrics.jsonl) ----
+struct BnLayerRecord {
+  std::string layer;                 // module index, e.g. "1" for "1.running_mean"
+  int64_t count = 0;                 // values per channel used for the statistics (global with SyncBN)
+  std::vector<float> batch_mean;     // (C,) statistics used to normalize
+  std::vector<float> batch_var;      // (C,) biased
+  std::vector<float> local_mean;     // (C,) this rank's own batch
+  std::vector<float> local_var;      // (C,)
+  std::vector<float> running_mean;   // (C,) buffers after this step's forward
+  std::vector<float> running_var;    // (C,)
+  int64_t num_batches_tracked = 0;
+};
+
+struct StepRecord {
+  int rank = 0;
+  int64_t step = 0;        // global iteration index, from 0
+  int64_t epoch = 0;
+  int64_t batch = 0;       // index of the batch within the epoch
+  int64_t batch_size = 0;  // this rank's samples in this step
+  float loss = 0;
+  int64_t correct = 0;
+  uint64_t bytes_sent = 0; // cumulative
+  double t = 0;            // seconds since start (wall clock)
+  std::vector<BnLayerRecord> bn;
+};
+
+struct EpochRecord {
+  int64_t epoch = 0;
+  int64_t steps = 0;             // iterations done so far
+  double train_loss = 0;         // mean over the epoch's steps and ranks
+  double train_acc = 0;
+  double test_loss = 0;          // eval mode, all test samples (sharded over ranks)
+  double test_acc = 0;
+  double seconds = 0;            // wall clock of the epoch's training (evaluation excluded)
+  double samples_per_s = 0;
+};
+
+struct EvalResult {
+  double loss = 0, acc = 0;
+  int64_t samples = 0;
+};
+
+struct RunSummary {
+  EvalResult eval_mode;    // rank 0's final model, running statistics
+  EvalResult train_mode;   // rank 0's final model, batch statistics (batches of batch_size)
+  std::vector<EvalResult> eval_mode_per_rank;  // filled when ranks' buffers differ
+  int64_t steps = 0;
+  int64_t epochs_completed = 0;
+  double train_seconds = 0;
+  double samples_per_s = 0;
+  int64_t samples = 0;
+  std::vector<EpochRecord> epochs;
+};
+
+enum class RunState { Created, Running, Paused, Finished, Failed };
+const char* run_state_name(RunState s);
+
+struct Snapshot {
+  RunState state = RunState::Created;
+  int64_t steps_total = 0;          // planned iterations
+  int64_t steps_per_epoch = 0;
+  std::vector<StepRecord> latest;   // per rank: the last completed step (rank == index)
+  std::vector<EpochRecord> epochs;
+  double samples_per_s = 0;         // over the run so far
+  std::string error;
+};
+
+// Pause / single-step control; the Communicator's StepGate.
+class RunControl : public StepGate {
+ public:
+  explicit RunControl(int world_size);
+  void pause();
+  void resume();
+  // While paused: let every rank pass n more ring steps (or, with no collective ahead, iterations).
+  void step_ring(int n = 1);
+  // While paused: let every rank complete n more iterations.
+  void step_iteration(int n = 1);
+  void stop();  // ranks stop at their next gate
+  bool paused() const { return m_paused.load(); }
+  const std::atomic<bool>* hold_flag() const { return &m_paused; }
+
+  void before_step(int rank, const Event& next) override;  // ring-step gate
+  void before_iteration(int rank);                          // iteration gate
+  // Failure injection hook (set by the run).
+  std::function<void(int rank, const Event&)> on_ring_step;
+
+ private:
+  void wait_gate(int rank, bool ring);
+  std::mutex m_mu;
+  std::condition_variable m_cv;
+  std::atomic<bool> m_paused{false};
+  bool m_stop = false;
+  std::vector<int> m_ring_tokens, m_iter_tokens;
+};
+
+class Run {
+ public:
+  Run(const RunConfig& cfg, const WorldFactory& make_world);
+  ~Run();
+  Run(const Run&) = delete;
+  Run& operator=(const Run&) = delete;
+
+  void start();
+  // Drains finished steps to the run directory and republishes the snapshot. True when all rank
+  // threads have finished (successfully or not).
+  bool poll();
+  // Joins the threads, evaluates the final model, writes outputs. Throws the root-cause error of
+  // a failed run (the failing rank's own error, with the others' errors summarized).
+  const RunSummary& finish();
+  // start + poll loop + finish; tick is called about every 100 ms with the latest snapshot.
+  const RunSummary& run(const std::function<void(const Snapshot&)>& tick = {});
+
+  const RunConfig& config() const { return m_cfg; }
+  RunControl& control() { return *m_control; }
+  std::shared_ptr<const Snapshot> snapshot() const { return std::atomic_load(&m_snapshot); }
+  EventLog& events(int rank) { return *m_logs[static_cast<size_t>(rank)]; }
+  Model& replica(int rank) { return *m_replicas[static_cast<size_t>(rank)]; }
+  const Dataset& train_set() const { return m_train; }
+  const Dataset& test_set() const { return m_test; }
+  int64_t steps_per_epoch() const { return m_steps_per_epoch; }
+  int64_t steps_total() const { return m_steps_total; }
+  // Resolved backends, e.g. {"sgemm", "openblas (Haswell)"}, {"transport", "threads"}.
+  std::vector<std::pair<std::string, std::string>> backends() const;
+
+ private:
+  struct RankState;
+  void rank_main(int rank);
+  EvalResult evaluate(Model& model, Mode mode, int64_t batch_size, int64_t begin, int64_t end);
+  void fail_rank(int rank, const std::exception& e, bool is_comm);
+  void publish();
+
+  RunConfig m_cfg;
+  Dataset m_train, m_test;
+  int64_t m_steps_per_epoch = 0, m_steps_total = 0;
+  std::unique_ptr<World> m_world;
+  std::unique_ptr<RunControl> m_control;
+  std::vector<std::unique_ptr<EventLog>> m_logs;
+  std::vector<std::unique_ptr<Model>> m_replicas;
+  std::vector<std::unique_ptr<RankState>> m_ranks;
+  std::vector<std::thread> m_threads;
+  std::unique_ptr<RunDir> m_dir;
+  std::shared_ptr<const Snapshot> m_snapshot;
+  std::atomic<int> m_running{0};
+  double m_t0 = 0;
+
+  // Errors: the first non-communication error is the root cause; else the first error.
+  std::mutex m_err_mu;
+  std::vector<std::string> m_errors;  // per rank, empty if fine
+  int m_root_rank = -1;
+  int m_root_code = 0;          // exit code of the root cause (0: no error)
+  std::string m_root_what, m_root_hint;
+
+  std::mutex m_epoch_mu;
+  std::vector<EpochRecord> m_epochs;
+  RunSummary m_summary;
+  bool m_finished = false;
+};
+
+}  // namespace lab

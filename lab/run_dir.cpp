@@ -1,0 +1,143 @@
+#include "run_dir.h"
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "errors.h"
+#include "run.h"
+
+namespace lab {
+
+namespace fs = std::filesystem;
+
+RunDir::RunDir(const std::string& path) : m_path(path) {
+  std::error_code ec;
+  fs::create_directories(path, ec);
+  if (ec) throw IoError("--out: cannot create run directory " + path + ": " + ec.message());
+  if (!fs::is_directory(path)) throw IoError("--out: " + path + " exists and is not a directory");
+  const std::string probe = file(".write-test");
+  {
+    std::ofstream f(probe);
+    if (!f) throw IoError("--out: run directory " + path + " is not writable: " + std::strerror(errno));
+  }
+  fs::remove(probe, ec);
+  m_metrics.open(file("metrics.jsonl"), std::ios::trunc);
+  if (!m_metrics) throw IoError("cannot write " + file("metrics.jsonl") + ": " + std::strerror(errno));
+}
+
+void RunDir::write_text(const std::string& name, const std::string& text) {
+  std::ofstream f(file(name), std::ios::trunc);
+  f << text;
+  f.close();
+  if (!f) throw IoError("cannot write " + file(name) + ": " + std::strerror(errno));
+}
+
+void RunDir::write_json(const std::string& name, const nlohmann::json& j) { write_text(name, j.dump(2) + "\n"); }
+
+nlohmann::json step_record_json(const StepRecord& r) {
+  nlohmann::json j;
+  j["kind"] = "step";
+  j["rank"] = r.rank;
+  j["step"] = r.step;
+  j["epoch"] = r.epoch;
+  j["batch"] = r.batch;
+  j["batch_size"] = r.batch_size;
+  j["loss"] = r.loss;
+  j["correct"] = r.correct;
+  j["accuracy"] = r.batch_size ? static_cast<double>(r.correct) / static_cast<double>(r.batch_size) : 0.0;
+  j["bytes_sent"] = r.bytes_sent;
+  j["t"] = r.t;
+  nlohmann::json bn = nlohmann::json::array();
+  for (const BnLayerRecord& b : r.bn) {
+    bn.push_back({{"layer", b.layer},
+                  {"count", b.count},
+                  {"batch_mean", b.batch_mean},
+                  {"batch_var", b.batch_var},
+                  {"local_mean", b.local_mean},
+                  {"local_var", b.local_var},
+                  {"running_mean", b.running_mean},
+                  {"running_var", b.running_var},
+                  {"num_batches_tracked", b.num_batches_tracked}});
+  }
+  j["bn"] = std::move(bn);
+  return j;
+}
+
+void RunDir::append_steps(const std::vector<StepRecord>& records) {
+  for (const StepRecord& r : records) m_metrics << step_record_json(r).dump() << '\n';
+  m_metrics.flush();
+  if (!m_metrics) throw IoError("cannot write " + file("metrics.jsonl"));
+}
+
+void RunDir::append_epoch(const EpochRecord& e) {
+  nlohmann::json j = {{"kind", "epoch"},         {"epoch", e.epoch},         {"steps", e.steps},
+                      {"train_loss", e.train_loss}, {"train_accuracy", e.train_acc}, {"test_loss", e.test_loss},
+                      {"test_accuracy", e.test_acc}, {"seconds", e.seconds},   {"samples_per_s", e.samples_per_s}};
+  m_metrics << j.dump() << '\n';
+  m_metrics.flush();
+}
+
+void RunDir::write_trace(const std::vector<std::vector<Event>>& events_per_rank, int64_t max_step,
+                         const nlohmann::json& metadata) {
+  std::ofstream f(file("trace.json"), std::ios::trunc);
+  if (!f) throw IoError("cannot write " + file("trace.json") + ": " + std::strerror(errno));
+  f << "{\"displayTimeUnit\":\"ms\",\"otherData\":" << metadata.dump() << ",\"traceEvents\":[\n";
+  bool first = true;
+  auto emit = [&](const nlohmann::json& j) {
+    if (!first) f << ",\n";
+    first = false;
+    f << j.dump();
+  };
+  for (size_t r = 0; r < events_per_rank.size(); ++r) {
+    emit({{"ph", "M"}, {"name", "process_name"}, {"pid", r}, {"args", {{"name", "rank " + std::to_string(r)}}}});
+    emit({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", r}, {"args", {{"sort_index", r}}}});
+    emit({{"ph", "M"}, {"name", "thread_name"}, {"pid", r}, {"tid", 0}, {"args", {{"name", "compute"}}}});
+    emit({{"ph", "M"}, {"name", "thread_name"}, {"pid", r}, {"tid", 1}, {"args", {{"name", "communication"}}}});
+    emit({{"ph", "M"}, {"name", "thread_name"}, {"pid", r}, {"tid", 2}, {"args", {{"name", "chunks"}}}});
+    for (const Event& e : events_per_rank[r]) {
+      if (max_step >= 0 && e.train_step >= max_step) continue;
+      nlohmann::json j;
+      j["ph"] = "X";
+      j["pid"] = r;
+      j["ts"] = e.t_start * 1e6;
+      j["dur"] = (e.t_end - e.t_start) * 1e6;
+      nlohmann::json args = {{"step", e.train_step}};
+      if (e.kind == EventKind::Compute) {
+        j["tid"] = 0;
+        j["name"] = phase_name(e.phase);
+        j["cat"] = "compute";
+      } else if (e.kind == EventKind::Collective) {
+        j["tid"] = 1;
+        j["name"] = std::string(e.op) + " " + e.what + (e.tag >= 0 ? " " + std::to_string(e.tag) : "");
+        j["cat"] = "collective";
+        args["op_seq"] = e.op_seq;
+        args["bytes"] = e.bytes;
+      } else {
+        j["tid"] = 2;
+        j["name"] = std::string(phase_name(e.phase)) + " chunk " + std::to_string(e.chunk);
+        j["cat"] = "chunk";
+        args["op"] = e.op;
+        args["what"] = e.what;
+        args["op_seq"] = e.op_seq;
+        args["ring_step"] = e.ring_step;
+        args["src"] = e.src;
+        args["dst"] = e.dst;
+        args["chunk"] = e.chunk;
+        args["bytes"] = e.bytes;
+      }
+      j["args"] = std::move(args);
+      emit(j);
+    }
+  }
+  f << "\n]}\n";
+  f.close();
+  if (!f) throw IoError("cannot write " + file("trace.json"));
+}
+
+void RunDir::write_weights(const std::string& name, const std::vector<SafeTensor>& tensors,
+                           const std::map<std::string, std::string>& metadata) {
+  write_safetensors(file(name), tensors, metadata);
+}
+
+}  // namespace lab

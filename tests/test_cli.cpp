@@ -1,0 +1,121 @@
+// The dtlab executable: bad input gets a clear error naming the flag, file or value, and the
+// documented exit code (README, `dtlab --help`).
+#include <gtest/gtest.h>
+#include <zlib.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "errors.h"
+#include "test_util.h"
+
+using testutil::run_cli;
+
+namespace {
+
+bool contains(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
+
+}  // namespace
+
+TEST(Cli, HelpExplainsEveryFlagAndExitCodes) {
+  const auto r = run_cli("run --help");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  for (const char* flag : {"--model", "--world-size", "--batch-size", "--epochs", "--steps", "--lr", "--momentum",
+                           "--weight-decay", "--seed", "--threads", "--out", "--init", "--bn", "--bucket-cap-mb",
+                           "--no-broadcast-buffers", "--drop-last", "--sampler-drop-last", "--no-shuffle",
+                           "--data-dir", "--limit-train", "--limit-test", "--timeout"})
+    EXPECT_TRUE(contains(r.out, flag)) << flag;
+  const auto top = run_cli("--help");
+  EXPECT_EQ(top.exit_code, 0);
+  EXPECT_TRUE(contains(top.out, "Exit codes")) << top.out;
+}
+
+TEST(Cli, BadSettingsExitWithUsageCode) {
+  auto r = run_cli("run --batch-size 0");
+  EXPECT_EQ(r.exit_code, lab::kExitUsage) << r.out;
+  EXPECT_TRUE(contains(r.out, "batch_size should be a positive integer value, but got batch_size=0")) << r.out;
+  r = run_cli("run --world-size 0");
+  EXPECT_EQ(r.exit_code, lab::kExitUsage) << r.out;
+  EXPECT_TRUE(contains(r.out, "world size must be at least 1")) << r.out;
+  r = run_cli("run --world-size 65");
+  EXPECT_EQ(r.exit_code, lab::kExitUsage) << r.out;
+  EXPECT_TRUE(contains(r.out, "--world-size")) << r.out;
+  r = run_cli("run --bn bogus");
+  EXPECT_EQ(r.exit_code, lab::kExitUsage) << r.out;
+  EXPECT_TRUE(contains(r.out, "bogus")) << r.out;
+  r = run_cli("run --bn-momentum fast");
+  EXPECT_EQ(r.exit_code, lab::kExitUsage) << r.out;
+  r = run_cli("run --no-such-flag");
+  EXPECT_EQ(r.exit_code, lab::kExitUsage) << r.out;
+  r = run_cli("run --world-size 4 --fail-rank 4");
+  EXPECT_EQ(r.exit_code, lab::kExitUsage) << r.out;
+  EXPECT_TRUE(contains(r.out, "Invalid rank 4, rank should be in the interval [0, 3]")) << r.out;
+}
+
+TEST(Cli, MissingDatasetSaysWhereAndHowToInstall) {
+  testutil::TempDir d;
+  const auto r = run_cli("run --data-dir " + d.file("nowhere"));
+  EXPECT_EQ(r.exit_code, lab::kExitData) << r.out;
+  EXPECT_TRUE(contains(r.out, d.file("nowhere"))) << r.out;
+}
+
+TEST(Cli, CorruptDatasetFileIsNamedBeforeTraining) {
+  DTLAB_REQUIRE_DATASET();
+  testutil::TempDir d;
+  for (const char* f : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
+                        "t10k-labels-idx1-ubyte.gz"})
+    std::filesystem::copy_file(std::string(lab::kDefaultDataDir) + "/" + f, d.file(f));
+  // Not gzip at all.
+  std::ofstream(d.file("t10k-labels-idx1-ubyte.gz"), std::ios::trunc) << "this is not a gzip file";
+  auto r = run_cli("run --data-dir " + d.path() + " --out " + d.file("run"));
+  EXPECT_EQ(r.exit_code, lab::kExitData) << r.out;
+  EXPECT_TRUE(contains(r.out, "t10k-labels-idx1-ubyte.gz")) << r.out;
+  EXPECT_FALSE(contains(r.out, "epoch 1")) << "no training may start";
+  // A valid gzip whose payload is truncated.
+  gzFile g = gzopen(d.file("t10k-labels-idx1-ubyte.gz").c_str(), "wb");
+  const unsigned char header[8] = {0, 0, 8, 1, 0, 0, 0x27, 0x10};  // magic 2049, 10000 labels
+  gzwrite(g, header, 8);
+  gzwrite(g, "\1\2\3", 3);
+  gzclose(g);
+  r = run_cli("run --data-dir " + d.path());
+  EXPECT_EQ(r.exit_code, lab::kExitData) << r.out;
+  EXPECT_TRUE(contains(r.out, "t10k-labels-idx1-ubyte.gz")) << r.out;
+}
+
+TEST(Cli, UnwritableOutIsAnIoError) {
+  DTLAB_REQUIRE_DATASET();
+  testutil::TempDir d;
+  std::ofstream(d.file("a-file")) << "x";
+  const auto r = run_cli("run --limit-train 64 --limit-test 16 --steps 1 --out " + d.file("a-file") + "/run");
+  EXPECT_EQ(r.exit_code, lab::kExitIo) << r.out;
+  EXPECT_TRUE(contains(r.out, "--out")) << r.out;
+  EXPECT_TRUE(contains(r.out, d.file("a-file"))) << r.out;
+}
+
+TEST(Cli, ShortRunWritesARunDirectory) {
+  DTLAB_REQUIRE_DATASET();
+  testutil::TempDir d;
+  const auto r = run_cli("run --model mlp --world-size 2 --batch-size 16 --limit-train 128 --limit-test 32 --out " +
+                         d.file("run"));
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "world_size=2")) << r.out;            // the header echoes the config
+  EXPECT_TRUE(contains(r.out, "epoch 1/1")) << r.out;               // one line per epoch (not a TTY)
+  EXPECT_TRUE(contains(r.out, "test accuracy")) << r.out;
+  EXPECT_TRUE(std::filesystem::exists(d.file("run/final.safetensors")));
+}
+
+TEST(Cli, BatchOfOneExitsWithTrainingCodeAndHint) {
+  DTLAB_REQUIRE_DATASET();
+  const auto r = run_cli("run --model mlp --batch-size 16 --limit-train 33 --limit-test 16");
+  EXPECT_EQ(r.exit_code, lab::kExitTraining) << r.out;
+  EXPECT_TRUE(contains(r.out, "Expected more than 1 value per channel when training")) << r.out;
+  EXPECT_TRUE(contains(r.out, "hint:")) << r.out;
+}
+
+TEST(Cli, InjectedFailureExitsAndNamesTheRank) {
+  DTLAB_REQUIRE_DATASET();
+  const auto r = run_cli("run --model mlp --world-size 3 --batch-size 16 --limit-train 256 --limit-test 16 "
+                         "--fail-rank 1 --fail-step 2 --fail-at allreduce --timeout 10");
+  EXPECT_EQ(r.exit_code, lab::kExitTraining) << r.out;
+  EXPECT_TRUE(contains(r.out, "rank 1 failed")) << r.out;
+}

@@ -1,0 +1,281 @@
+// The Run: determinism, failure handling, pausing and stepping, the batch-of-one error, and the
+// run directory contract.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <fstream>
+#include <thread>
+
+#include "backends.h"
+#include "errors.h"
+#include "run.h"
+#include "test_util.h"
+
+namespace {
+
+lab::RunConfig small(const std::string& model, int world, const std::string& out) {
+  lab::RunConfig c;
+  c.model = model;
+  c.world_size = world;
+  c.batch_size = 16;
+  c.limit_train = 256;
+  c.limit_test = 64;
+  c.steps = 6;
+  c.threads = 1;
+  c.out_dir = out;
+  c.timeout_s = 20;
+  return c;
+}
+
+std::string without_wall_clock(const std::string& metrics) {
+  // Drops the wall-clock fields ("t", "seconds", "samples_per_s") from every line.
+  std::stringstream in(metrics), out;
+  std::string line;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line);
+    j.erase("t");
+    j.erase("seconds");
+    j.erase("samples_per_s");
+    out << j.dump() << "\n";
+  }
+  return out.str();
+}
+
+double since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+TEST(Run, IdenticalRunsGiveIdenticalWeightsAndMetrics) {
+  DTLAB_REQUIRE_DATASET();
+  for (const char* bn : {"local", "sync"}) {
+    testutil::TempDir a, b;
+    auto ca = small("cnn", 3, a.path());
+    ca.bn = bn;
+    auto cb = ca;
+    cb.out_dir = b.path();
+    lab::Run(ca, lab::make_world).run();
+    lab::Run(cb, lab::make_world).run();
+    EXPECT_EQ(testutil::read_file(a.file("final.safetensors")), testutil::read_file(b.file("final.safetensors"))) << bn;
+    EXPECT_EQ(testutil::read_file(a.file("init.safetensors")), testutil::read_file(b.file("init.safetensors"))) << bn;
+    EXPECT_EQ(without_wall_clock(testutil::read_file(a.file("metrics.jsonl"))),
+              without_wall_clock(testutil::read_file(b.file("metrics.jsonl"))))
+        << bn;
+  }
+}
+
+TEST(Run, RunDirectoryHoldsTheContractFiles) {
+  DTLAB_REQUIRE_DATASET();
+  testutil::TempDir d;
+  auto c = small("mlp", 2, d.path());
+  c.broadcast_buffers = false;  // ranks end with different running statistics
+  lab::Run run(c, lab::make_world);
+  const lab::RunSummary& s = run.run();
+  for (const char* f : {"config.toml", "metrics.jsonl", "trace.json", "init.safetensors", "final.safetensors",
+                        "summary.json", "final.rank1.buffers.safetensors"})
+    EXPECT_TRUE(std::filesystem::exists(d.file(f))) << f;
+  EXPECT_EQ(s.steps, 6);
+  // The config read back is the config that ran.
+  const lab::RunConfig back = lab::config_from_toml_file(d.file("config.toml"));
+  EXPECT_EQ(back.world_size, 2);
+  EXPECT_FALSE(back.broadcast_buffers);
+  // metrics: one step line per step and rank, with BN statistics per layer and channel.
+  std::ifstream m(d.file("metrics.jsonl"));
+  std::string line;
+  int steps = 0, epochs = 0;
+  while (std::getline(m, line)) {
+    const auto j = nlohmann::json::parse(line);
+    if (j["kind"] == "step") {
+      ++steps;
+      ASSERT_EQ(j["bn"].size(), 2u);
+      EXPECT_EQ(j["bn"][0]["layer"], "2");
+      EXPECT_EQ(j["bn"][0]["running_mean"].size(), 256u);
+      EXPECT_EQ(j["bn"][1]["batch_var"].size(), 128u);
+      EXPECT_GT(j["bytes_sent"].get<uint64_t>(), 0u);
+    } else {
+      ++epochs;
+    }
+  }
+  EXPECT_EQ(steps, 12);
+  EXPECT_EQ(epochs, 1);
+  // trace: Chrome trace events with a process per rank and chunk events carrying their fields.
+  const auto t = nlohmann::json::parse(testutil::read_file(d.file("trace.json")));
+  int chunks = 0;
+  for (const auto& e : t["traceEvents"])
+    if (e.value("cat", "") == "chunk") {
+      ++chunks;
+      EXPECT_TRUE(e["args"].contains("src") && e["args"].contains("chunk") && e["args"].contains("ring_step"));
+    }
+  EXPECT_GT(chunks, 0);
+  const auto sj = nlohmann::json::parse(testutil::read_file(d.file("summary.json")));
+  EXPECT_TRUE(sj.contains("test_eval_mode") && sj.contains("test_train_mode"));
+  EXPECT_EQ(sj["test_eval_mode_per_rank"].size(), 2u);
+}
+
+// Every allreduce of a gradient bucket: each rank sends 2(N-1) chunks, 2(N-1)/N of the bucket.
+TEST(Run, GradientAllreduceTrafficFollowsTheRingRule) {
+  DTLAB_REQUIRE_DATASET();
+  const int world = 4;
+  auto c = small("cnn", world, "");
+  c.steps = 2;
+  lab::Run run(c, lab::make_world);
+  run.run();
+  for (int r = 0; r < world; ++r) {
+    std::vector<lab::Event> ev;
+    run.events(r).copy_since(0, ev);
+    std::map<uint64_t, std::pair<int, uint64_t>> per_op;  // op_seq -> (sends, bytes)
+    std::map<uint64_t, uint64_t> op_bytes;
+    for (const auto& e : ev) {
+      if (std::string(e.what) != "grad bucket" || e.train_step != 1) continue;
+      if (e.kind == lab::EventKind::Chunk) {
+        EXPECT_EQ(e.src, r);
+        EXPECT_EQ(e.dst, (r + 1) % world);
+        per_op[e.op_seq].first += 1;
+        per_op[e.op_seq].second += e.bytes;
+      } else if (e.kind == lab::EventKind::Collective) {
+        op_bytes[e.op_seq] = e.bytes;
+      }
+    }
+    ASSERT_EQ(per_op.size(), 2u) << "cnn has two buckets after the first iteration";
+    for (const auto& [seq, sb] : per_op) {
+      EXPECT_EQ(sb.first, 2 * (world - 1));
+      EXPECT_EQ(sb.second * world, op_bytes[seq] * 2 * (world - 1)) << "rank " << r;
+    }
+  }
+}
+
+TEST(Run, AFailingRankStopsEveryRankQuicklyWithItsName) {
+  DTLAB_REQUIRE_DATASET();
+  for (const char* where : {"allreduce", "backward", "forward"}) {
+    auto c = small("mlp", 4, "");
+    c.fail_rank = 2;
+    c.fail_step = 1;
+    c.fail_at = where;
+    c.timeout_s = 10;
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      lab::Run(c, lab::make_world).run();
+      FAIL() << "expected the run to fail";
+    } catch (const lab::Error& e) {
+      const std::string msg = e.what();
+      EXPECT_EQ(msg.rfind("rank 2 failed", 0), 0u) << msg;
+      EXPECT_NE(msg.find(std::string("--fail-at ") + where), std::string::npos) << msg;
+      for (int r : {0, 1, 3}) EXPECT_NE(msg.find("rank " + std::to_string(r) + ":"), std::string::npos) << msg;
+      if (std::string(where) == "allreduce") EXPECT_NE(msg.find("allreduce #"), std::string::npos) << msg;
+    }
+    // The abort reaches everyone at once: far below the 10 s timeout.
+    EXPECT_LT(since(t0), 5.0) << where;
+  }
+}
+
+TEST(Run, AHungRankIsNamedByTheTimeout) {
+  DTLAB_REQUIRE_DATASET();
+  auto c = small("mlp", 3, "");
+  c.fail_rank = 1;
+  c.fail_step = 2;
+  c.fail_at = "hang";
+  c.timeout_s = 1.0;
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    lab::Run(c, lab::make_world).run();
+    FAIL() << "expected a timeout";
+  } catch (const lab::CommError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("timed out"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("rank 1"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("step 2"), std::string::npos) << msg;
+  }
+  EXPECT_LT(since(t0), 4.0);
+}
+
+TEST(Run, BatchOfOneFailsWithPyTorchWordsAndTheCause) {
+  DTLAB_REQUIRE_DATASET();
+  auto c = small("mlp", 1, "");
+  c.limit_train = 33;  // batches of 16, 16, 1
+  c.steps = 0;
+  c.epochs = 1;
+  try {
+    lab::Run(c, lab::make_world).run();
+    FAIL();
+  } catch (const lab::TrainingError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("Expected more than 1 value per channel when training, got input size torch.Size([1, 256])"),
+              std::string::npos)
+        << msg;
+    EXPECT_NE(e.hint().find("last, incomplete batch"), std::string::npos) << e.hint();
+    EXPECT_NE(e.hint().find("--drop-last"), std::string::npos) << e.hint();
+  }
+  c.drop_last = true;
+  EXPECT_EQ(lab::Run(c, lab::make_world).run().steps, 2);
+}
+
+// SyncBN: a rank holding one sample is fine when the global batch has more; local BN is not.
+TEST(Run, SyncBatchNormAcceptsASingleSampleRank) {
+  DTLAB_REQUIRE_DATASET();
+  auto c = small("cnn", 2, "");
+  c.limit_train = 34;  // 17 per rank: batches of 16 and 1
+  c.steps = 0;
+  c.epochs = 1;
+  c.bn = "sync";
+  EXPECT_EQ(lab::Run(c, lab::make_world).run().steps, 2);
+  c.bn = "local";
+  EXPECT_THROW(lab::Run(c, lab::make_world).run(), lab::TrainingError);
+}
+
+TEST(Run, PauseAndStepOneRingStepAtATime) {
+  DTLAB_REQUIRE_DATASET();
+  const int world = 3;
+  auto c = small("mlp", world, "");
+  c.steps = 2;
+  c.timeout_s = 2;  // paused time must not count towards it
+  lab::Run run(c, lab::make_world);
+  run.control().pause();
+  run.start();
+  auto chunks = [&] {
+    size_t n = 0;
+    for (int r = 0; r < world; ++r) {
+      std::vector<lab::Event> ev;
+      run.events(r).copy_since(0, ev);
+      for (const auto& e : ev) n += e.kind == lab::EventKind::Chunk;
+    }
+    return n;
+  };
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(chunks(), 0u) << "paused before the first collective";
+  EXPECT_EQ(run.snapshot()->state, lab::RunState::Created);  // not polled yet
+  run.poll();
+  EXPECT_EQ(run.snapshot()->state, lab::RunState::Paused);
+  size_t before = chunks();
+  for (int i = 0; i < 3; ++i) {
+    run.control().step_ring();
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    const size_t now = chunks();
+    EXPECT_GT(now, before) << "one ring step moves chunks";
+    EXPECT_LE(now - before, static_cast<size_t>(world)) << "at most one chunk per rank per ring step";
+    before = now;
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // longer than the timeout, paused
+  EXPECT_EQ(chunks(), before);
+  run.control().resume();
+  while (!run.poll()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(run.finish().steps, 2);
+  EXPECT_EQ(run.snapshot()->state, lab::RunState::Finished);
+}
+
+TEST(Run, InitLoadsWeightsOnRankZeroAndBroadcastsThem) {
+  DTLAB_REQUIRE_DATASET();
+  testutil::TempDir a, b;
+  auto c = small("mlp", 1, a.path());
+  c.seed = 7;
+  c.steps = 1;
+  lab::Run(c, lab::make_world).run();
+  auto d = small("mlp", 2, b.path());
+  d.seed = 0;
+  d.steps = 1;
+  d.init = a.file("init.safetensors");
+  lab::Run run(d, lab::make_world);
+  run.run();
+  // init.safetensors of the second run is the first run's initial state (seed 7), not seed 0's.
+  EXPECT_EQ(testutil::read_file(b.file("init.safetensors")), testutil::read_file(a.file("init.safetensors")));
+}

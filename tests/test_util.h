@@ -1,0 +1,81 @@
+// Helpers shared by the tests: temporary directories, fixtures, the dataset, running the CLI.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "dataset.h"
+
+namespace testutil {
+
+// A fresh directory under the system temp dir, removed when the object dies.
+class TempDir {
+ public:
+  TempDir() {
+    std::random_device rd;
+    m_path = (std::filesystem::temp_directory_path() / ("dtlab-test-" + std::to_string(rd()) + std::to_string(rd())))
+                 .string();
+    std::filesystem::create_directories(m_path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(m_path, ec);
+  }
+  const std::string& path() const { return m_path; }
+  std::string file(const std::string& name) const { return m_path + "/" + name; }
+
+ private:
+  std::string m_path;
+};
+
+inline nlohmann::json load_fixture(const std::string& name) {
+  std::ifstream f(std::string(DTLAB_FIXTURES_DIR) + "/" + name);
+  if (!f) throw std::runtime_error("missing fixture " + name);
+  return nlohmann::json::parse(f);
+}
+
+inline bool have_dataset() {
+  return std::filesystem::exists(std::string(lab::kDefaultDataDir) + "/train-images-idx3-ubyte.gz");
+}
+
+#define DTLAB_REQUIRE_DATASET()                                                                    \
+  do {                                                                                             \
+    if (!testutil::have_dataset())                                                                 \
+      GTEST_SKIP() << "Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)";    \
+  } while (0)
+
+inline std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+struct CliResult {
+  int exit_code = -1;
+  std::string out;  // stdout and stderr together
+};
+
+// Runs the dtlab executable with args (a shell-quoted string).
+inline CliResult run_cli(const std::string& args) {
+  TempDir tmp;
+  const std::string out = tmp.file("out.txt");
+  const std::string cmd = std::string(DTLAB_BINARY) + " " + args + " > " + out + " 2>&1";
+  const int status = std::system(cmd.c_str());
+  CliResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = read_file(out);
+  return r;
+}
+
+}  // namespace testutil
