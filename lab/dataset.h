@@ -24,10 +24,20 @@ struct Dataset {
 };
 
 // Reads train-{images-idx3,labels-idx1}-ubyte.gz (train) or t10k-* (test) from dir.
-// limit > 0 keeps the first `limit` samples. Throws DataError naming the file and the problem
-// (missing, corrupt gzip, bad magic, wrong dimensions, short payload, count mismatch,
-// label >= 10); a missing default directory says how to install the Debian package.
+// limit > 0 keeps the first `limit` samples (all of them when limit >= L); 0 keeps all; a
+// negative limit is a ConfigError. Files are validated whole whatever the limit. Throws
+// DataError naming the file and the problem (missing, corrupt gzip, bad magic, wrong
+// dimensions, short payload or trailing garbage, count mismatch, label >= 10); a missing
+// default directory says how to install the Debian package.
 Dataset load_fashion_mnist(const std::string& dir, bool train, int64_t limit = 0);
+
+// The hint attached to "directory/file not found" errors: the apt-get command for the default
+// directory, otherwise a pointer to --data-dir.
+std::string missing_data_hint(const std::string& dir);
+
+// ToTensor + Normalize of one stored pixel (0..255), rounded exactly as PyTorch's float32 ops
+// round it: ((pixel / 255) - 0.2860) / 0.3530, each step in float.
+float normalize_pixel(uint8_t pixel);
 
 // Checks all four files of a directory before training starts (same errors as above).
 void check_fashion_mnist(const std::string& dir);
