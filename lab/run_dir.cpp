@@ -1,6 +1,8 @@
 #include "run_dir.h"
 
 #include <cerrno>
+#include <charconv>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 
@@ -35,37 +37,69 @@ void RunDir::write_text(const std::string& name, const std::string& text) {
 
 void RunDir::write_json(const std::string& name, const nlohmann::json& j) { write_text(name, j.dump(2) + "\n"); }
 
-nlohmann::json step_record_json(const StepRecord& r) {
-  nlohmann::json j;
-  j["kind"] = "step";
-  j["rank"] = r.rank;
-  j["step"] = r.step;
-  j["epoch"] = r.epoch;
-  j["batch"] = r.batch;
-  j["batch_size"] = r.batch_size;
-  j["loss"] = r.loss;
-  j["correct"] = r.correct;
-  j["accuracy"] = r.batch_size ? static_cast<double>(r.correct) / static_cast<double>(r.batch_size) : 0.0;
-  j["bytes_sent"] = r.bytes_sent;
-  j["t"] = r.t;
-  nlohmann::json bn = nlohmann::json::array();
-  for (const BnLayerRecord& b : r.bn) {
-    bn.push_back({{"layer", b.layer},
-                  {"count", b.count},
-                  {"batch_mean", b.batch_mean},
-                  {"batch_var", b.batch_var},
-                  {"local_mean", b.local_mean},
-                  {"local_var", b.local_var},
-                  {"running_mean", b.running_mean},
-                  {"running_var", b.running_var},
-                  {"num_batches_tracked", b.num_batches_tracked}});
+nlohmann::json step_record_json(const StepRecord& r) { return nlohmann::json::parse(step_record_line(r)); }
+
+namespace {
+
+// Shortest text that reads back as the same float (metrics hold float32 values; printing them
+// as doubles would triple the file's size).
+void put_float(std::string& out, float v) {
+  if (!std::isfinite(v)) {
+    out += "null";  // JSON has no NaN/Inf
+    return;
   }
-  j["bn"] = std::move(bn);
-  return j;
+  char buf[32];
+  const auto res = std::to_chars(buf, buf + sizeof buf, v);
+  out.append(buf, res.ptr);
+}
+
+void put_floats(std::string& out, const char* key, const std::vector<float>& v) {
+  out += ",\"";
+  out += key;
+  out += "\":[";
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) out += ',';
+    put_float(out, v[i]);
+  }
+  out += ']';
+}
+
+}  // namespace
+
+std::string step_record_line(const StepRecord& r) {
+  std::string o;
+  o.reserve(256 + r.bn.size() * 4096);
+  o += "{\"kind\":\"step\",\"rank\":" + std::to_string(r.rank) + ",\"step\":" + std::to_string(r.step) +
+       ",\"epoch\":" + std::to_string(r.epoch) + ",\"batch\":" + std::to_string(r.batch) +
+       ",\"batch_size\":" + std::to_string(r.batch_size) + ",\"loss\":";
+  put_float(o, r.loss);
+  o += ",\"correct\":" + std::to_string(r.correct) + ",\"accuracy\":";
+  put_float(o, r.batch_size ? static_cast<float>(r.correct) / static_cast<float>(r.batch_size) : 0.0f);
+  o += ",\"bytes_sent\":" + std::to_string(r.bytes_sent) + ",\"t\":" + nlohmann::json(r.t).dump() + ",\"bn\":[";
+  for (size_t i = 0; i < r.bn.size(); ++i) {
+    const BnLayerRecord& b = r.bn[i];
+    if (i) o += ',';
+    o += "{\"layer\":\"" + b.layer + "\",\"count\":" + std::to_string(b.count);
+    put_floats(o, "batch_mean", b.batch_mean);
+    put_floats(o, "batch_var", b.batch_var);
+    // The rank's own statistics differ from those used only with SyncBN; omitted when equal.
+    if (b.local_mean != b.batch_mean || b.local_var != b.batch_var) {
+      put_floats(o, "local_mean", b.local_mean);
+      put_floats(o, "local_var", b.local_var);
+    }
+    if (!b.running_mean.empty()) {
+      put_floats(o, "running_mean", b.running_mean);
+      put_floats(o, "running_var", b.running_var);
+      o += ",\"num_batches_tracked\":" + std::to_string(b.num_batches_tracked);
+    }
+    o += '}';
+  }
+  o += "]}";
+  return o;
 }
 
 void RunDir::append_steps(const std::vector<StepRecord>& records) {
-  for (const StepRecord& r : records) m_metrics << step_record_json(r).dump() << '\n';
+  for (const StepRecord& r : records) m_metrics << step_record_line(r) << '\n';
   m_metrics.flush();
   if (!m_metrics) throw IoError("cannot write " + file("metrics.jsonl"));
 }

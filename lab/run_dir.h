@@ -2,7 +2,10 @@
 // (the GUI, lessons, comparison scripts). Files:
 //   config.toml         the resolved configuration (config.h), written before training starts
 //   metrics.jsonl       one JSON object per line: {"kind":"step", rank, step, ...} per step and
-//                       rank in (step, rank) order, and {"kind":"epoch", ...} after each epoch
+//                       rank in (step, rank) order, and {"kind":"epoch", ...} after each epoch.
+//                       BatchNorm arrays per layer: batch_mean/batch_var (used to normalize),
+//                       local_mean/local_var (the rank's own batch; only when they differ, i.e.
+//                       SyncBN), running_mean/running_var/num_batches_tracked (when tracked).
 //   trace.json          Chrome Trace Event format (open in Perfetto / chrome://tracing): one
 //                       process per rank, compute on thread 0, communication on thread 1
 //   init.safetensors    rank 0's parameters and buffers after DDP's initial broadcast
@@ -51,6 +54,8 @@ class RunDir {
   std::ofstream m_metrics;
 };
 
+// One metrics.jsonl line (no newline) and the same as a JSON value.
+std::string step_record_line(const StepRecord& r);
 nlohmann::json step_record_json(const StepRecord& r);
 
 }  // namespace lab
