@@ -1,6 +1,30 @@
-// Emulated ranks: a Transport over threads of one process. Supports everything in
-// lab/transport.h, with zero-copy sendrecv/sendrecv_reduce (the receiver reads the sender's
-// buffer directly) and spin-then-yield waiting; timeouts and abort as the interface requires.
+// Emulated ranks: a Transport over threads of one process (N ranks = N threads).
+//
+// Supported: everything in lab/transport.h.
+//   - Matching: messages from src to dst are matched in posting order by tag; a recv takes the
+//     first message on the (src -> dst) channel whose tag is equal (later tags may overtake).
+//   - send() is buffered: it copies into the (rank -> dst) mailbox and returns at once.
+//     recv() copies out of the mailbox, or straight out of a peer's posted sendrecv buffer.
+//   - sendrecv() and sendrecv_reduce() are zero-copy: the sender posts a pointer to its own
+//     buffer in the (rank -> dst) channel, the receiver copies (or adds, fused) directly from the
+//     peer's memory and then marks the message consumed. The call returns only when its own send
+//     has been consumed AND its receive is done, so both buffers may be reused at once.
+//   - Waiting is spin-then-yield: a short spin with a pause instruction, then
+//     std::this_thread::yield(), then short sleeps once a wait has lasted a while. No condition
+//     variable is parked on per step (a parked ring measured 6-15x slower than Open MPI at 4 KB).
+//   - Every wait checks the world's abort flag (CommError "rank R: <call> from/to rank P aborted:
+//     rank A failed: <reason>") and the timeout (CommError "rank R: timed out after T s waiting
+//     for rank P (<call> from/to rank P, tag G); rank P waits for rank Q; rank Q is not waiting in
+//     any transport call (...)"): the wait chain follows whom each blocked rank waits for, so the
+//     message names the rank that is really missing. Time while the hold flag is set does not
+//     count. A timeout fails the world: the rank that times out aborts with its message.
+//   - A message size mismatch between a send and its recv is a bug in the caller: the receiver
+//     aborts the world and throws CommError naming both sizes.
+//   - abort_reason() is "rank A failed: <reason>" for the first abort world-wide (A = the rank
+//     that called abort()), or the reason unchanged when it already starts with "rank A".
+// Not supported: sending to or receiving from an out-of-range rank (CommError); overlapping
+// send and receive buffers within one sendrecv; using one rank's transport from two threads at
+// once (each rank's transport belongs to that rank's thread; different ranks run concurrently).
 #pragma once
 
 #include <memory>

@@ -1,0 +1,197 @@
+// Communicator: collectives over a Transport, with numbering, events and error context.
+//
+// Error protocol. Each collective runs inside `guarded`: when anything throws on this rank,
+//   - the world is aborted with the cause (Transport::abort; the first reason world-wide wins),
+//     so every other rank's blocked call fails at once instead of waiting for its timeout;
+//   - a transport CommError is rethrown as a CommError naming this rank, the operation, its
+//     op_seq, what/tag and the training step, e.g.
+//     "rank 1: allreduce #12 (grad bucket 0) at step 3: sendrecv_reduce from rank 0 aborted:
+//      rank 2 failed: injected failure";
+//   - any other exception (the rank's own failure, e.g. from a StepGate) is rethrown unchanged.
+// Tags: every message of a collective carries tag = op_seq, identical on all ranks.
+#include "communicator.h"
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "errors.h"
+#include "ring_allreduce.h"
+
+namespace lab {
+
+namespace {
+
+// Broadcast pipelining unit: the chain forwards a segment as soon as it has arrived.
+constexpr size_t kBroadcastSegmentBytes = size_t{1} << 20;
+
+int mod(int a, int n) { return ((a % n) + n) % n; }
+
+// "allreduce #12 (grad bucket 0) at step 3"
+std::string describe(const char* op, uint64_t seq, CollectiveInfo info, int64_t train_step) {
+  std::string s = std::string(op) + " #" + std::to_string(seq);
+  const bool has_what = info.what && info.what[0];
+  if (has_what || info.tag >= 0) {
+    s += " (";
+    if (has_what) s += info.what;
+    if (info.tag >= 0) s += (has_what ? " " : "tag ") + std::to_string(info.tag);
+    s += ")";
+  }
+  if (train_step >= 0) s += " at step " + std::to_string(train_step);
+  return s;
+}
+
+// Drops a leading "rank R: " (this rank's own prefix) so the context is not said twice.
+std::string strip_rank(const std::string& msg, int rank) {
+  const std::string prefix = "rank " + std::to_string(rank) + ": ";
+  return msg.compare(0, prefix.size(), prefix) == 0 ? msg.substr(prefix.size()) : msg;
+}
+
+template <class Body>
+void guarded(Communicator& comm, const char* op, uint64_t seq, CollectiveInfo info, Body&& body) {
+  try {
+    body();
+  } catch (const CommError& e) {
+    const std::string detail = strip_rank(e.what(), comm.rank());
+    comm.transport().abort(detail);  // no-op when another rank aborted first
+    throw CommError("rank " + std::to_string(comm.rank()) + ": " +
+                        describe(op, seq, info, comm.train_step()) + ": " + detail,
+                    e.hint());
+  } catch (const std::exception& e) {
+    comm.transport().abort(strip_rank(e.what(), comm.rank()));
+    throw;
+  } catch (...) {
+    comm.transport().abort("unknown exception in " + describe(op, seq, info, comm.train_step()));
+    throw;
+  }
+}
+
+Event collective_event(Communicator& comm, const char* op, uint64_t seq, CollectiveInfo info, uint64_t bytes) {
+  Event e;
+  e.kind = EventKind::Collective;
+  e.op = op;
+  e.what = info.what;
+  e.tag = info.tag;
+  e.rank = comm.rank();
+  e.op_seq = seq;
+  e.train_step = comm.train_step();
+  e.bytes = bytes;
+  e.t_start = now_seconds();
+  return e;
+}
+
+}  // namespace
+
+Communicator::Communicator(Transport& transport, EventLog* log, StepGate* gate)
+    : m_t(transport), m_log(log), m_gate(gate) {}
+
+int Communicator::rank() const { return m_t.rank(); }
+int Communicator::world_size() const { return m_t.world_size(); }
+
+void Communicator::record(const Event& e) {
+  if (m_log) m_log->record(e);
+}
+
+void Communicator::gate(const Event& next) {
+  if (m_gate) m_gate->before_step(rank(), next);
+}
+
+void Communicator::allreduce_sum(float* data, size_t count, CollectiveInfo info) {
+  guarded(*this, "allreduce", m_seq, info, [&] { ring_allreduce(*this, data, count, info); });
+}
+
+// Chain from root: rank at position p = (rank - root) mod N receives each segment from p - 1 and
+// forwards it to p + 1. send() is buffered, so segment k + 1 flows down the chain while segment k
+// is still being forwarded further on (a pipeline without a ring). Chunk events: one per segment
+// sent, chunk = segment index, ring_step = p (the hop).
+void Communicator::broadcast(void* data, size_t bytes, int root, CollectiveInfo info) {
+  const uint64_t seq = next_seq();
+  guarded(*this, "broadcast", seq, info, [&] {
+    const int n = world_size();
+    const int r = rank();
+    if (root < 0 || root >= n)
+      throw CommError("broadcast root " + std::to_string(root) + " is not a rank of a world of " + std::to_string(n));
+    Event whole = collective_event(*this, "broadcast", seq, info, bytes);
+    const int p = mod(r - root, n);
+    const int prev = mod(r - 1, n);
+    const int next = mod(r + 1, n);
+    const size_t segments = bytes == 0 ? 1 : (bytes + kBroadcastSegmentBytes - 1) / kBroadcastSegmentBytes;
+    char* buf = static_cast<char*>(data);
+    Event e;
+    e.kind = EventKind::Chunk;
+    e.phase = Phase::Broadcast;
+    e.op = "broadcast";
+    e.what = info.what;
+    e.tag = info.tag;
+    e.rank = r;
+    e.src = r;
+    e.dst = next;
+    e.ring_step = p;
+    e.op_seq = seq;
+    e.train_step = train_step();
+    for (size_t k = 0; n > 1 && k < segments; ++k) {
+      const size_t off = k * kBroadcastSegmentBytes;
+      const size_t len = bytes == 0 ? 0 : std::min(kBroadcastSegmentBytes, bytes - off);
+      if (p > 0) m_t.recv(prev, buf + off, len, seq);
+      if (p < n - 1) {
+        e.chunk = static_cast<int32_t>(k);
+        e.bytes = len;
+        e.t_start = e.t_end = 0;
+        gate(e);
+        e.t_start = now_seconds();
+        m_t.send(next, buf + off, len, seq);
+        e.t_end = now_seconds();
+        add_bytes_sent(len);
+        record(e);
+      }
+    }
+    whole.t_end = now_seconds();
+    record(whole);
+  });
+}
+
+// Ring allgather of equal blocks: block b (count floats) is rank b's input. Step s = 0 .. N-2:
+// rank r sends block (r - s) mod N to r + 1 and receives block (r - s - 1) mod N from r - 1, both
+// zero-copy straight between the ranks' `all` buffers.
+void Communicator::allgather(const float* mine, size_t count, float* all, CollectiveInfo info) {
+  const uint64_t seq = next_seq();
+  guarded(*this, "allgather", seq, info, [&] {
+    const int n = world_size();
+    const int r = rank();
+    Event whole = collective_event(*this, "allgather", seq, info, static_cast<uint64_t>(n) * count * sizeof(float));
+    float* own = all + static_cast<size_t>(r) * count;
+    if (own != mine && count > 0) std::memmove(own, mine, count * sizeof(float));
+    const size_t block_bytes = count * sizeof(float);
+    Event e;
+    e.kind = EventKind::Chunk;
+    e.phase = Phase::Allgather;
+    e.op = "allgather";
+    e.what = info.what;
+    e.tag = info.tag;
+    e.rank = r;
+    e.src = r;
+    e.dst = mod(r + 1, n);
+    e.op_seq = seq;
+    e.train_step = train_step();
+    e.bytes = block_bytes;
+    for (int s = 0; s < n - 1; ++s) {
+      const int send_block = mod(r - s, n);
+      const int recv_block = mod(r - s - 1, n);
+      e.chunk = send_block;
+      e.ring_step = s;
+      e.t_start = e.t_end = 0;
+      gate(e);
+      e.t_start = now_seconds();
+      m_t.sendrecv(e.dst, all + static_cast<size_t>(send_block) * count, block_bytes, mod(r - 1, n),
+                   all + static_cast<size_t>(recv_block) * count, block_bytes, seq);
+      e.t_end = now_seconds();
+      add_bytes_sent(block_bytes);
+      record(e);
+    }
+    whole.t_end = now_seconds();
+    record(whole);
+  });
+}
+
+}  // namespace lab

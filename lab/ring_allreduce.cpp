@@ -1,0 +1,88 @@
+#include "ring_allreduce.h"
+
+namespace lab {
+
+namespace {
+
+int mod(int a, int n) { return ((a % n) + n) % n; }
+
+}  // namespace
+
+void ring_allreduce(Communicator& comm, float* data, size_t count, CollectiveInfo info) {
+  Transport& t = comm.transport();
+  const int n = comm.world_size();
+  const int r = comm.rank();
+  const uint64_t seq = comm.next_seq();
+  const RingChunks chunks{count, n};
+  const int next = mod(r + 1, n);
+  const int prev = mod(r - 1, n);
+
+  Event whole;
+  whole.kind = EventKind::Collective;
+  whole.op = "allreduce";
+  whole.what = info.what;
+  whole.tag = info.tag;
+  whole.rank = r;
+  whole.op_seq = seq;
+  whole.train_step = comm.train_step();
+  whole.bytes = count * sizeof(float);
+  whole.t_start = now_seconds();
+
+  // Every message of this call carries tag = op_seq: ranks that disagree about which collective
+  // comes next wait for a tag that never comes and time out, instead of mixing buffers.
+  const uint64_t tag = seq;
+
+  Event e;  // the chunk this rank sends at the next step, recorded by the sender
+  e.kind = EventKind::Chunk;
+  e.op = "allreduce";
+  e.what = info.what;
+  e.tag = info.tag;
+  e.rank = r;
+  e.src = r;
+  e.dst = next;
+  e.op_seq = seq;
+  e.train_step = comm.train_step();
+
+  if (n > 1) {
+    // Reduce-scatter: partial sums travel round the ring; after N - 1 steps rank r holds chunk
+    // r + 1 summed over all ranks.
+    e.phase = Phase::ReduceScatter;
+    for (int s = 0; s < n - 1; ++s) {
+      const int send_chunk = mod(r - s, n);
+      const int recv_chunk = mod(r - s - 1, n);
+      e.chunk = send_chunk;
+      e.ring_step = s;
+      e.bytes = chunks.size(send_chunk) * sizeof(float);
+      e.t_start = e.t_end = 0;
+      comm.gate(e);
+      e.t_start = now_seconds();
+      t.sendrecv_reduce(next, data + chunks.begin(send_chunk), chunks.size(send_chunk), prev,
+                        data + chunks.begin(recv_chunk), chunks.size(recv_chunk), tag);
+      e.t_end = now_seconds();
+      comm.add_bytes_sent(e.bytes);
+      comm.record(e);
+    }
+    // Allgather: each finished chunk is forwarded round the ring and copied over the partial sums.
+    e.phase = Phase::Allgather;
+    for (int s = 0; s < n - 1; ++s) {
+      const int send_chunk = mod(r + 1 - s, n);
+      const int recv_chunk = mod(r - s, n);
+      e.chunk = send_chunk;
+      e.ring_step = s;
+      e.bytes = chunks.size(send_chunk) * sizeof(float);
+      e.t_start = e.t_end = 0;
+      comm.gate(e);
+      e.t_start = now_seconds();
+      t.sendrecv(next, data + chunks.begin(send_chunk), e.bytes, prev, data + chunks.begin(recv_chunk),
+                 chunks.size(recv_chunk) * sizeof(float), tag);
+      e.t_end = now_seconds();
+      comm.add_bytes_sent(e.bytes);
+      comm.record(e);
+    }
+  }
+
+  whole.t_end = now_seconds();
+  comm.record(whole);
+}
+
+}  // namespace lab
