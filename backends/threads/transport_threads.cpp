@@ -382,6 +382,12 @@ ThreadsWorld::~ThreadsWorld() {
 
 int ThreadsWorld::world_size() const { return m_state->n; }
 
+std::vector<int> ThreadsWorld::local_ranks() const {
+  std::vector<int> r(static_cast<size_t>(m_state->n));
+  for (int i = 0; i < m_state->n; ++i) r[static_cast<size_t>(i)] = i;
+  return r;
+}
+
 Transport& ThreadsWorld::transport(int rank) {
   if (rank < 0 || rank >= m_state->n)
     throw ConfigError("Invalid rank " + std::to_string(rank) + ", rank should be in the interval [0, " +
