@@ -75,10 +75,13 @@ class BatchNorm : public Module {
   Param m_weight, m_bias;
   Buffer m_running_mean, m_running_var, m_num_batches_tracked;
   BnBatchStats m_stats;
-  // saved for backward
-  Tensor m_xhat;                // like x: normalized input
-  std::vector<float> m_invstd;  // (C,)
+  // saved for backward (by the last Train forward)
+  Tensor m_x;                   // like x: the input; backward uses x - mean, as PyTorch does
+  std::vector<float> m_mean;    // (C,) mean used to normalize
+  std::vector<float> m_invstd;  // (C,) 1 / sqrt(var + eps) used to normalize
   std::vector<int64_t> m_shape;
+  int64_t m_count = 0;          // n behind the statistics (global with SyncBN)
+  bool m_synced = false;        // the forward communicated, so backward must too
 };
 
 }  // namespace lab

@@ -39,7 +39,8 @@ class Module {
   // y = f(x). In Train mode, saves what backward needs.
   virtual void forward(const Tensor& x, Tensor& y, Mode mode) = 0;
   // Accumulates (+=) parameter gradients from dy; writes dx if dx != nullptr (the first layer
-  // of a model needs no dx). Must follow a Train-mode forward.
+  // of a model needs no dx). Must follow a Train-mode forward with no other forward in between:
+  // modules reuse their scratch (im2col columns, argmax indices, masks) in every forward.
   virtual void backward(const Tensor& dy, Tensor* dx) = 0;
   // Parameters and buffers in PyTorch's registration order (state_dict order).
   virtual std::vector<Param*> params() { return {}; }

@@ -1,0 +1,261 @@
+#include "conv2d.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cstring>
+
+#include "gemm.h"
+
+namespace lab {
+
+namespace {
+
+struct Geometry {
+  int n, cin, h, w, k, pad, ho, wo;
+};
+
+// With "same" padding (2 * pad == k - 1, so Ho == H and Wo == W), the column row (c, kh, kw) of
+// sample n is the input plane shifted by shift = (kh - pad) * W + (kw - pad) in flattened index,
+// except at the borders. Copying whole planes (one memcpy of ~H*W values) and then zeroing the
+// border is far cheaper than a call per output row. This describes the shifted plane.
+struct PlaneShift {
+  int64_t shift;   // source index = destination index + shift
+  int64_t p0, p1;  // destination range [p0, p1) copied from the source
+  int64_t row0, row1;  // destination rows [row0, row1) are inside the image, the others are zero
+  int64_t col0, col1;  // and within them, columns outside [col0, col1) are zero
+};
+
+PlaneShift plane_shift(int64_t h, int64_t w, int64_t dr, int64_t dc) {
+  PlaneShift s;
+  s.shift = dr * w + dc;
+  s.row0 = std::max<int64_t>(0, -dr);
+  s.row1 = std::min<int64_t>(h, h - dr);
+  s.col0 = std::max<int64_t>(0, -dc);
+  s.col1 = std::min<int64_t>(w, w - dc);
+  // The clamps cut only positions in zero columns of the first and last inside rows.
+  s.p0 = std::max(s.row0 * w, -s.shift);
+  s.p1 = std::min(s.row1 * w, h * w - s.shift);
+  return s;
+}
+
+// Zeroes dst's positions that lie outside the image for this shift. dst: (H, W)
+void zero_border(float* dst, int64_t h, int64_t w, const PlaneShift& s) {
+  if (s.row0 > 0) std::fill(dst, dst + s.row0 * w, 0.0f);
+  if (s.row1 < h) std::fill(dst + s.row1 * w, dst + h * w, 0.0f);
+  for (int64_t r = s.row0; r < s.row1; ++r) {
+    float* row = dst + r * w;
+    for (int64_t c = 0; c < s.col0; ++c) row[c] = 0.0f;
+    for (int64_t c = s.col1; c < w; ++c) row[c] = 0.0f;
+  }
+}
+
+// dst[p] += src[p] over a run (the adjoint of the shifted copy).
+void add_run(float* __restrict dst, const float* __restrict src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
+// cols: (Cin*k*k, N*Ho*Wo). Row (c, kh, kw) holds, for every output pixel (n, oh, ow), the input
+// x[n, c, oh + kh - pad, ow + kw - pad] or 0 outside the image.
+void im2col(const float* x, const Geometry& g, float* cols) {
+  const size_t plane_out = static_cast<size_t>(g.ho) * g.wo;
+  const size_t row_len = static_cast<size_t>(g.n) * plane_out;
+  const bool same = 2 * g.pad == g.k - 1;
+  for (int c = 0; c < g.cin; ++c) {
+    for (int kh = 0; kh < g.k; ++kh) {
+      for (int kw = 0; kw < g.k; ++kw) {
+        float* row = cols + (static_cast<size_t>(c * g.k + kh) * g.k + kw) * row_len;
+        if (same) {
+          const PlaneShift s = plane_shift(g.h, g.w, kh - g.pad, kw - g.pad);
+          for (int n = 0; n < g.n; ++n) {
+            const float* src = x + (static_cast<size_t>(n) * g.cin + c) * g.h * g.w;
+            float* dst = row + n * plane_out;
+            if (s.p1 > s.p0)
+              std::memcpy(dst + s.p0, src + s.p0 + s.shift, sizeof(float) * static_cast<size_t>(s.p1 - s.p0));
+            zero_border(dst, g.h, g.w, s);
+          }
+          continue;
+        }
+        // General case: output columns whose input column iw = ow + kw - pad lies in [0, W).
+        const int ow0 = std::max(0, g.pad - kw);
+        const int ow1 = std::min(g.wo, g.w + g.pad - kw);
+        for (int n = 0; n < g.n; ++n) {
+          const float* src = x + (static_cast<size_t>(n) * g.cin + c) * g.h * g.w;
+          float* dst = row + n * plane_out;
+          for (int oh = 0; oh < g.ho; ++oh, dst += g.wo) {
+            const int ih = oh + kh - g.pad;
+            if (ih < 0 || ih >= g.h || ow0 >= ow1) {
+              std::fill(dst, dst + g.wo, 0.0f);
+              continue;
+            }
+            std::fill(dst, dst + ow0, 0.0f);
+            std::memcpy(dst + ow0, src + static_cast<size_t>(ih) * g.w + (ow0 + kw - g.pad),
+                        sizeof(float) * static_cast<size_t>(ow1 - ow0));
+            std::fill(dst + ow1, dst + g.wo, 0.0f);
+          }
+        }
+      }
+    }
+  }
+}
+
+// The adjoint of im2col: dx (N, Cin, H, W) = sum of every column entry into the input it came from.
+// cols is scratch and is modified (its border entries are zeroed on the "same" path).
+void col2im(float* cols, const Geometry& g, float* dx) {
+  const size_t plane_out = static_cast<size_t>(g.ho) * g.wo;
+  const size_t row_len = static_cast<size_t>(g.n) * plane_out;
+  const bool same = 2 * g.pad == g.k - 1;
+  std::fill(dx, dx + static_cast<size_t>(g.n) * g.cin * g.h * g.w, 0.0f);
+  for (int c = 0; c < g.cin; ++c) {
+    for (int kh = 0; kh < g.k; ++kh) {
+      for (int kw = 0; kw < g.k; ++kw) {
+        float* row = cols + (static_cast<size_t>(c * g.k + kh) * g.k + kw) * row_len;
+        if (same) {
+          const PlaneShift s = plane_shift(g.h, g.w, kh - g.pad, kw - g.pad);
+          for (int n = 0; n < g.n; ++n) {
+            float* src = row + n * plane_out;
+            float* dst = dx + (static_cast<size_t>(n) * g.cin + c) * g.h * g.w;
+            // Border entries belong to no input; zero them so one shifted add covers the rest.
+            zero_border(src, g.h, g.w, s);
+            if (s.p1 > s.p0) add_run(dst + s.p0 + s.shift, src + s.p0, s.p1 - s.p0);
+          }
+          continue;
+        }
+        const int ow0 = std::max(0, g.pad - kw);
+        const int ow1 = std::min(g.wo, g.w + g.pad - kw);
+        if (ow0 >= ow1) continue;
+        for (int n = 0; n < g.n; ++n) {
+          float* dst = dx + (static_cast<size_t>(n) * g.cin + c) * g.h * g.w;
+          const float* src = row + n * plane_out;
+          for (int oh = 0; oh < g.ho; ++oh, src += g.wo) {
+            const int ih = oh + kh - g.pad;
+            if (ih < 0 || ih >= g.h) continue;
+            float* d = dst + static_cast<size_t>(ih) * g.w;
+            const int shift = kw - g.pad;  // iw = ow + shift
+            for (int ow = ow0; ow < ow1; ++ow) d[ow + shift] += src[ow];
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+Conv2d::Conv2d(int in_channels, int out_channels, int kernel_size, int padding, bool bias)
+    : m_cin(in_channels), m_cout(out_channels), m_k(kernel_size), m_pad(padding), m_has_bias(bias) {
+  const std::vector<int64_t> wshape{out_channels, in_channels, kernel_size, kernel_size};
+  m_weight = {"weight", Tensor(wshape), Tensor(wshape)};
+  if (bias) m_bias = {"bias", Tensor({out_channels}), Tensor({out_channels})};
+}
+
+std::string Conv2d::describe() const {
+  std::string s = "Conv2d(" + std::to_string(m_cin) + ", " + std::to_string(m_cout) + ", " + std::to_string(m_k);
+  if (m_pad) s += ", padding=" + std::to_string(m_pad);
+  if (!m_has_bias) s += ", bias=False";
+  return s + ")";
+}
+
+std::vector<Param*> Conv2d::params() {
+  if (m_has_bias) return {&m_weight, &m_bias};
+  return {&m_weight};
+}
+
+void Conv2d::reset_parameters(TorchGenerator& g) {
+  const int64_t fan_in = static_cast<int64_t>(m_cin) * m_k * m_k;
+  kaiming_uniform_default(m_weight.value.ptr(), m_weight.value.numel(), fan_in, g);
+  if (m_has_bias) bias_uniform_default(m_bias.value.ptr(), m_bias.value.numel(), fan_in, g);
+}
+
+void Conv2d::forward(const Tensor& x, Tensor& y, Mode /*mode*/) {
+  assert(x.ndim() == 4 && x.dim(1) == m_cin);
+  const Geometry g{static_cast<int>(x.dim(0)), m_cin, static_cast<int>(x.dim(2)), static_cast<int>(x.dim(3)),
+                   m_k, m_pad, static_cast<int>(x.dim(2)) + 2 * m_pad - m_k + 1,
+                   static_cast<int>(x.dim(3)) + 2 * m_pad - m_k + 1};
+  assert(g.ho > 0 && g.wo > 0);
+  m_in_shape = x.shape;
+  const int kk = m_cin * m_k * m_k;
+  const int plane = g.ho * g.wo;
+  const int cols_n = g.n * plane;
+  // The columns are needed by forward itself, so keeping them for backward costs nothing extra.
+  m_cols.resize({kk, cols_n});
+  im2col(x.ptr(), g, m_cols.ptr());
+  m_out.resize({m_cout, cols_n});
+  // out (Cout, N*Ho*Wo) = W (Cout, Cin*k*k) cols (Cin*k*k, N*Ho*Wo)
+  sgemm(false, false, m_cout, cols_n, kk, 1.0f, m_weight.value.ptr(), kk, m_cols.ptr(), cols_n, 0.0f, m_out.ptr(),
+        cols_n);
+  y.resize({g.n, m_cout, g.ho, g.wo});
+  for (int n = 0; n < g.n; ++n) {
+    for (int co = 0; co < m_cout; ++co) {
+      const float* src = m_out.ptr() + static_cast<size_t>(co) * cols_n + static_cast<size_t>(n) * plane;
+      float* dst = y.ptr() + (static_cast<size_t>(n) * m_cout + co) * plane;
+      if (m_has_bias) {
+        const float b = m_bias.value.ptr()[co];
+        for (int p = 0; p < plane; ++p) dst[p] = src[p] + b;
+      } else {
+        std::memcpy(dst, src, sizeof(float) * plane);
+      }
+    }
+  }
+}
+
+void Conv2d::backward(const Tensor& dy, Tensor* dx) {
+  const Geometry g{static_cast<int>(m_in_shape[0]), m_cin, static_cast<int>(m_in_shape[2]),
+                   static_cast<int>(m_in_shape[3]), m_k, m_pad,
+                   static_cast<int>(m_in_shape[2]) + 2 * m_pad - m_k + 1,
+                   static_cast<int>(m_in_shape[3]) + 2 * m_pad - m_k + 1};
+  assert(dy.ndim() == 4 && dy.dim(0) == g.n && dy.dim(1) == m_cout && dy.dim(2) == g.ho && dy.dim(3) == g.wo);
+  const int kk = m_cin * m_k * m_k;
+  const int plane = g.ho * g.wo;
+  const int cols_n = g.n * plane;
+  m_dout.resize({m_cout, cols_n});
+  for (int n = 0; n < g.n; ++n) {
+    for (int co = 0; co < m_cout; ++co) {
+      std::memcpy(m_dout.ptr() + static_cast<size_t>(co) * cols_n + static_cast<size_t>(n) * plane,
+                  dy.ptr() + (static_cast<size_t>(n) * m_cout + co) * plane, sizeof(float) * plane);
+    }
+  }
+  // dW (Cout, Cin*k*k) += dout (Cout, N*Ho*Wo) cols^T (N*Ho*Wo, Cin*k*k)
+  sgemm(false, true, m_cout, kk, cols_n, 1.0f, m_dout.ptr(), cols_n, m_cols.ptr(), cols_n, 1.0f,
+        m_weight.grad.ptr(), kk);
+  if (m_has_bias) {
+    for (int co = 0; co < m_cout; ++co) {
+      const float* row = m_dout.ptr() + static_cast<size_t>(co) * cols_n;
+      double s = 0.0;
+      for (int p = 0; p < cols_n; ++p) s += row[p];
+      m_bias.grad.ptr()[co] += static_cast<float>(s);
+    }
+  }
+  if (dx) {
+    // dcols (Cin*k*k, N*Ho*Wo) = W^T (Cin*k*k, Cout) dout (Cout, N*Ho*Wo)
+    m_dcols.resize({kk, cols_n});
+    sgemm(true, false, kk, cols_n, m_cout, 1.0f, m_weight.value.ptr(), kk, m_dout.ptr(), cols_n, 0.0f,
+          m_dcols.ptr(), cols_n);
+    dx->resize(m_in_shape);
+    col2im(m_dcols.ptr(), g, dx->ptr());
+  }
+}
+
+void conv2d_forward_naive(const Tensor& x, const Tensor& weight, const float* bias, int padding, Tensor& y) {
+  const int64_t n = x.dim(0), cin = x.dim(1), h = x.dim(2), w = x.dim(3);
+  const int64_t cout = weight.dim(0), k = weight.dim(2);
+  assert(weight.dim(1) == cin && weight.dim(3) == k);
+  const int64_t ho = h + 2 * padding - k + 1, wo = w + 2 * padding - k + 1;
+  y.resize({n, cout, ho, wo});
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t co = 0; co < cout; ++co)
+      for (int64_t oh = 0; oh < ho; ++oh)
+        for (int64_t ow = 0; ow < wo; ++ow) {
+          double acc = bias ? bias[co] : 0.0;
+          for (int64_t ci = 0; ci < cin; ++ci)
+            for (int64_t kh = 0; kh < k; ++kh)
+              for (int64_t kw = 0; kw < k; ++kw) {
+                const int64_t ih = oh + kh - padding, iw = ow + kw - padding;
+                if (ih < 0 || ih >= h || iw < 0 || iw >= w) continue;
+                acc += static_cast<double>(x.data[((b * cin + ci) * h + ih) * w + iw]) *
+                       weight.data[((co * cin + ci) * k + kh) * k + kw];
+              }
+          y.data[((b * cout + co) * ho + oh) * wo + ow] = static_cast<float>(acc);
+        }
+}
+
+}  // namespace lab

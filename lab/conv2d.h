@@ -1,0 +1,45 @@
+// Conv2d: nn.Conv2d(cin, cout, k, stride=1, padding=p, bias) over NCHW, via im2col + sgemm.
+//   x: (N, Cin, H, W) -> y: (N, Cout, Ho, Wo), Ho = H + 2p - k + 1, Wo = W + 2p - k + 1
+//   weight: (Cout, Cin, k, k), bias: (Cout,)
+// Supports: square kernels, stride 1, zero padding, no dilation or groups (what the lab's models
+// use). The whole batch is unfolded into one column matrix so that each layer is one large gemm
+// per pass instead of N small ones; scratch tensors are members and only grow.
+#pragma once
+
+#include "module.h"
+#include "torch_rng.h"
+
+namespace lab {
+
+class Conv2d : public Module {
+ public:
+  Conv2d(int in_channels, int out_channels, int kernel_size, int padding = 0, bool bias = true);
+  std::string kind() const override { return "Conv2d"; }
+  std::string describe() const override;
+  // x: (N, Cin, H, W) -> y: (N, Cout, Ho, Wo)
+  void forward(const Tensor& x, Tensor& y, Mode mode) override;
+  // dy: (N, Cout, Ho, Wo) -> dx: (N, Cin, H, W)
+  void backward(const Tensor& dy, Tensor* dx) override;
+  std::vector<Param*> params() override;
+
+  // nn.Conv2d.reset_parameters: kaiming_uniform_ with fan_in = Cin*k*k, then the bias.
+  void reset_parameters(TorchGenerator& g);
+  Param& weight() { return m_weight; }
+  Param& bias() { return m_bias; }
+
+ private:
+  int m_cin, m_cout, m_k, m_pad;
+  bool m_has_bias;
+  Param m_weight, m_bias;
+  std::vector<int64_t> m_in_shape;  // (N, Cin, H, W) of the last forward
+  Tensor m_cols;   // (Cin*k*k, N*Ho*Wo): unfolded input; kept for the weight gradient
+  Tensor m_out;    // (Cout, N*Ho*Wo): gemm output before the permute to NCHW
+  Tensor m_dout;   // (Cout, N*Ho*Wo): dy permuted to the gemm layout
+  Tensor m_dcols;  // (Cin*k*k, N*Ho*Wo): gradient of the columns, folded back into dx
+};
+
+// The plain 7-loop convolution, the readable reference the im2col path is tested against.
+//   x: (N, Cin, H, W), weight: (Cout, Cin, k, k), bias: (Cout,) or nullptr -> y: (N, Cout, Ho, Wo)
+void conv2d_forward_naive(const Tensor& x, const Tensor& weight, const float* bias, int padding, Tensor& y);
+
+}  // namespace lab

@@ -1,0 +1,34 @@
+// Linear: nn.Linear(in_features, out_features, bias). y = x W^T + b.
+//   x: (N, in), y: (N, out), weight: (out, in), bias: (out,)
+#pragma once
+
+#include "module.h"
+#include "torch_rng.h"
+
+namespace lab {
+
+class Linear : public Module {
+ public:
+  Linear(int in_features, int out_features, bool bias = true);
+  std::string kind() const override { return "Linear"; }
+  std::string describe() const override;
+  // x: (N, in) -> y: (N, out)
+  void forward(const Tensor& x, Tensor& y, Mode mode) override;
+  // dy: (N, out) -> dx: (N, in)
+  void backward(const Tensor& dy, Tensor* dx) override;
+  std::vector<Param*> params() override;
+
+  // nn.Linear.reset_parameters: kaiming_uniform_(weight) then the bias, drawing from g in that
+  // order, so a model built module by module consumes the generator exactly like PyTorch.
+  void reset_parameters(TorchGenerator& g);
+  Param& weight() { return m_weight; }
+  Param& bias() { return m_bias; }
+
+ private:
+  int m_in, m_out;
+  bool m_has_bias;
+  Param m_weight, m_bias;
+  Tensor m_x;  // (N, in): the last Train-mode input, for the weight gradient
+};
+
+}  // namespace lab

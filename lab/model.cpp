@@ -1,0 +1,168 @@
+#include "model.h"
+
+#include <cassert>
+
+#include "conv2d.h"
+#include "errors.h"
+#include "flatten.h"
+#include "linear.h"
+#include "maxpool2d.h"
+#include "relu.h"
+#include "torch_rng.h"
+
+namespace lab {
+
+const Tensor& Model::forward(const Tensor& x, Mode mode) {
+  assert(!m_modules.empty());
+  m_acts.resize(m_modules.size());
+  m_input = &x;
+  const Tensor* in = &x;
+  for (size_t i = 0; i < m_modules.size(); ++i) {
+    m_modules[i]->forward(*in, m_acts[i], mode);
+    in = &m_acts[i];
+  }
+  return m_acts.back();
+}
+
+void Model::backward(const Tensor& dlogits, const std::function<void(int)>& on_param_ready) {
+  const size_t count = m_modules.size();
+  m_grads.resize(count);
+  // Global index of each module's first parameter (params() order), and the first module that
+  // holds any: modules before it need no backward at all, and it needs no dx.
+  std::vector<int> first_param(count, 0);
+  size_t first_with_params = count;
+  int total = 0;
+  for (size_t i = 0; i < count; ++i) {
+    first_param[i] = total;
+    const int np = static_cast<int>(m_modules[i]->params().size());
+    if (np > 0 && first_with_params == count) first_with_params = i;
+    total += np;
+  }
+  // m_grads[i] holds the gradient of module i's output; module i writes its dx into m_grads[i - 1].
+  for (size_t i = count; i-- > first_with_params;) {
+    const Tensor& dy = i + 1 == count ? dlogits : m_grads[i];
+    Tensor* dx = i > first_with_params ? &m_grads[i - 1] : nullptr;
+    m_modules[i]->backward(dy, dx);
+    if (on_param_ready) {
+      const int np = static_cast<int>(m_modules[i]->params().size());
+      for (int p = np - 1; p >= 0; --p) on_param_ready(first_param[i] + p);
+    }
+  }
+}
+
+std::vector<Param*> Model::params() {
+  std::vector<Param*> out;
+  for (auto& m : m_modules)
+    for (Param* p : m->params()) out.push_back(p);
+  return out;
+}
+
+std::vector<StateEntry> Model::state_dict() {
+  std::vector<StateEntry> out;
+  for (size_t i = 0; i < m_modules.size(); ++i) {
+    const std::string prefix = std::to_string(i) + ".";
+    for (Param* p : m_modules[i]->params()) out.push_back({prefix + p->name, p, nullptr});
+    for (Buffer* b : m_modules[i]->buffers()) out.push_back({prefix + b->name, nullptr, b});
+  }
+  return out;
+}
+
+std::vector<BatchNorm*> Model::batchnorms() {
+  std::vector<BatchNorm*> out;
+  for (auto& m : m_modules)
+    if (auto* bn = dynamic_cast<BatchNorm*>(m.get())) out.push_back(bn);
+  return out;
+}
+
+std::vector<int> Model::batchnorm_module_index() {
+  std::vector<int> out;
+  for (size_t i = 0; i < m_modules.size(); ++i)
+    if (dynamic_cast<BatchNorm*>(m_modules[i].get())) out.push_back(static_cast<int>(i));
+  return out;
+}
+
+void Model::zero_grad() {
+  for (Param* p : params()) p->grad.zero();
+}
+
+std::string Model::describe() const {
+  std::string s = "Sequential(";
+  for (size_t i = 0; i < m_modules.size(); ++i) {
+    if (i) s += ", ";
+    s += m_modules[i]->describe();
+  }
+  return s + ")";
+}
+
+namespace {
+
+std::unique_ptr<BatchNorm> make_bn(const BatchNormOptions& base, int features, int spatial_dims) {
+  BatchNormOptions o = base;
+  o.num_features = features;
+  o.spatial_dims = spatial_dims;
+  return std::make_unique<BatchNorm>(o);
+}
+
+}  // namespace
+
+std::unique_ptr<Model> build_model(const ModelOptions& opt, uint64_t seed) {
+  // Modules are built in torch_peer.py's order and each draws its initial weights from g as it
+  // is built, exactly as the nn.Module constructors do after torch.manual_seed(seed).
+  TorchGenerator g(seed);
+  auto model = std::make_unique<Model>();
+  auto linear = [&](int in, int out) {
+    auto m = std::make_unique<Linear>(in, out);
+    m->reset_parameters(g);
+    model->add(std::move(m));
+  };
+  auto conv = [&](int cin, int cout) {
+    auto m = std::make_unique<Conv2d>(cin, cout, 3, 1, false);
+    m->reset_parameters(g);
+    model->add(std::move(m));
+  };
+  if (opt.name == "mlp") {
+    model->add(std::make_unique<Flatten>());
+    linear(784, 256);
+    model->add(make_bn(opt.bn, 256, 0));
+    model->add(std::make_unique<ReLU>());
+    linear(256, 128);
+    model->add(make_bn(opt.bn, 128, 0));
+    model->add(std::make_unique<ReLU>());
+    linear(128, 10);
+  } else if (opt.name == "cnn") {
+    conv(1, 32);
+    model->add(make_bn(opt.bn, 32, 2));
+    model->add(std::make_unique<ReLU>());
+    model->add(std::make_unique<MaxPool2d>(2));
+    conv(32, 64);
+    model->add(make_bn(opt.bn, 64, 2));
+    model->add(std::make_unique<ReLU>());
+    model->add(std::make_unique<MaxPool2d>(2));
+    model->add(std::make_unique<Flatten>());
+    linear(64 * 7 * 7, 128);
+    model->add(std::make_unique<ReLU>());
+    linear(128, 10);
+  } else {
+    throw ConfigError("unknown model '" + opt.name + "'", "choose one of: mlp, cnn");
+  }
+  return model;
+}
+
+void copy_state(Model& src, Model& dst) {
+  std::vector<StateEntry> s = src.state_dict();
+  std::vector<StateEntry> d = dst.state_dict();
+  assert(s.size() == d.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    assert(s[i].name == d[i].name);
+    if (s[i].param) {
+      assert(d[i].param && d[i].param->value.shape == s[i].param->value.shape);
+      d[i].param->value.data = s[i].param->value.data;
+    } else {
+      assert(d[i].buffer && d[i].buffer->is_int64 == s[i].buffer->is_int64);
+      d[i].buffer->value.data = s[i].buffer->value.data;
+      d[i].buffer->i64 = s[i].buffer->i64;
+    }
+  }
+}
+
+}  // namespace lab
