@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "communicator.h"
+#include "config.h"
 #include "ddp.h"
 #include "errors.h"
 #include "events.h"

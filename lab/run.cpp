@@ -153,12 +153,6 @@ class InjectedFailure : public TrainingError {
   using TrainingError::TrainingError;
 };
 
-std::string fmt_seconds(double s) {
-  std::ostringstream o;
-  o.precision(3);
-  o << s << " s";
-  return o.str();
-}
 
 }  // namespace
 
