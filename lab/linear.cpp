@@ -7,6 +7,14 @@
 
 namespace lab {
 
+namespace {
+
+void add_row(double* __restrict acc, const float* __restrict row, int n) {
+  for (int j = 0; j < n; ++j) acc[j] += row[j];
+}
+
+}  // namespace
+
 Linear::Linear(int in_features, int out_features, bool bias)
     : m_in(in_features), m_out(out_features), m_has_bias(bias) {
   m_weight = {"weight", Tensor({out_features, in_features}), Tensor({out_features, in_features})};
@@ -47,12 +55,11 @@ void Linear::backward(const Tensor& dy, Tensor* dx) {
   // dW (out, in) += dy^T (out, N) x (N, in)
   sgemm(true, false, m_out, m_in, n, 1.0f, dy.ptr(), m_out, m_x.ptr(), m_in, 1.0f, m_weight.grad.ptr(), m_in);
   if (m_has_bias) {
+    // db += column sums of dy, in double, row by row (contiguous, vectorized across columns).
+    m_bias_acc.assign(static_cast<size_t>(m_out), 0.0);
+    for (int i = 0; i < n; ++i) add_row(m_bias_acc.data(), dy.ptr() + static_cast<size_t>(i) * m_out, m_out);
     float* db = m_bias.grad.ptr();
-    for (int j = 0; j < m_out; ++j) {
-      double s = 0.0;  // double: the column sum must not depend on N's size for its accuracy
-      for (int i = 0; i < n; ++i) s += dy.ptr()[static_cast<size_t>(i) * m_out + j];
-      db[j] += static_cast<float>(s);
-    }
+    for (int j = 0; j < m_out; ++j) db[j] += static_cast<float>(m_bias_acc[static_cast<size_t>(j)]);
   }
   if (dx) {
     // dx (N, in) = dy (N, out) W (out, in)

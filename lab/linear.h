@@ -29,6 +29,7 @@ class Linear : public Module {
   bool m_has_bias;
   Param m_weight, m_bias;
   Tensor m_x;  // (N, in): the last Train-mode input, for the weight gradient
+  std::vector<double> m_bias_acc;  // (out,) scratch for the bias gradient's column sums
 };
 
 }  // namespace lab

@@ -43,30 +43,69 @@ Sgd::Sgd(std::vector<Param*> params, const SgdOptions& opt) : m_params(std::move
   m_buf.resize(m_params.size());
 }
 
+namespace {
+
+// The SGD update of one parameter, specialized on the loop-invariant choices so that each variant
+// is a branch-free loop GCC vectorizes at -O2 (with the choices as runtime flags it stays scalar:
+// ~8% of an mlp step). Every `add(x, alpha=a)` of torch.optim.SGD is x * float(a) added in float.
+//   w, g, buf: (n,) the parameter, its gradient and its momentum buffer
+struct SgdCoeffs {
+  float wd, momentum, keep, neg_lr;  // keep = 1 - dampening
+};
+
+template <bool kDecay, bool kMomentum, bool kFirst, bool kNesterov>
+inline void sgd_element(float& w, float g, float& buf, const SgdCoeffs& k) {
+  float d = g;
+  if constexpr (kDecay) d = d + k.wd * w;
+  if constexpr (kMomentum) {
+    // First step: buf = clone(d), with no dampening, as PyTorch does.
+    const float b = kFirst ? d : buf * k.momentum + k.keep * d;
+    buf = b;
+    d = kNesterov ? d + k.momentum * b : b;
+  }
+  w = w + k.neg_lr * d;
+}
+
+// Blocks of kLanes: the loop shape GCC vectorizes at -O2.
+constexpr int kLanes = 8;
+
+template <bool kDecay, bool kMomentum, bool kFirst, bool kNesterov>
+void sgd_update(float* __restrict w, const float* __restrict g, float* __restrict buf, int64_t n, SgdCoeffs k) {
+  float unused[kLanes];  // stands in for the momentum buffer when there is none
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j)
+      sgd_element<kDecay, kMomentum, kFirst, kNesterov>(w[i + j], g[i + j], kMomentum ? buf[i + j] : unused[j], k);
+  for (; i < n; ++i) sgd_element<kDecay, kMomentum, kFirst, kNesterov>(w[i], g[i], kMomentum ? buf[i] : unused[0], k);
+}
+
+template <bool kDecay>
+void sgd_dispatch(bool momentum, bool first, bool nesterov, float* w, const float* g, float* buf, int64_t n,
+                  SgdCoeffs k) {
+  if (!momentum) return sgd_update<kDecay, false, false, false>(w, g, buf, n, k);
+  if (first) {
+    if (nesterov) return sgd_update<kDecay, true, true, true>(w, g, buf, n, k);
+    return sgd_update<kDecay, true, true, false>(w, g, buf, n, k);
+  }
+  if (nesterov) return sgd_update<kDecay, true, false, true>(w, g, buf, n, k);
+  return sgd_update<kDecay, true, false, false>(w, g, buf, n, k);
+}
+
+}  // namespace
+
 void Sgd::step() {
-  // torch.optim.SGD (_single_tensor_sgd, 1.13) op by op in float: every `add(x, alpha=a)` is
-  // x * float(a) added, as ATen's add kernel computes it.
-  const float wd = static_cast<float>(m_opt.weight_decay);
-  const float mom = static_cast<float>(m_opt.momentum);
-  const float damp = 1.0f - static_cast<float>(m_opt.dampening);
-  const float neg_lr = -static_cast<float>(m_opt.lr);
-  for (size_t k = 0; k < m_params.size(); ++k) {
-    Param& p = *m_params[k];
-    const int64_t n = p.value.numel();
-    float* w = p.value.ptr();
-    const float* g = p.grad.ptr();
-    if (m_opt.momentum != 0.0 && m_first) m_buf[k].resize(p.value.shape);
-    float* buf = m_opt.momentum != 0.0 ? m_buf[k].ptr() : nullptr;
-    for (int64_t i = 0; i < n; ++i) {
-      float d = g[i];
-      if (m_opt.weight_decay != 0.0) d = d + wd * w[i];
-      if (buf) {
-        // First step: buf = clone(d), with no dampening, as PyTorch does.
-        buf[i] = m_first ? d : buf[i] * mom + damp * d;
-        d = m_opt.nesterov ? d + mom * buf[i] : buf[i];
-      }
-      w[i] = w[i] + neg_lr * d;
-    }
+  const SgdCoeffs k{static_cast<float>(m_opt.weight_decay), static_cast<float>(m_opt.momentum),
+                    1.0f - static_cast<float>(m_opt.dampening), -static_cast<float>(m_opt.lr)};
+  const bool momentum = m_opt.momentum != 0.0;
+  for (size_t i = 0; i < m_params.size(); ++i) {
+    Param& p = *m_params[i];
+    if (momentum && m_first) m_buf[i].resize(p.value.shape);
+    float* buf = momentum ? m_buf[i].ptr() : nullptr;
+    // weight_decay == 0 skips the add entirely (as PyTorch does), so an inf weight stays inf.
+    if (m_opt.weight_decay != 0.0)
+      sgd_dispatch<true>(momentum, m_first, m_opt.nesterov, p.value.ptr(), p.grad.ptr(), buf, p.value.numel(), k);
+    else
+      sgd_dispatch<false>(momentum, m_first, m_opt.nesterov, p.value.ptr(), p.grad.ptr(), buf, p.value.numel(), k);
   }
   m_first = false;
 }
