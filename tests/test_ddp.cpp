@@ -93,7 +93,14 @@ struct Compare {
 // Tolerances: float32 training for a handful of SGD steps with momentum, where PyTorch's gloo and
 // dtlab's ring add the ranks' gradients in different orders and the kernels sum in different
 // orders: differences start at 1 ulp and grow over the steps to about 1e-5 on weights of ~0.05.
-void compare_state(lab::Model& m, const nlohmann::json& state, Compare& cmp, const std::string& who) {
+//
+// `scale` widens them for ill-conditioned cases: BatchNorm1d over a per-rank batch of two divides by
+// the spread of two values, which amplifies rounding. Measured on mlp_w4_bcast (a last batch of 2
+// per rank) after that step: PyTorch float32 vs PyTorch float64 differ by 6.0e-4 on 1.weight,
+// dtlab vs float64 by 1.6e-4, dtlab vs PyTorch float32 by 5.9e-4; before it, dtlab and PyTorch
+// agree to 1e-8. Such cases get scale 20.
+void compare_state(lab::Model& m, const nlohmann::json& state, Compare& cmp, const std::string& who,
+                   double scale = 1.0) {
   for (const auto& e : m.state_dict()) {
     ASSERT_TRUE(state.contains(e.name)) << e.name;
     const auto& s = state[e.name];
@@ -107,13 +114,22 @@ void compare_state(lab::Model& m, const nlohmann::json& state, Compare& cmp, con
       sum += x;
       abs_sum += std::fabs(x);
     }
-    cmp.check(who + " " + e.name + " abs_sum", abs_sum, s["abs_sum"].get<double>(), 1e-4 * std::sqrt(v.size()), 1e-4);
-    cmp.check(who + " " + e.name + " sum", sum, s["sum"].get<double>(), 2e-5 * std::sqrt(v.size()) + 1e-4 * s["abs_sum"].get<double>() / std::sqrt(v.size()), 1e-4);
+    const double n = std::sqrt(static_cast<double>(v.size()));
+    cmp.check(who + " " + e.name + " abs_sum", abs_sum, s["abs_sum"].get<double>(), scale * 1e-4 * n, scale * 1e-4);
+    cmp.check(who + " " + e.name + " sum", sum, s["sum"].get<double>(),
+              scale * (2e-5 * n + 1e-4 * s["abs_sum"].get<double>() / n), scale * 1e-4);
     for (const auto& iv : s["values"]) {
       const size_t i = iv[0].get<size_t>();
-      cmp.check(who + " " + e.name + "[" + std::to_string(i) + "]", v[i], iv[1].get<double>(), 5e-5, 1e-3);
+      cmp.check(who + " " + e.name + "[" + std::to_string(i) + "]", v[i], iv[1].get<double>(), scale * 5e-5, scale * 1e-3);
     }
   }
+}
+
+// 20 when some rank trains BatchNorm1d on a batch of two (see compare_state), else 1.
+double tolerance_scale(const nlohmann::json& c) {
+  const int64_t per_rank = c["limit_train"].get<int64_t>() / c["world_size"].get<int64_t>();
+  const int64_t tail = per_rank % c["batch_size"].get<int64_t>();
+  return c["model"] == "mlp" && tail > 0 && tail <= 2 ? 20.0 : 1.0;
 }
 
 lab::RunConfig config_for(const nlohmann::json& fx, const nlohmann::json& c, const std::string& out) {
@@ -173,7 +189,7 @@ TEST(DdpTorch, LocalBatchNormAndBufferBroadcastMatchPyTorch) {
       for (size_t s = 0; s < wl.size(); ++s)
         cmp.check("rank " + std::to_string(r) + " loss step " + std::to_string(s), losses[static_cast<size_t>(r)][s],
                   wl[s].get<double>(), 1e-5, 1e-4);
-      compare_state(run.replica(r), want["state"], cmp, "rank " + std::to_string(r));
+      compare_state(run.replica(r), want["state"], cmp, "rank " + std::to_string(r), tolerance_scale(c));
     }
     EXPECT_TRUE(cmp.mismatches.empty()) << "max |diff| " << cmp.max_abs << "; first mismatches:\n"
                                         << ::testing::PrintToString(cmp.mismatches);
@@ -215,7 +231,8 @@ TEST(DdpTorch, SyncBatchNormEqualsOneProcessOnTheGlobalBatch) {
       for (int r = 0; r < cfg.world_size; ++r) mean += losses[static_cast<size_t>(r)][s] / cfg.world_size;
       cmp.check("loss step " + std::to_string(s), mean, want["losses"][s].get<double>(), 1e-5, 1e-4);
     }
-    for (int r = 0; r < cfg.world_size; ++r) compare_state(run.replica(r), want["state"], cmp, "rank " + std::to_string(r));
+    for (int r = 0; r < cfg.world_size; ++r)
+      compare_state(run.replica(r), want["state"], cmp, "rank " + std::to_string(r), tolerance_scale(c));
 
     // dtlab with one rank and batch N x B sees the same sample sets per step (the DistributedSampler
     // permutation is the same; the ranks' strided shards of a step cover a contiguous slice of it).
@@ -225,7 +242,7 @@ TEST(DdpTorch, SyncBatchNormEqualsOneProcessOnTheGlobalBatch) {
     one.out_dir = tmp1.path();
     lab::Run run1(one, lab::make_world);
     run1.run();
-    compare_state(run1.replica(0), want["state"], cmp, "one rank");
+    compare_state(run1.replica(0), want["state"], cmp, "one rank", tolerance_scale(c));
     EXPECT_TRUE(cmp.mismatches.empty()) << "max |diff| " << cmp.max_abs << "; first mismatches:\n"
                                         << ::testing::PrintToString(cmp.mismatches);
   }
