@@ -184,7 +184,8 @@ int main(int argc, char** argv) {
   lab::ensure_openblas_coretype(argc, argv);
   CLI::App app{"dtlab: the Distributed Training Lab. Data-parallel training, exactly as PyTorch does it, made visible.\n"
                "Exit codes: 0 ok, 1 internal error, 2 bad flag or value, 3 dataset problem, 4 file I/O,\n"
-               "5 training error (e.g. BatchNorm batch of one), 6 communication failure or timeout, 130 interrupted."};
+               "5 training error (e.g. BatchNorm batch of one), 6 communication failure or timeout, 130 interrupted.",
+               "dtlab"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "show help for every command");
 
@@ -206,6 +207,11 @@ int main(int argc, char** argv) {
 
   app.add_subcommand("version", "print the version and the backends of this build");
 
+  if (argc == 1) {
+    std::printf("%s\nRun `dtlab run --help` for the training flags, `dtlab --help-all` for everything.\n",
+                app.help().c_str());
+    return lab::kExitUsage;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -70,8 +70,8 @@ void check_dir(const std::string& dir) {
 
 // Hint: back a large buffer with transparent huge pages before first touching it. Faulting in
 // the 188 MB of float images 4 KiB at a time took about a third of the load time. With THP in
-// "madvise" mode (as on the dev VM) loading the training split went from 0.37 s to 0.25 s (best
-// of 5, same binary with THP disabled by prctl). Ignored where unsupported.
+// "madvise" mode (common on Linux distributions) loading the training split went from 0.37 s to
+// 0.25 s (best of 5, same binary with THP disabled by prctl). Ignored where unsupported.
 void advise_huge_pages(const void* p, size_t bytes) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
   constexpr uintptr_t kHuge = uintptr_t{2} << 20;
