@@ -122,8 +122,10 @@ class Progress {
       const int fill = s.steps_total ? static_cast<int>(width * done / s.steps_total) : 0;
       std::string bar(static_cast<size_t>(fill), '#');
       bar.resize(width, '.');
-      std::printf("\r\033[K[%s] step %lld/%lld  loss %.4f  acc %.3f  %.0f samples/s", bar.c_str(),
-                  static_cast<long long>(done), static_cast<long long>(s.steps_total), r.loss,
+      const long long epochs = s.steps_per_epoch ? (s.steps_total + s.steps_per_epoch - 1) / s.steps_per_epoch : 1;
+      std::printf("\r\033[K[%s] epoch %lld/%lld step %lld/%lld  loss %.4f  acc %.3f  %.0f samples/s", bar.c_str(),
+                  static_cast<long long>(r.epoch + 1), epochs, static_cast<long long>(done),
+                  static_cast<long long>(s.steps_total), r.loss,
                   r.batch_size ? static_cast<double>(r.correct) / static_cast<double>(r.batch_size) : 0.0,
                   s.samples_per_s);
     }

@@ -158,6 +158,19 @@ class InjectedFailure : public TrainingError {
 
 // ---- 3. construction ----
 
+namespace {
+
+ModelOptions model_options(const RunConfig& c) {
+  ModelOptions m;
+  m.name = c.model;
+  m.bn.eps = c.bn_eps;
+  m.bn.momentum = c.bn_momentum;
+  m.bn.track_running_stats = c.track_running_stats;
+  return m;
+}
+
+}  // namespace
+
 Run::Run(const RunConfig& cfg, const WorldFactory& make_world) : m_cfg(cfg) {
   validate(m_cfg);
   const std::string dir = m_cfg.data_dir.empty() ? kDefaultDataDir : m_cfg.data_dir;
@@ -177,13 +190,8 @@ Run::Run(const RunConfig& cfg, const WorldFactory& make_world) : m_cfg(cfg) {
   m_steps_total = m_steps_per_epoch * m_cfg.epochs;
   if (m_cfg.steps > 0) m_steps_total = m_cfg.steps;
 
-  ModelOptions mopt;
-  mopt.name = m_cfg.model;
-  mopt.bn.eps = m_cfg.bn_eps;
-  mopt.bn.momentum = m_cfg.bn_momentum;
-  mopt.bn.track_running_stats = m_cfg.track_running_stats;
   for (int r = 0; r < world; ++r) {
-    m_replicas.push_back(build_model(mopt, m_cfg.seed));
+    m_replicas.push_back(build_model(model_options(m_cfg), m_cfg.seed));
     m_logs.push_back(std::make_unique<EventLog>());
     m_ranks.push_back(std::make_unique<RankState>());
   }
@@ -645,12 +653,7 @@ const RunSummary& Run::finish() {
   gemm_set_threads(m_cfg.threads > 0 ? m_cfg.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   Model& m0 = *m_replicas[0];
   m_summary.eval_mode = evaluate(m0, Mode::Eval, m_cfg.eval_batch_size, 0, m_test.size);
-  ModelOptions mopt;
-  mopt.name = m_cfg.model;
-  mopt.bn.eps = m_cfg.bn_eps;
-  mopt.bn.momentum = m_cfg.bn_momentum;
-  mopt.bn.track_running_stats = m_cfg.track_running_stats;
-  auto copy = build_model(mopt, m_cfg.seed);
+  auto copy = build_model(model_options(m_cfg), m_cfg.seed);
   copy_state(m0, *copy);
   m_summary.train_mode = evaluate(*copy, Mode::Train, m_cfg.batch_size, 0, m_test.size);
 
