@@ -310,7 +310,8 @@ void Run::rank_main(int rank) {
                                    " is the last, incomplete batch (" + std::to_string(sampler.num_samples()) +
                                    " samples per rank mod batch size " + std::to_string(c.batch_size) +
                                    " = 1). Use --drop-last, or a batch size that does not leave one sample" +
-                                   (c.bn == "local" ? ", or --bn sync (statistics over the global batch)" : "");
+                                   (c.bn == "local" && world > 1 ? ", or --bn sync (statistics over the global batch)"
+                                                                 : "");
           for (BatchNorm* b : bns) b->set_error_hint(hint);
         }
         if (c.broadcast_buffers && require_forward_param_sync) broadcast_buffers(model, comm);
@@ -613,7 +614,13 @@ const RunSummary& Run::finish() {
     msg << m_root_what;
     for (size_t r = 0; r < m_errors.size(); ++r) {
       if (static_cast<int>(r) == m_root_rank) continue;
-      msg << "\n  rank " << r << ": " << (m_errors[r].empty() ? "stopped" : m_errors[r]);
+      // The others' errors end with the root cause's text: keep where each rank was.
+      std::string e = m_errors[r];
+      const size_t cut = e.find(" aborted: ");
+      if (cut != std::string::npos) e = e.substr(0, cut) + " aborted";
+      const std::string self = "rank " + std::to_string(r) + ": ";
+      if (e.rfind(self, 0) == 0) e = e.substr(self.size());
+      msg << "\n  rank " << r << ": " << (e.empty() ? "stopped" : e);
     }
     throw_error(m_root_code, msg.str(), m_root_hint);
   }
