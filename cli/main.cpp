@@ -10,6 +10,7 @@
 #include <csignal>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <sstream>
 #include <string>
 
@@ -186,6 +187,15 @@ int cmd_run(lab::RunConfig& c) {
   return lab::kExitOk;
 }
 
+// Starts the transport's process-wide runtime (MPI_Init for --comm mpi, nothing for threads)
+// into `runtime`, which main() shuts down whatever happens, and takes the world size from it.
+// Every command with a --comm flag calls this before it makes a world.
+void start_runtime(std::unique_ptr<lab::CommRuntime>& runtime, lab::RunConfig& cfg, bool world_size_given) {
+  runtime = lab::start_comm_runtime(cfg);
+  runtime->resolve_world(cfg, world_size_given);
+  if (runtime->rank() == 0 && !runtime->describe().empty()) std::printf("%s\n", runtime->describe().c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -238,10 +248,7 @@ int main(int argc, char** argv) {
     }
     if (run_cmd->parsed()) {
       cfg.bn_momentum = parse_bn_momentum(bn_momentum);
-      // MPI_Init for --comm mpi (nothing for threads); shut down below, whatever happens.
-      runtime = lab::start_comm_runtime(cfg);
-      runtime->resolve_world(cfg, run_cmd->count("--world-size") > 0);
-      if (runtime->rank() == 0 && !runtime->describe().empty()) std::printf("%s\n", runtime->describe().c_str());
+      start_runtime(runtime, cfg, run_cmd->count("--world-size") > 0);
       code = cmd_run(cfg);
     } else if (bench_train->parsed()) {
       code = lab::bench_train(bopt);

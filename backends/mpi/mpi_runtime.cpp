@@ -24,6 +24,9 @@ constexpr int kTagAnswer = 3;
 constexpr double kSuccessShutdownSeconds = 600;
 // A failing process waits at least this long for its peers to print their errors and arrive.
 constexpr double kMinFailureGraceSeconds = 2;
+// Abort texts sent to peers are cut to this, so that they travel eagerly (Open MPI's shared
+// memory eager limit is 4 KiB) and MPI_Mrecv of a probed abort returns at once.
+constexpr size_t kMaxAbortTextBytes = 3000;
 
 MpiRuntime* g_current = nullptr;  // MPI is per process; so is its runtime
 
@@ -93,8 +96,8 @@ MpiRuntime::MpiRuntime(double timeout_s) : m_timeout(timeout_s) {
 }
 
 MpiRuntime::~MpiRuntime() {
-  // main() always calls shutdown(); if it could not (an exception escaped), finalize quietly
-  // only when nothing is pending, else leave MPI to the launcher (it reports the exit).
+  // main() always calls shutdown() first. Had it not, MPI is left to the launcher, which reports
+  // a process that ended without MPI_Finalize and stops the job.
   if (g_current == this) g_current = nullptr;
 }
 
@@ -167,7 +170,8 @@ bool MpiRuntime::abort_world(const std::string& reason) {
   }
   std::lock_guard<std::mutex> lock(m_mu);
   if (m_finalized) return true;
-  const std::string text = abort_reason();
+  std::string text = abort_reason();
+  if (text.size() > kMaxAbortTextBytes) text = text.substr(0, kMaxAbortTextBytes - 3) + "...";
   for (int r = 0; r < m_size; ++r)
     if (r != m_rank) send_control_locked(r, kTagAbort, std::vector<char>(text.begin(), text.end()));
   return true;
