@@ -1,5 +1,9 @@
 // Ranks as processes over MPI: see transport_mpi.h for what is supported.
 //
+// Sections, in TransportMpi's order: the calls (send, recv, sendrecv, sendrecv_reduce,
+// native_allreduce_sum, abort); posting (tags, staging, MPI_Isend/MPI_Irecv); waiting (test_ops,
+// wait_ops, give_up); timeouts (wait chain, throw_timeout); then MpiWorld.
+//
 // Protocol of one call. Each MPI operation of the call is an Op (its request, what it waits for,
 // and for error messages the call, direction, peer and tag). The call posts its Ops, then waits:
 //   round:   MPI_Test every unfinished Op (under the runtime's MPI mutex), then poll the control
