@@ -2,6 +2,7 @@
 // RunConfig, runs lab::Run and renders its snapshots; it alone decides exit codes (README).
 //
 //   dtlab run   [flags]        train, write a run directory
+//   mpirun -np N dtlab run --comm mpi [flags]   the same with one process per rank
 //   dtlab bench train [flags]  training throughput (samples/s) on a fixed batch
 //   dtlab version
 #include <unistd.h>
@@ -9,6 +10,7 @@
 #include <csignal>
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <sstream>
 #include <string>
 
@@ -30,7 +32,8 @@ void on_sigint(int) { g_interrupted = 1; }
 void add_run_flags(CLI::App& app, lab::RunConfig& c, std::string& bn_momentum) {
   app.add_option("--model", c.model, "model: mlp (784-256-128-10 with BatchNorm1d) or cnn (2 conv + BatchNorm2d)")
       ->capture_default_str();
-  app.add_option("--world-size", c.world_size, "number of ranks (emulated as threads), 1..64")->capture_default_str();
+  app.add_option("--world-size", c.world_size, "number of ranks (emulated as threads), 1..64; with --comm mpi: mpirun's -np")
+      ->capture_default_str();
   app.add_option("--batch-size", c.batch_size, "per-rank batch size (the global batch is world_size x batch_size)")
       ->capture_default_str();
   app.add_option("--epochs", c.epochs, "passes over the training set")->capture_default_str();
@@ -61,7 +64,9 @@ void add_run_flags(CLI::App& app, lab::RunConfig& c, std::string& bn_momentum) {
   app.add_option("--eval-batch-size", c.eval_batch_size, "batch size for evaluation on the test set")->capture_default_str();
   app.add_option("--threads", c.threads, "compute threads (0: one per core); with several ranks, one BLAS thread each")
       ->capture_default_str();
-  app.add_option("--comm", c.comm, "transport between ranks: threads (emulated ranks in this process)")
+  app.add_option("--comm", c.comm,
+                 "transport between ranks: threads (emulated ranks in this process) or mpi (one process per rank, "
+                 "started by mpirun)")
       ->capture_default_str();
   app.add_option("--timeout", c.timeout_s, "seconds any collective may wait before the run fails")->capture_default_str();
   app.add_option("--out", c.out_dir, "run directory to write (config, metrics, trace, weights, summary)");
@@ -143,7 +148,10 @@ class Progress {
 
 int cmd_run(lab::RunConfig& c) {
   lab::Run run(c, lab::make_world);
-  print_header(run);
+  // With ranks in several processes (--comm mpi) rank 0's process alone reports; the others
+  // print only their own errors.
+  const bool report = run.is_local(0);
+  if (report) print_header(run);
   Progress progress(run);
   std::signal(SIGINT, on_sigint);
   run.start();
@@ -152,7 +160,7 @@ int cmd_run(lab::RunConfig& c) {
       run.control().stop();
       break;
     }
-    progress(*run.snapshot());
+    if (report) progress(*run.snapshot());
     usleep(100000);
   }
   if (g_interrupted) {
@@ -164,8 +172,9 @@ int cmd_run(lab::RunConfig& c) {
     }
     return lab::kExitInterrupted;
   }
-  progress(*run.snapshot());
+  if (report) progress(*run.snapshot());
   const lab::RunSummary& s = run.finish();
+  if (!report) return lab::kExitOk;
   progress.done();
   std::printf("done: %lld steps, %lld epochs, %.1f s training, %.0f samples/s\n", static_cast<long long>(s.steps),
               static_cast<long long>(s.epochs_completed), s.train_seconds, s.samples_per_s);
@@ -178,6 +187,15 @@ int cmd_run(lab::RunConfig& c) {
   }
   if (!c.out_dir.empty()) std::printf("run directory: %s\n", c.out_dir.c_str());
   return lab::kExitOk;
+}
+
+// Starts the transport's process-wide runtime (MPI_Init for --comm mpi, nothing for threads)
+// into `runtime`, which main() shuts down whatever happens, and takes the world size from it.
+// Every command with a --comm flag calls this before it makes a world.
+void start_runtime(std::unique_ptr<lab::CommRuntime>& runtime, lab::RunConfig& cfg, bool world_size_given) {
+  runtime = lab::start_comm_runtime(cfg);
+  runtime->resolve_world(cfg, world_size_given);
+  if (runtime->rank() == 0 && !runtime->describe().empty()) std::printf("%s\n", runtime->describe().c_str());
 }
 
 }  // namespace
@@ -214,6 +232,9 @@ int main(int argc, char** argv) {
                 app.help().c_str());
     return lab::kExitUsage;
   }
+  std::unique_ptr<lab::CommRuntime> runtime;
+  int code = lab::kExitOk;
+  std::string error;
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -221,21 +242,37 @@ int main(int argc, char** argv) {
   }
   try {
     if (app.got_subcommand("version")) {
-      std::printf("dtlab %s (sgemm: %s; transports: threads)\n", lab::kDtlabVersion, lab::gemm_backend_name());
+      std::string transports;
+      for (const std::string& t : lab::available_transports()) transports += (transports.empty() ? "" : ", ") + t;
+      std::printf("dtlab %s (sgemm: %s; transports: %s)\n", lab::kDtlabVersion, lab::gemm_backend_name(),
+                  transports.c_str());
       return lab::kExitOk;
     }
     if (run_cmd->parsed()) {
       cfg.bn_momentum = parse_bn_momentum(bn_momentum);
-      return cmd_run(cfg);
+      start_runtime(runtime, cfg, run_cmd->count("--world-size") > 0);
+      code = cmd_run(cfg);
+    } else if (bench_train->parsed()) {
+      code = lab::bench_train(bopt);
     }
-    if (bench_train->parsed()) return lab::bench_train(bopt);
   } catch (const lab::Error& e) {
     std::fprintf(stderr, "dtlab: error: %s\n", e.what());
     if (!e.hint().empty()) std::fprintf(stderr, "  hint: %s\n", e.hint().c_str());
-    return e.exit_code();
+    code = e.exit_code();
+    error = e.what();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dtlab: internal error: %s\n", e.what());
-    return lab::kExitFailure;
+    code = lab::kExitFailure;
+    error = e.what();
   }
-  return lab::kExitOk;
+  if (runtime) {
+    // Every process of an MPI job ends here: peers are told of a failure, then all finalize
+    // together; a peer that never arrives gets the job stopped (MPI_Abort) after a grace period.
+    std::fflush(stdout);
+    std::fflush(stderr);
+    const lab::CommRuntime::ShutdownResult s = runtime->shutdown(code, error);
+    if (!s.note.empty()) std::fprintf(stderr, "dtlab: %s\n", s.note.c_str());
+    if (!s.clean) runtime->kill_job(code);
+  }
+  return code;
 }

@@ -35,8 +35,9 @@ void validate(const RunConfig& c) {
   if (c.bn != "local" && c.bn != "sync")
     throw ConfigError("--bn: unknown mode '" + c.bn + "'", "local: per-rank statistics (DDP with BatchNorm); "
                                                            "sync: SyncBatchNorm (global statistics)");
-  if (c.comm != "threads")
-    throw ConfigError("--comm: unknown transport '" + c.comm + "'", "this build supports: threads");
+  if (c.comm != "threads" && c.comm != "mpi")
+    throw ConfigError("--comm: unknown transport '" + c.comm + "'",
+                      "threads: emulated ranks in this process; mpi: one process per rank under mpirun");
   if (c.epochs < 1 && c.steps <= 0)
     throw ConfigError("--epochs must be at least 1, got " + std::to_string(c.epochs));
   if (c.steps < 0) throw ConfigError("--steps must be >= 0, got " + std::to_string(c.steps));

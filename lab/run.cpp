@@ -4,6 +4,7 @@
 //   3. Run construction (validation, data, replicas)
 //   4. rank_main: the DDP training loop of one rank
 //   5. poll / finish: metrics draining, final evaluation, outputs, error reporting
+//   6. ranks in other processes: epoch counters and the end-of-run gather to rank 0
 #include "run.h"
 
 #include <algorithm>
@@ -19,6 +20,7 @@
 #include "gemm.h"
 #include "optim.h"
 #include "run_dir.h"
+#include "run_wire.h"
 #include "safetensors.h"
 #include "sampler.h"
 
@@ -173,6 +175,12 @@ ModelOptions model_options(const RunConfig& c) {
 
 Run::Run(const RunConfig& cfg, const WorldFactory& make_world) : m_cfg(cfg) {
   validate(m_cfg);
+  // The world first: which ranks this process drives decides what it builds and writes.
+  m_world = make_world(m_cfg);
+  m_local = m_world->local_ranks();
+  std::sort(m_local.begin(), m_local.end());
+  m_is_local.assign(static_cast<size_t>(m_cfg.world_size), 0);
+  for (int r : m_local) m_is_local[static_cast<size_t>(r)] = 1;
   const std::string dir = m_cfg.data_dir.empty() ? kDefaultDataDir : m_cfg.data_dir;
   m_cfg.data_dir = dir;
   // Every input is checked before any training starts: data, init weights, run directory.
@@ -191,23 +199,23 @@ Run::Run(const RunConfig& cfg, const WorldFactory& make_world) : m_cfg(cfg) {
   if (m_cfg.steps > 0) m_steps_total = m_cfg.steps;
 
   for (int r = 0; r < world; ++r) {
-    m_replicas.push_back(build_model(model_options(m_cfg), m_cfg.seed));
+    // Ranks of other processes get their replica (their final state) in gather_to_rank0.
+    m_replicas.push_back(is_local(r) ? build_model(model_options(m_cfg), m_cfg.seed) : nullptr);
     m_logs.push_back(std::make_unique<EventLog>());
     m_ranks.push_back(std::make_unique<RankState>());
   }
-  if (!m_cfg.init.empty()) {
+  if (!m_cfg.init.empty() && is_local(0)) {
     // Loaded on rank 0 only: DDP's initial broadcast gives it to everyone, as in PyTorch when
     // only rank 0 loads a checkpoint.
     load_model_tensors(*m_replicas[0], read_safetensors(m_cfg.init), m_cfg.init);
   }
-  if (!m_cfg.out_dir.empty()) {
+  if (!m_cfg.out_dir.empty() && is_local(0)) {  // only rank 0's process writes
     m_dir = std::make_unique<RunDir>(m_cfg.out_dir);
     m_dir->write_text("config.toml", to_toml(m_cfg, backends()));
   }
   m_errors.assign(static_cast<size_t>(world), "");
-  m_world = make_world(m_cfg);
   m_control = std::make_unique<RunControl>(world);
-  for (int r = 0; r < world; ++r) {
+  for (int r : m_local) {
     m_world->transport(r).set_timeout(m_cfg.timeout_s);
     m_world->transport(r).set_hold_flag(m_control->hold_flag());
   }
@@ -230,7 +238,7 @@ Run::Run(const RunConfig& cfg, const WorldFactory& make_world) : m_cfg(cfg) {
 Run::~Run() {
   if (!m_threads.empty() && !m_finished) {
     m_control->stop();
-    for (int r = 0; r < m_cfg.world_size; ++r) m_world->transport(r).abort("the run was destroyed");
+    for (int r : m_local) m_world->transport(r).abort("the run was destroyed");
     for (auto& t : m_threads)
       if (t.joinable()) t.join();
   }
@@ -247,8 +255,8 @@ void Run::start() {
   // Ranks are threads: each gets a single-threaded BLAS; one rank may use them all.
   gemm_set_threads(world == 1 ? threads : 1);
   m_t0 = now_seconds();
-  m_running = world;
-  for (int r = 0; r < world; ++r) m_threads.emplace_back([this, r] { rank_main(r); });
+  m_running = static_cast<int>(m_local.size());
+  for (int r : m_local) m_threads.emplace_back([this, r] { rank_main(r); });
 }
 
 // ---- 4. the training loop of one rank ----
@@ -421,18 +429,13 @@ void Run::rank_main(int rank) {
         sums[3] = static_cast<float>(rs.loss_sum);
       }
       comm.allreduce_sum(sums, 4, CollectiveInfo{"eval sums", -1});
+      // Train metrics come from every rank's counters.
+      const EpochCounters counters = epoch_counters(rank, transport);
       if (rank == 0) {
         EpochRecord e;
         e.epoch = epoch;
         e.steps = step;
-        int64_t ep_steps = 0, ep_samples = 0, ep_correct = 0;
-        // Train metrics come from every rank's counters (read under their locks).
-        for (auto& other : m_ranks) {
-          std::lock_guard<std::mutex> lock(other->mu);
-          ep_steps += other->steps;
-          ep_samples += other->samples;
-          ep_correct += other->correct;
-        }
+        const int64_t ep_steps = counters.steps, ep_samples = counters.samples, ep_correct = counters.correct;
         e.train_loss = ep_steps ? sums[3] / static_cast<double>(ep_steps) : 0.0;
         e.train_acc = ep_samples ? static_cast<double>(ep_correct) / static_cast<double>(ep_samples) : 0.0;
         e.test_loss = sums[2] > 0 ? sums[0] / sums[2] : 0.0;
@@ -449,6 +452,8 @@ void Run::rank_main(int rank) {
       rs.loss_sum = 0;
       rs.correct = rs.samples = rs.steps = 0;
     }
+    // Ranks in other processes: records, events and final state go to rank 0's process.
+    if (m_local.size() < static_cast<size_t>(world)) gather_to_rank0(rank, transport, model);
   } catch (const StopRequested&) {
   } catch (const CommError& e) {
     fail_rank(rank, e, true);
@@ -613,7 +618,7 @@ const RunSummary& Run::finish() {
     std::ostringstream msg;
     msg << m_root_what;
     for (size_t r = 0; r < m_errors.size(); ++r) {
-      if (static_cast<int>(r) == m_root_rank) continue;
+      if (static_cast<int>(r) == m_root_rank || !is_local(static_cast<int>(r))) continue;
       // The others' errors end with the root cause's text: keep where each rank was.
       std::string e = m_errors[r];
       const size_t cut = e.find(" aborted: ");
@@ -624,12 +629,20 @@ const RunSummary& Run::finish() {
     }
     throw_error(m_root_code, msg.str(), m_root_hint);
   }
+  // A rank of a multi-process world that stopped without an error of its own (it hung, or was
+  // past its last collective) when another process's rank failed: the world's abort is its error.
+  if (m_local.size() < static_cast<size_t>(m_cfg.world_size))
+    for (int r : m_local)
+      if (m_world->transport(r).aborted())
+        throw CommError("rank " + std::to_string(r) + ": stopped because another rank failed: " +
+                            m_world->transport(r).abort_reason(),
+                        "the first failing rank's error is the cause; this rank stopped because of it");
 
   // Training throughput: samples trained / wall time of the rank threads (evaluation included in
   // per-epoch figures, excluded here by subtracting eval events of rank 0).
   int64_t samples = 0, steps = 0;
   double eval_time = 0;
-  for (const Event& e : events[0])
+  for (const Event& e : events[static_cast<size_t>(m_local.front())])
     if (e.kind == EventKind::Compute && e.phase == Phase::Eval) eval_time += e.t_end - e.t_start;
   {
     int64_t max_step = -1;
@@ -654,6 +667,7 @@ const RunSummary& Run::finish() {
   m_summary.epochs_completed = static_cast<int64_t>(m_epochs.size());
   m_summary.train_seconds = std::max(1e-9, (t_end - m_t0) - eval_time);
   m_summary.samples_per_s = static_cast<double>(samples) / m_summary.train_seconds;
+  if (!is_local(0)) return m_summary;  // rank 0's process evaluates and writes the outputs
 
   // Final evaluation of rank 0's model (as PyTorch users do: model.eval() on rank 0). Evaluation
   // in train mode runs on a copy, so the saved running statistics are untouched.
@@ -721,6 +735,113 @@ const RunSummary& Run::finish() {
     m_dir->write_json("summary.json", j);
   }
   return m_summary;
+}
+
+// ---- 6. ranks in other processes ----
+//
+// Run-internal messages between processes go straight over the transport, not through a
+// Communicator: they record no events and are not counted in bytes_sent, so an MPI run's
+// metrics equal an emulated run's. Their tags lie at the top of the tag space, far from the
+// collectives' sequence numbers. Between one pair, messages with one tag arrive in order.
+
+namespace {
+
+constexpr uint64_t kRunTagBase = uint64_t{1} << 62;
+constexpr uint64_t kTagEpochCounters = kRunTagBase + 1;  // int64 {steps, samples, correct}
+constexpr uint64_t kTagReportSize = kRunTagBase + 2;     // uint64 byte count of the report
+constexpr uint64_t kTagReport = kRunTagBase + 3;         // RankReport (run_wire.h)
+// Processes whose steady clocks differ by more than this are on different hosts: their events
+// are aligned by the run's start instead.
+constexpr double kMaxClockShiftSeconds = 3600;
+
+}  // namespace
+
+// The epoch's train counters summed over all ranks, on rank 0 (zeros elsewhere). Local ranks'
+// counters are read under their locks; a rank of another process sends its own to rank 0.
+// Called by every rank between the epoch's "eval sums" allreduce and the epoch barrier.
+Run::EpochCounters Run::epoch_counters(int rank, Transport& transport) {
+  auto read = [this](int r) {
+    RankState& o = *m_ranks[static_cast<size_t>(r)];
+    std::lock_guard<std::mutex> lock(o.mu);
+    return EpochCounters{o.steps, o.samples, o.correct};
+  };
+  EpochCounters sum;
+  if (rank != 0) {
+    if (!is_local(0)) {
+      const EpochCounters mine = read(rank);
+      const int64_t v[3] = {mine.steps, mine.samples, mine.correct};
+      transport.send(0, v, sizeof v, kTagEpochCounters);
+    }
+    return sum;
+  }
+  for (int r = 0; r < m_cfg.world_size; ++r) {
+    EpochCounters c;
+    if (is_local(r)) {
+      c = read(r);
+    } else {
+      int64_t v[3];
+      transport.recv(r, v, sizeof v, kTagEpochCounters);
+      c = EpochCounters{v[0], v[1], v[2]};
+    }
+    sum.steps += c.steps;
+    sum.samples += c.samples;
+    sum.correct += c.correct;
+  }
+  return sum;
+}
+
+const char* Run::intern(const std::string& name) {
+  std::lock_guard<std::mutex> lock(m_names_mu);
+  return m_names.insert(name).first->c_str();
+}
+
+// End of a successful run: each rank of another process sends rank 0 its step records, events
+// and final model state (size first, then the RankReport); rank 0 receives them in rank order
+// and files them as if the rank had run here: pending records (written by poll/finish in
+// (step, rank) order), events (times shifted onto this process's clock) and a replica.
+void Run::gather_to_rank0(int rank, Transport& transport, Model& model) {
+  if (rank != 0) {
+    if (is_local(0)) return;
+    RankReport rep;
+    rep.clock_origin = clock_origin_seconds();
+    rep.t0 = m_t0;
+    {
+      RankState& rs = *m_ranks[static_cast<size_t>(rank)];
+      std::lock_guard<std::mutex> lock(rs.mu);
+      rep.records.assign(rs.pending.begin(), rs.pending.end());
+    }
+    m_logs[static_cast<size_t>(rank)]->copy_since(0, rep.events);
+    rep.tensors = model_tensors(model);
+    const std::vector<char> bytes = encode_rank_report(rep);
+    const uint64_t n = bytes.size();
+    transport.send(0, &n, sizeof n, kTagReportSize);
+    transport.send(0, bytes.data(), bytes.size(), kTagReport);
+    return;
+  }
+  const double origin = clock_origin_seconds();
+  for (int r = 1; r < m_cfg.world_size; ++r) {
+    if (is_local(r)) continue;
+    uint64_t n = 0;
+    transport.recv(r, &n, sizeof n, kTagReportSize);
+    std::vector<char> bytes(n);
+    transport.recv(r, bytes.data(), n, kTagReport);
+    RankReport rep = decode_rank_report(bytes, r, [this](const std::string& s) { return intern(s); });
+    double shift = rep.clock_origin - origin;
+    if (std::abs(shift) > kMaxClockShiftSeconds) shift = m_t0 - rep.t0;
+    EventLog& log = *m_logs[static_cast<size_t>(r)];
+    for (Event& e : rep.events) {
+      e.t_start += shift;
+      e.t_end += shift;
+      log.record(e);
+    }
+    auto replica = build_model(model_options(m_cfg), m_cfg.seed);
+    load_model_tensors(*replica, rep.tensors, "the final state of rank " + std::to_string(r));
+    m_replicas[static_cast<size_t>(r)] = std::move(replica);
+    RankState& o = *m_ranks[static_cast<size_t>(r)];
+    std::lock_guard<std::mutex> lock(o.mu);  // poll sees all of a rank's records or none
+    if (!rep.records.empty()) o.latest = std::make_shared<const StepRecord>(rep.records.back());
+    for (StepRecord& rec : rep.records) o.pending.push_back(std::move(rec));
+  }
 }
 
 }  // namespace lab

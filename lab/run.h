@@ -1,4 +1,7 @@
-// Run: one training run of N emulated ranks (threads), the lab's central object.
+// Run: one training run of N ranks, the lab's central object. The ranks this process drives
+// (World::local_ranks: all N for emulated ranks, one for an MPI process) run as threads; ranks in
+// other processes send their step records, events and final state to rank 0's process at the
+// end of the run, which alone writes the run directory, in the same format either way.
 //
 //   Run run(cfg);            // validates, loads data, builds replicas; throws on bad input
 //   run.start();             // one thread per rank
@@ -16,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -149,7 +153,11 @@ class Run {
   RunControl& control() { return *m_control; }
   std::shared_ptr<const Snapshot> snapshot() const { return std::atomic_load(&m_snapshot); }
   EventLog& events(int rank) { return *m_logs[static_cast<size_t>(rank)]; }
+  // A local rank's model; a rank of another process has one in rank 0's process after finish().
   Model& replica(int rank) { return *m_replicas[static_cast<size_t>(rank)]; }
+  // Ranks driven by this process (World::local_ranks), ascending.
+  const std::vector<int>& local_ranks() const { return m_local; }
+  bool is_local(int rank) const { return m_is_local[static_cast<size_t>(rank)] != 0; }
   const Dataset& train_set() const { return m_train; }
   const Dataset& test_set() const { return m_test; }
   int64_t steps_per_epoch() const { return m_steps_per_epoch; }
@@ -159,7 +167,13 @@ class Run {
 
  private:
   struct RankState;
+  struct EpochCounters {  // one epoch's train counters, summed over ranks
+    int64_t steps = 0, samples = 0, correct = 0;
+  };
   void rank_main(int rank);
+  EpochCounters epoch_counters(int rank, Transport& transport);
+  void gather_to_rank0(int rank, Transport& transport, Model& model);
+  const char* intern(const std::string& name);
   EvalResult evaluate(Model& model, Mode mode, int64_t batch_size, int64_t begin, int64_t end);
   void fail_rank(int rank, const std::exception& e, bool is_comm);
   void publish();
@@ -168,6 +182,10 @@ class Run {
   Dataset m_train, m_test;
   int64_t m_steps_per_epoch = 0, m_steps_total = 0;
   std::unique_ptr<World> m_world;
+  std::vector<int> m_local;       // World::local_ranks()
+  std::vector<char> m_is_local;   // per rank
+  std::mutex m_names_mu;
+  std::set<std::string> m_names;  // op/what names of events received from other processes
   std::unique_ptr<RunControl> m_control;
   std::vector<std::unique_ptr<EventLog>> m_logs;
   std::vector<std::unique_ptr<Model>> m_replicas;

@@ -9,6 +9,7 @@ packages=(
   libgtest-dev                  # tests
   nlohmann-json3-dev libcli11-dev libtomlplusplus-dev zlib1g-dev
   libopenblas-dev               # fast sgemm (the build falls back to a reference kernel without it)
+  openmpi-bin libopenmpi-dev    # --comm mpi: ranks as processes (the build leaves it out without them)
   dataset-fashion-mnist         # the data: /usr/share/datasets/fashion-mnist
 )
 missing=()

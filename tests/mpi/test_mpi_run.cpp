@@ -1,0 +1,177 @@
+// dtlab under mpirun (--comm mpi, one process per rank) against emulated ranks (--comm threads):
+// the same configuration and seed give the same bytes, because the reduction order is the
+// algorithm's, not the transport's. And failures end the job quickly, naming the rank.
+// Each test starts `mpirun ... dtlab run --comm mpi` as a child process.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <set>
+#include <string>
+#include <tuple>
+
+#include "test_util.h"
+
+namespace {
+
+// mpirun's own limit (--timeout) is only the safety net: the lab's --timeout must fire first.
+constexpr int kMpirunTimeoutSeconds = 120;
+
+std::string mpirun(int np) {
+  return std::string(DTLAB_MPIEXEC) + " --allow-run-as-root --oversubscribe --bind-to none --timeout " +
+         std::to_string(kMpirunTimeoutSeconds) + " -np " + std::to_string(np) + " ";
+}
+
+struct Result {
+  int exit_code = -1;
+  std::string out;  // stdout and stderr together
+  double seconds = 0;
+};
+
+Result run_shell(const std::string& cmd) {
+  testutil::TempDir tmp;
+  const std::string out = tmp.file("out.txt");
+  const auto t0 = std::chrono::steady_clock::now();
+  const int status = std::system((cmd + " > " + out + " 2>&1").c_str());
+  Result r;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = testutil::read_file(out);
+  return r;
+}
+
+// A line per JSON line, wall-clock fields removed ("t", "seconds", "samples_per_s").
+std::string without_wall_clock(const std::string& jsonl) {
+  std::stringstream in(jsonl), out;
+  std::string line;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line);
+    j.erase("t");
+    j.erase("seconds");
+    j.erase("samples_per_s");
+    out << j.dump() << "\n";
+  }
+  return out.str();
+}
+
+// trace.json's events without their times: which events, in which order, with which fields.
+std::string trace_without_times(const std::string& text) {
+  auto j = nlohmann::json::parse(text);
+  for (auto& e : j["traceEvents"]) {
+    e.erase("ts");
+    e.erase("dur");
+  }
+  return j["traceEvents"].dump(1);
+}
+
+std::string summary_without_wall_clock(const std::string& text) {
+  auto j = nlohmann::json::parse(text);
+  j.erase("train_seconds");
+  j.erase("samples_per_s");
+  for (auto& e : j["per_epoch"]) e.erase("seconds");
+  return j.dump(1);
+}
+
+std::set<std::string> files_in(const std::string& dir) {
+  std::set<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) names.insert(e.path().filename().string());
+  return names;
+}
+
+// Small runs that cross epoch boundaries: 192 samples, batches of 16 per rank.
+std::string common_flags(const std::string& model, const std::string& bn, int timeout_s = 60) {
+  return "--model " + model + " --bn " + bn +
+         " --limit-train 192 --limit-test 64 --batch-size 16 --steps 8 --threads 1 --timeout " +
+         std::to_string(timeout_s);
+}
+
+using Case = std::tuple<int, std::string, std::string, std::string>;  // np, model, bn, extra flags
+
+class MpiRunMatchesEmulated : public ::testing::TestWithParam<Case> {};
+
+TEST_P(MpiRunMatchesEmulated, SameWeightsMetricsTraceAndSummary) {
+  DTLAB_REQUIRE_DATASET();
+  const auto& [np, model, bn, extra] = GetParam();
+  testutil::TempDir mpi_dir, emu_dir;
+  const std::string flags = common_flags(model, bn) + " " + extra;
+  const Result m = run_shell(mpirun(np) + DTLAB_BINARY + " run --comm mpi " + flags + " --out " + mpi_dir.path());
+  ASSERT_EQ(m.exit_code, 0) << m.out;
+  EXPECT_NE(m.out.find("ranks: " + std::to_string(np) + " processes via Open MPI (OMPI_COMM_WORLD_RANK/SIZE)"),
+            std::string::npos)
+      << m.out;
+  const Result e = run_shell(std::string(DTLAB_BINARY) + " run --world-size " + std::to_string(np) + " " + flags +
+                             " --out " + emu_dir.path());
+  ASSERT_EQ(e.exit_code, 0) << e.out;
+
+  // The same files, and the same bytes where bytes must agree.
+  ASSERT_EQ(files_in(mpi_dir.path()), files_in(emu_dir.path()));
+  for (const std::string& f : files_in(emu_dir.path())) {
+    const std::string a = testutil::read_file(mpi_dir.file(f)), b = testutil::read_file(emu_dir.file(f));
+    if (f.size() > 12 && f.substr(f.size() - 12) == ".safetensors") {
+      EXPECT_TRUE(a == b) << f << " differs";
+    } else if (f == "metrics.jsonl") {
+      EXPECT_EQ(without_wall_clock(a), without_wall_clock(b));
+    } else if (f == "trace.json") {
+      EXPECT_EQ(trace_without_times(a), trace_without_times(b));
+    } else if (f == "summary.json") {
+      EXPECT_EQ(summary_without_wall_clock(a), summary_without_wall_clock(b));
+    }
+  }
+  // Every rank's steps are there: 8 steps x np ranks.
+  int steps = 0;
+  std::stringstream lines(testutil::read_file(mpi_dir.file("metrics.jsonl")));
+  for (std::string line; std::getline(lines, line);) steps += nlohmann::json::parse(line)["kind"] == "step";
+  EXPECT_EQ(steps, 8 * np);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Models, MpiRunMatchesEmulated,
+    ::testing::Values(Case{2, "mlp", "local", ""}, Case{2, "mlp", "sync", ""}, Case{4, "mlp", "local", ""},
+                      Case{4, "mlp", "sync", ""}, Case{2, "cnn", "local", ""}, Case{2, "cnn", "sync", ""},
+                      Case{4, "cnn", "local", ""}, Case{4, "cnn", "sync", ""},
+                      // ranks keep their own running statistics: final.rank<R>.buffers.safetensors
+                      Case{4, "mlp", "local", "--no-broadcast-buffers"}),
+    [](const ::testing::TestParamInfo<Case>& i) {
+      return std::get<1>(i.param) + "_" + std::get<2>(i.param) + "_np" + std::to_string(std::get<0>(i.param)) +
+             (std::get<3>(i.param).empty() ? "" : "_own_buffers");
+    });
+
+TEST(MpiRun, AFailingRankEndsTheJobNamingIt) {
+  DTLAB_REQUIRE_DATASET();
+  const Result r = run_shell(mpirun(4) + DTLAB_BINARY + " run --comm mpi " + common_flags("mlp", "local", 30) +
+                             " --fail-rank 1 --fail-step 1 --fail-at allreduce");
+  EXPECT_NE(r.exit_code, 0) << r.out;
+  // The failing rank's process prints its own error; rank 0's process prints it as the cause.
+  EXPECT_NE(r.out.find("dtlab: error: rank 1 failed: injected failure in allreduce"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("dtlab: error: rank 0: allreduce #"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("aborted: rank 1 failed: injected failure"), std::string::npos) << r.out;
+  EXPECT_LT(r.seconds, 20.0) << "the abort must reach every rank at once, far below the 30 s timeout";
+}
+
+TEST(MpiRun, AHungRankIsNamedWithinTheLabTimeout) {
+  DTLAB_REQUIRE_DATASET();
+  const Result r = run_shell(mpirun(4) + DTLAB_BINARY + " run --comm mpi " + common_flags("mlp", "local", 3) +
+                             " --fail-rank 1 --fail-step 2 --fail-at hang");
+  EXPECT_EQ(r.exit_code, 6) << r.out;  // a communication failure
+  EXPECT_NE(r.out.find("timed out after 3 s waiting for rank"), std::string::npos) << r.out;
+  // Whichever rank timed out first, its wait chain ends at the hung rank.
+  EXPECT_NE(r.out.find("rank 1 is not waiting in any transport call"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("rank 1: stopped because another rank failed"), std::string::npos) << r.out;
+  EXPECT_LT(r.seconds, kMpirunTimeoutSeconds / 4.0) << "the lab's timeout, not mpirun's, must end the job";
+}
+
+TEST(MpiRun, WorldSizeMustMatchMpirun) {
+  const Result r = run_shell(mpirun(2) + DTLAB_BINARY + " run --comm mpi --world-size 3 --steps 1");
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("--world-size 3 does not match the MPI world: mpirun started 2 processes"), std::string::npos)
+      << r.out;
+}
+
+TEST(MpiRun, TorchrunStyleRankMustAgreeWithMpi) {
+  const Result r = run_shell(mpirun(2) + "-x RANK=7 -x WORLD_SIZE=2 " + DTLAB_BINARY + " run --comm mpi --steps 1");
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("but RANK=7 WORLD_SIZE=2"), std::string::npos) << r.out;
+}
+
+}  // namespace
