@@ -805,18 +805,16 @@ const RunSummary& Run::finish() {
   }
   // Samples actually trained: sum of every rank's batch sizes over the run.
   samples = 0;
-  {
+  if (m_cfg.mode == "dp" || m_cfg.uneven_data) {
+    // DataParallel's global batches, or ranks with different numbers of batches: as counted.
+    for (auto& rs : m_ranks) samples += rs->trained_samples;
+  } else {
     // DistributedSampler gives every rank the same number of samples per epoch.
     DistributedSampler probe({m_train.size, m_cfg.world_size, 0, m_cfg.shuffle, m_cfg.seed, m_cfg.sampler_drop_last});
     const auto per_rank_batches = make_batches(probe.indices(), m_cfg.batch_size, m_cfg.drop_last);
     for (int64_t s = 0; s < steps; ++s)
       samples += static_cast<int64_t>(per_rank_batches[static_cast<size_t>(s % m_steps_per_epoch)].size()) *
                  m_cfg.world_size;
-  }
-  if (m_cfg.mode == "dp" || m_cfg.uneven_data) {
-    // DataParallel's global batches, or ranks with different numbers of batches: count them.
-    samples = 0;
-    for (auto& rs : m_ranks) samples += rs->trained_samples;
   }
   m_summary.steps = steps;
   m_summary.samples = samples;

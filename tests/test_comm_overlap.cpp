@@ -199,7 +199,7 @@ TEST(LinkModel, RingAllreduceTakesTheModeledTime) {
   for (auto& t : ranks) t.join();
   for (int r = 0; r < n; ++r) {
     EXPECT_GE(took[static_cast<size_t>(r)], model * 0.95) << "rank " << r;
-    EXPECT_LT(took[static_cast<size_t>(r)], model * 2 + 0.02) << "rank " << r;
+    EXPECT_LT(took[static_cast<size_t>(r)], model * 1.5 + 0.05) << "rank " << r;
   }
 }
 

@@ -169,6 +169,7 @@ TEST(DataParallel, DeviceZeroCarriesEveryByte) {
   const uint64_t per_step = (30 - 8) * 784 * 4 + 3 * state_bytes(run.replica(0)) + 2 * (30 - 8) * 10 * 4 +
                             3 * param_bytes(run.replica(0));
   EXPECT_EQ(s.traffic.bytes_moved, 2 * per_step);
+  EXPECT_EQ(s.samples, 60);  // two global batches
   EXPECT_DOUBLE_EQ(s.traffic.rank0_share, 1.0);
   EXPECT_EQ(s.traffic.sent[0] + s.traffic.received[0], s.traffic.bytes_moved);
   const auto sj = nlohmann::json::parse(testutil::read_file(tmp.file("summary.json")));
