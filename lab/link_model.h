@@ -17,7 +17,7 @@
 // Waiting: sleeps while more than ~0.3 ms remain, then yields until the deadline; every round
 // checks the world's abort flag (CommError, like the wrapped transport's) and the timeout
 // (a modeled transfer longer than --timeout fails the rank with a message saying so). Time while
-// the run is paused counts towards neither.
+// the run is paused does not count towards the timeout; the modeled delay itself still elapses.
 // Not supported: ranks in other processes (the arrival times are shared in this process's memory).
 #pragma once
 
