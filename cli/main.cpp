@@ -29,6 +29,29 @@ namespace {
 volatile std::sig_atomic_t g_interrupted = 0;
 void on_sigint(int) { g_interrupted = 1; }
 
+// Parallelism modes and communication behaviour.
+void add_mode_flags(CLI::App& app, lab::RunConfig& c) {
+  app.add_option("--mode", c.mode,
+                 "ddp (DistributedDataParallel), dp (nn.DataParallel: one process, world-size devices, "
+                 "--batch-size is the global batch) or local-sgd (periodic model averaging)")
+      ->capture_default_str();
+  app.add_option("--average-every", c.average_every, "local-sgd: average the parameters every K steps (PeriodicModelAverager period)")
+      ->capture_default_str();
+  app.add_option("--warmup-steps", c.warmup_steps, "local-sgd: first allreduce gradients every step for W steps")
+      ->capture_default_str();
+  app.add_flag("!--no-overlap", c.overlap,
+               "ddp: launch the bucket allreduces after the whole backward instead of overlapping it");
+  app.add_option("--no-sync-steps", c.no_sync_steps,
+                 "ddp: K backward passes under no_sync (gradients accumulate) before each synchronized step")
+      ->capture_default_str();
+  app.add_option("--link-latency-us", c.link_latency_us, "simulated link between ranks: latency per message (us)")
+      ->capture_default_str();
+  app.add_option("--link-gbps", c.link_gbps, "simulated link between ranks: bandwidth in Gbit/s (0: unlimited)")
+      ->capture_default_str();
+  app.add_flag("--uneven-data", c.uneven_data, "rank r drops the last r batches of its shard each epoch (uneven inputs)");
+  app.add_flag("--join", c.join, "ddp: DDP's join context: ranks out of data shadow the others' collectives");
+}
+
 void add_run_flags(CLI::App& app, lab::RunConfig& c, std::string& bn_momentum) {
   app.add_option("--model", c.model, "model: mlp (784-256-128-10 with BatchNorm1d) or cnn (2 conv + BatchNorm2d)")
       ->capture_default_str();
@@ -75,6 +98,7 @@ void add_run_flags(CLI::App& app, lab::RunConfig& c, std::string& bn_momentum) {
   app.add_option("--fail-rank", c.fail_rank, "teaching aid: make this rank fail ...")->capture_default_str();
   app.add_option("--fail-step", c.fail_step, "... at this iteration (default 0) ...")->capture_default_str();
   app.add_option("--fail-at", c.fail_at, "... in forward, backward or allreduce, or hang (stop answering)")->capture_default_str();
+  add_mode_flags(app, c);
 }
 
 std::optional<double> parse_bn_momentum(const std::string& s) {
@@ -86,6 +110,38 @@ std::optional<double> parse_bn_momentum(const std::string& s) {
   } catch (const std::exception&) {
   }
   throw lab::ConfigError("--bn-momentum: expected a number or 'none', got '" + s + "'");
+}
+
+void print_mode_header(const lab::RunConfig& c) {
+  std::printf("  mode=%s", c.mode.c_str());
+  if (c.mode == "dp") std::printf(" (one process, %d devices, global batch %lld)", c.world_size, static_cast<long long>(c.batch_size));
+  if (c.mode == "local-sgd")
+    std::printf(" average_every=%lld warmup_steps=%lld", static_cast<long long>(c.average_every),
+                static_cast<long long>(c.warmup_steps));
+  if (c.mode != "dp") std::printf(" overlap=%s", c.overlap ? "on" : "off");
+  if (c.no_sync_steps > 0) std::printf(" no_sync_steps=%lld", static_cast<long long>(c.no_sync_steps));
+  if (c.uneven_data) std::printf(" uneven_data=on");
+  if (c.join) std::printf(" join=on");
+  if (c.link_model()) std::printf(" link=%gus/%gGbps", c.link_latency_us, c.link_gbps);
+  std::printf("\n");
+}
+
+// Communication figures after a run: time in collectives, how much was hidden behind backward,
+// bytes moved and rank 0's share; local SGD's drift.
+void print_mode_summary(const lab::RunConfig& c, const lab::RunSummary& s) {
+  if (c.world_size < 2) return;
+  const lab::OverlapStats& o = s.overlap;
+  const double n = static_cast<double>(c.world_size);
+  std::printf("communication: %.3f s per rank in collectives, %.3f s of it hidden behind backward (%.1f%%)\n",
+              o.comm_seconds_total / n, o.hidden_seconds_total / n, 100.0 * o.hidden_fraction);
+  const lab::TrafficStats& t = s.traffic;
+  const char* who = c.mode == "dp" ? "device 0" : "rank 0";
+  std::printf("traffic: %.2f MB moved; %s sent %.2f MB and received %.2f MB: %.1f%% of all bytes moved\n",
+              static_cast<double>(t.bytes_moved) / 1e6, who, t.sent.empty() ? 0.0 : static_cast<double>(t.sent[0]) / 1e6,
+              t.received.empty() ? 0.0 : static_cast<double>(t.received[0]) / 1e6, 100.0 * t.rank0_share);
+  if (c.mode == "local-sgd")
+    std::printf("local SGD: %zu averagings; replica drift before averaging (L2 to the average): max %.4g, mean %.4g\n",
+                s.drift.size(), s.drift_max, s.drift_mean);
 }
 
 void print_header(const lab::Run& run) {
@@ -106,6 +162,7 @@ void print_header(const lab::Run& run) {
               static_cast<long long>(run.test_set().size));
   for (const auto& kv : run.backends()) std::printf(" %s=%s", kv.first.c_str(), kv.second.c_str());
   std::printf("\n  out=%s\n", c.out_dir.empty() ? "(none: pass --out DIR to keep a run directory)" : c.out_dir.c_str());
+  print_mode_header(c);
   std::fflush(stdout);
 }
 
@@ -185,6 +242,7 @@ int cmd_run(lab::RunConfig& c) {
     for (const auto& e : s.eval_mode_per_rank) std::printf(" %.4f", e.acc);
     std::printf("\n");
   }
+  print_mode_summary(c, s);
   if (!c.out_dir.empty()) std::printf("run directory: %s\n", c.out_dir.c_str());
   return lab::kExitOk;
 }

@@ -18,6 +18,51 @@ std::string bn_momentum_str(const std::optional<double>& m) {
   return s.str();
 }
 
+namespace {
+
+// --mode and the communication flags, and which combinations PyTorch itself supports.
+void validate_modes(const RunConfig& c) {
+  if (c.mode != "ddp" && c.mode != "dp" && c.mode != "local-sgd")
+    throw ConfigError("--mode: unknown mode '" + c.mode + "'",
+                      "ddp: DistributedDataParallel; dp: nn.DataParallel (one process, world_size devices); "
+                      "local-sgd: periodic model averaging");
+  // PyTorch's own wording (PeriodicModelAverager).
+  if (c.average_every < 1) throw ConfigError("Arg ``period`` must be a positive value.", "--average-every must be >= 1");
+  if (c.warmup_steps < 0)
+    throw ConfigError("Arg ``warmup_steps`` must be a non-negative number.", "--warmup-steps must be >= 0");
+  if (c.no_sync_steps < 0) throw ConfigError("--no-sync-steps must be >= 0, got " + std::to_string(c.no_sync_steps));
+  if (c.no_sync_steps > 0 && c.mode != "ddp")
+    throw ConfigError("--no-sync-steps applies to --mode ddp (DistributedDataParallel.no_sync)");
+  if (!(c.link_latency_us >= 0) || !std::isfinite(c.link_latency_us))
+    throw ConfigError("--link-latency-us must be >= 0 (microseconds)");
+  if (!(c.link_gbps >= 0) || !std::isfinite(c.link_gbps))
+    throw ConfigError("--link-gbps must be >= 0 (gigabits per second; 0: unlimited)");
+  if (c.link_model() && c.comm != "threads")
+    throw ConfigError("--link-latency-us/--link-gbps simulate links between emulated ranks",
+                      "use --comm threads, or measure the real network of the other transports");
+  if (c.mode == "dp") {
+    if (c.bn == "sync")
+      throw ConfigError("SyncBatchNorm is only supported within torch.nn.parallel.DistributedDataParallel",
+                        "--mode dp normalizes each replica's chunk on its own; use --mode ddp --bn sync");
+    if (c.sampler_drop_last)
+      throw ConfigError("--sampler-drop-last has no effect with --mode dp",
+                        "DataParallel has one DataLoader and no DistributedSampler; --drop-last drops its last batch");
+    if (c.fail_at == "allreduce" && c.fail_rank >= 0)
+      throw ConfigError("--fail-at allreduce: --mode dp has no gradient allreduce",
+                        "choose --fail-at forward, backward or hang");
+  }
+  if ((c.uneven_data || c.join) && c.mode != "ddp")
+    throw ConfigError("--uneven-data and --join apply to --mode ddp",
+                      c.mode == "dp" ? "DataParallel has a single data loader: every step uses every device"
+                                     : "PeriodicModelAverager is not Joinable in PyTorch 1.13: a finished rank "
+                                       "cannot shadow the parameter averaging");
+  if (c.join && c.bn == "sync")
+    throw ConfigError("--join with --bn sync: SyncBatchNorm is not Joinable in PyTorch 1.13",
+                      "finished ranks cannot shadow its collectives; use --bn local");
+}
+
+}  // namespace
+
 void validate(const RunConfig& c) {
   if (c.model != "mlp" && c.model != "cnn")
     throw ConfigError("--model: unknown model '" + c.model + "'", "choose mlp or cnn");
@@ -59,6 +104,7 @@ void validate(const RunConfig& c) {
                       "--fail-rank names the rank that fails");
   if (c.fail_at != "forward" && c.fail_at != "backward" && c.fail_at != "allreduce" && c.fail_at != "hang")
     throw ConfigError("--fail-at: unknown point '" + c.fail_at + "'", "choose forward, backward, allreduce or hang");
+  validate_modes(c);
 }
 
 namespace {
@@ -111,6 +157,15 @@ std::string to_toml(const RunConfig& c, const std::vector<std::pair<std::string,
   o << "broadcast_buffers = " << b(c.broadcast_buffers) << "\n";
   o << "bucket_cap_mb = " << d(c.bucket_cap_mb) << "\n";
   o << "timeout_s = " << d(c.timeout_s) << "\n";
+  o << "mode = " << q(c.mode) << "\n";
+  o << "average_every = " << c.average_every << "\n";
+  o << "warmup_steps = " << c.warmup_steps << "\n";
+  o << "overlap = " << b(c.overlap) << "\n";
+  o << "no_sync_steps = " << c.no_sync_steps << "\n";
+  o << "link_latency_us = " << d(c.link_latency_us) << "\n";
+  o << "link_gbps = " << d(c.link_gbps) << "\n";
+  o << "uneven_data = " << b(c.uneven_data) << "\n";
+  o << "join = " << b(c.join) << "\n";
   o << "\n[optim]\n";
   o << "lr = " << d(c.lr) << "\n";
   o << "momentum = " << d(c.momentum) << "\n";
@@ -189,6 +244,15 @@ RunConfig config_from_toml_file(const std::string& path) {
       else if (key == "distributed.broadcast_buffers") bln(c.broadcast_buffers);
       else if (key == "distributed.bucket_cap_mb") dbl(c.bucket_cap_mb);
       else if (key == "distributed.timeout_s") dbl(c.timeout_s);
+      else if (key == "distributed.mode") str(c.mode);
+      else if (key == "distributed.average_every") i64(c.average_every);
+      else if (key == "distributed.warmup_steps") i64(c.warmup_steps);
+      else if (key == "distributed.overlap") bln(c.overlap);
+      else if (key == "distributed.no_sync_steps") i64(c.no_sync_steps);
+      else if (key == "distributed.link_latency_us") dbl(c.link_latency_us);
+      else if (key == "distributed.link_gbps") dbl(c.link_gbps);
+      else if (key == "distributed.uneven_data") bln(c.uneven_data);
+      else if (key == "distributed.join") bln(c.join);
       else if (key == "optim.lr") dbl(c.lr);
       else if (key == "optim.momentum") dbl(c.momentum);
       else if (key == "optim.weight_decay") dbl(c.weight_decay);

@@ -57,7 +57,24 @@ struct RunConfig {
   int64_t fail_step = -1;
   std::string fail_at = "backward";    // forward | backward | allreduce | hang
 
-  int global_batch() const { return static_cast<int>(batch_size) * world_size; }
+  // ---- parallelism modes and communication behaviour ([distributed] in config.toml) ----
+  // mode: ddp (DistributedDataParallel), dp (nn.DataParallel: one process, world_size devices,
+  // batch_size is the global batch), local-sgd (DDP with the post-localSGD hook and
+  // PeriodicModelAverager: gradients allreduced for warmup_steps iterations, then parameters
+  // averaged every average_every iterations).
+  std::string mode = "ddp";
+  int64_t average_every = 4;           // local-sgd: PeriodicModelAverager period
+  int64_t warmup_steps = 0;            // local-sgd: iterations with per-step gradient allreduce first
+  bool overlap = true;                 // ddp: bucket allreduces on the rank's comm thread during backward
+  int64_t no_sync_steps = 0;           // ddp: K backward passes under no_sync before each synchronized one
+  double link_latency_us = 0;          // simulated link between emulated ranks: latency per message
+  double link_gbps = 0;                // ... and bandwidth (0: unlimited); both 0: no simulated link
+  bool uneven_data = false;            // rank r drops the last r batches of its shard every epoch
+  bool join = false;                   // DDP join: ranks that ran out of data shadow the collectives
+
+  bool link_model() const { return link_latency_us > 0 || link_gbps > 0; }
+  // Samples per iteration over all ranks (DataParallel: batch_size is already the global batch).
+  int global_batch() const { return mode == "dp" ? static_cast<int>(batch_size) : static_cast<int>(batch_size) * world_size; }
 };
 
 // Validates values and combinations; throws ConfigError with PyTorch's wording where PyTorch has

@@ -28,8 +28,10 @@ std::vector<std::vector<int>> compute_bucket_assignment(const std::vector<size_t
   return buckets;
 }
 
-DdpReducer::DdpReducer(Model& model, Communicator& comm, double bucket_cap_mb)
-    : m_model(model), m_comm(comm), m_params(model.params()) {
+DdpReducer::DdpReducer(Model& model, Communicator& comm, double bucket_cap_mb, BucketLaunch launch,
+                       CommWorker* worker)
+    : m_model(model), m_comm(comm), m_launch(launch), m_worker(worker), m_params(model.params()) {
+  assert((launch != BucketLaunch::CommThread || worker) && "BucketLaunch::CommThread needs a CommWorker");
   m_cap_bytes = static_cast<size_t>(bucket_cap_mb * 1024.0 * 1024.0);
   // First iteration: one bucket with every parameter, in registration order (PyTorch passes
   // bucket_size_limits = [sys.maxsize] when find_unused_parameters is off).
@@ -44,6 +46,7 @@ void DdpReducer::prepare_for_backward() {
   for (size_t b = 0; b < m_buckets.size(); ++b) m_pending[b] = static_cast<int>(m_buckets[b].size());
   m_ready.assign(m_params.size(), 0);
   m_next_bucket = 0;
+  m_flat.resize(m_buckets.size());
   if (!m_rebuilt) m_ready_order.clear();
 }
 
@@ -53,32 +56,73 @@ void DdpReducer::mark_param_ready(int i) {
   if (!m_rebuilt) m_ready_order.push_back(i);
   --m_pending[static_cast<size_t>(m_bucket_of[static_cast<size_t>(i)])];
   // Buckets are launched in index order: a ready bucket waits for all earlier ones.
-  while (m_next_bucket < m_buckets.size() && m_pending[m_next_bucket] == 0) reduce_bucket(m_next_bucket++);
+  while (m_next_bucket < m_buckets.size() && m_pending[m_next_bucket] == 0) launch_bucket(m_next_bucket++);
 }
 
-void DdpReducer::reduce_bucket(size_t b) {
+void DdpReducer::launch_bucket(size_t b) {
+  switch (m_launch) {
+    case BucketLaunch::InHook:
+      copy_in(b);
+      allreduce_bucket(b);
+      copy_out(b);
+      break;
+    case BucketLaunch::CommThread:
+      // The gradients of a ready bucket are final: the rank thread copies them now (as DDP's
+      // autograd hook does) and the worker only touches the bucket's own buffer.
+      copy_in(b);
+      m_worker->submit([this, b] { allreduce_bucket(b); });
+      break;
+    case BucketLaunch::AfterBackward:
+      break;  // finalize_backward launches every bucket
+  }
+}
+
+// Bucket b's gradients into m_flat[b], each multiplied by 1/world_size as DDP does while copying
+// (or, with a communication hook, divided by world_size).
+void DdpReducer::copy_in(size_t b) {
   const int world = m_comm.world_size();
   const float scale = static_cast<float>(1.0 / world);  // PyTorch multiplies by 1/world_size
+  const float divisor = static_cast<float>(world);
   size_t total = 0;
   for (int i : m_buckets[b]) total += m_params[static_cast<size_t>(i)]->grad.data.size();
-  m_flat.resize(total);
+  std::vector<float>& flat = m_flat[b];
+  flat.resize(total);
   size_t off = 0;
   for (int i : m_buckets[b]) {
     const Tensor& g = m_params[static_cast<size_t>(i)]->grad;
-    for (size_t k = 0; k < g.data.size(); ++k) m_flat[off + k] = g.data[k] * scale;
+    if (m_divide)
+      for (size_t k = 0; k < g.data.size(); ++k) flat[off + k] = g.data[k] / divisor;
+    else
+      for (size_t k = 0; k < g.data.size(); ++k) flat[off + k] = g.data[k] * scale;
     off += g.data.size();
   }
-  m_comm.allreduce_sum(m_flat.data(), total, CollectiveInfo{"grad bucket", static_cast<int>(b)});
-  off = 0;
+}
+
+void DdpReducer::allreduce_bucket(size_t b) {
+  m_comm.allreduce_sum(m_flat[b].data(), m_flat[b].size(), CollectiveInfo{"grad bucket", static_cast<int>(b)});
+}
+
+void DdpReducer::copy_out(size_t b) {
+  size_t off = 0;
   for (int i : m_buckets[b]) {
     Tensor& g = m_params[static_cast<size_t>(i)]->grad;
-    std::memcpy(g.data.data(), m_flat.data() + off, g.data.size() * sizeof(float));
+    std::memcpy(g.data.data(), m_flat[b].data() + off, g.data.size() * sizeof(float));
     off += g.data.size();
   }
 }
 
 void DdpReducer::finalize_backward() {
   assert(m_next_bucket == m_buckets.size() && "a bucket was never reduced: a parameter got no gradient");
+  if (m_launch == BucketLaunch::CommThread) {
+    m_worker->wait_idle();
+    for (size_t b = 0; b < m_buckets.size(); ++b) copy_out(b);
+  } else if (m_launch == BucketLaunch::AfterBackward) {
+    for (size_t b = 0; b < m_buckets.size(); ++b) {
+      copy_in(b);
+      allreduce_bucket(b);
+      copy_out(b);
+    }
+  }
   if (m_rebuilt) return;
   // Reducer::rebuild_buckets: gradient-ready order, first bucket 1 MiB, then bucket_cap_mb.
   std::vector<size_t> bytes;
@@ -87,6 +131,15 @@ void DdpReducer::finalize_backward() {
   for (size_t b = 0; b < m_buckets.size(); ++b)
     for (int i : m_buckets[b]) m_bucket_of[static_cast<size_t>(i)] = static_cast<int>(b);
   m_rebuilt = true;
+}
+
+void DdpReducer::allreduce_zero_buckets() {
+  for (size_t b = 0; b < m_buckets.size(); ++b) {
+    size_t total = 0;
+    for (int i : m_buckets[b]) total += m_params[static_cast<size_t>(i)]->grad.data.size();
+    std::vector<float> zeros(total, 0.0f);
+    m_comm.allreduce_sum(zeros.data(), total, CollectiveInfo{"grad bucket", static_cast<int>(b)});
+  }
 }
 
 namespace {
@@ -128,26 +181,26 @@ void unpack_buffers(Model& model, const std::vector<uint8_t>& in) {
 
 }  // namespace
 
-void broadcast_buffers(Model& model, Communicator& comm) {
+void broadcast_buffers(Model& model, Communicator& comm, int root) {
   std::vector<uint8_t> bytes = pack_buffers(model);
   if (bytes.empty()) return;
-  comm.broadcast(bytes.data(), bytes.size(), 0, CollectiveInfo{"buffers", -1});
-  if (comm.rank() != 0) unpack_buffers(model, bytes);
+  comm.broadcast(bytes.data(), bytes.size(), root, CollectiveInfo{"buffers", -1});
+  if (comm.rank() != root) unpack_buffers(model, bytes);
 }
 
-void broadcast_state(Model& model, Communicator& comm) {
+void broadcast_state(Model& model, Communicator& comm, int root) {
   // PyTorch coalesces the module states into 250 MB buckets; ours fit in one.
   std::vector<float> flat;
   for (Param* p : model.params()) flat.insert(flat.end(), p->value.data.begin(), p->value.data.end());
-  comm.broadcast(flat.data(), flat.size() * sizeof(float), 0, CollectiveInfo{"parameters", -1});
-  if (comm.rank() != 0) {
+  comm.broadcast(flat.data(), flat.size() * sizeof(float), root, CollectiveInfo{"parameters", -1});
+  if (comm.rank() != root) {
     size_t off = 0;
     for (Param* p : model.params()) {
       std::memcpy(p->value.data.data(), flat.data() + off, p->value.data.size() * sizeof(float));
       off += p->value.data.size();
     }
   }
-  broadcast_buffers(model, comm);
+  broadcast_buffers(model, comm, root);
 }
 
 }  // namespace lab

@@ -8,15 +8,25 @@
 //    capped at 1 MiB and the others at bucket_cap_mb (a bucket closes once it reaches its cap);
 //  - broadcast_buffers: before a forward that follows a synchronized training forward (and before
 //    the first), rank 0's buffers overwrite every rank's.
+// When a bucket's allreduce runs (BucketLaunch):
+//  - CommThread: as in DDP, on the rank's communication thread (CommWorker) as soon as the bucket
+//    is ready, in bucket-index order, while backward goes on computing earlier layers' gradients;
+//  - AfterBackward (--no-overlap): every bucket after the whole backward, on the rank's thread;
+//  - InHook: inside the ready hook, on the backward thread (backward waits for each allreduce).
+// The bucket contents, the order of the collectives and the ring's reduction order are the same in
+// all three, so the gradients are bitwise identical; only the timing differs.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include "comm_worker.h"
 #include "communicator.h"
 #include "model.h"
 
 namespace lab {
+
+enum class BucketLaunch { InHook, CommThread, AfterBackward };
 
 constexpr size_t kDefaultFirstBucketBytes = 1024 * 1024;
 
@@ -29,23 +39,39 @@ std::vector<std::vector<int>> compute_bucket_assignment(const std::vector<size_t
 
 class DdpReducer {
  public:
-  DdpReducer(Model& model, Communicator& comm, double bucket_cap_mb);
+  // launch CommThread needs a worker (owned by the rank, see comm_worker.h).
+  DdpReducer(Model& model, Communicator& comm, double bucket_cap_mb, BucketLaunch launch = BucketLaunch::InHook,
+             CommWorker* worker = nullptr);
   // Call before each backward.
   void prepare_for_backward();
   // The Model::backward hook: parameter i's gradient is final.
   void mark_param_ready(int i);
-  // Call after backward: checks every bucket was reduced, records the ready order and rebuilds
-  // buckets after the first iteration.
+  // Call after backward: waits for (or runs) the buckets' allreduces, copies the averaged
+  // gradients back, records the ready order and rebuilds buckets after the first iteration.
   void finalize_backward();
+
+  // With a communication hook (post-localSGD), DDP copies gradients into the bucket unscaled and
+  // the hook divides the bucket by the world size (tensor.div_), which can differ in the last bit
+  // from DDP's own multiplication by 1/world_size when the world size is not a power of two.
+  void set_divide_in_hook(bool on) { m_divide = on; }
+  // DDP join: a rank that ran out of data shadows one backward pass by allreducing a zero bucket
+  // per bucket, in bucket order (_match_all_reduce_for_bwd_pass), on the calling thread.
+  void allreduce_zero_buckets();
 
   const std::vector<std::vector<int>>& buckets() const { return m_buckets; }
   bool rebuilt() const { return m_rebuilt; }
 
  private:
-  void reduce_bucket(size_t b);
+  void launch_bucket(size_t b);
+  void copy_in(size_t b);
+  void allreduce_bucket(size_t b);
+  void copy_out(size_t b);
 
   Model& m_model;
   Communicator& m_comm;
+  BucketLaunch m_launch;
+  CommWorker* m_worker;
+  bool m_divide = false;
   std::vector<Param*> m_params;
   size_t m_cap_bytes;
   std::vector<std::vector<int>> m_buckets;
@@ -55,12 +81,15 @@ class DdpReducer {
   std::vector<int> m_ready_order;    // first iteration's ready order
   size_t m_next_bucket = 0;
   bool m_rebuilt = false;
-  std::vector<float> m_flat;         // bucket contents, flattened
+  // Per bucket: its gradients, flattened and scaled (one buffer per bucket: with CommThread the
+  // rank thread fills bucket b + 1 while the worker reduces bucket b).
+  std::vector<std::vector<float>> m_flat;
 };
 
-// Flattened float and int64 buffers of the model, broadcast from rank 0 (DDP's _sync_buffers).
-void broadcast_buffers(Model& model, Communicator& comm);
-// Parameters and buffers from rank 0 (DDP construction).
-void broadcast_state(Model& model, Communicator& comm);
+// Flattened float and int64 buffers of the model, broadcast from `root` (DDP's _sync_buffers:
+// rank 0, or with join the common rank agreed on by the ranks still training).
+void broadcast_buffers(Model& model, Communicator& comm, int root = 0);
+// Parameters and buffers from `root` (DDP construction; with join, the final model sync).
+void broadcast_state(Model& model, Communicator& comm, int root = 0);
 
 }  // namespace lab

@@ -15,6 +15,8 @@ const char* phase_name(Phase p) {
     case Phase::Backward: return "backward";
     case Phase::OptimizerStep: return "optimizer-step";
     case Phase::Eval: return "eval";
+    case Phase::Scatter: return "scatter";
+    case Phase::Reduce: return "reduce";
   }
   return "?";
 }

@@ -25,6 +25,8 @@ enum class Phase : uint8_t {
   Backward,
   OptimizerStep,
   Eval,
+  Scatter,  // DataParallel: device 0 sends a slice of a batch (inputs, output gradients) to a device
+  Reduce,   // DataParallel: a device sends its gradients to device 0, which adds them up
 };
 
 const char* phase_name(Phase p);  // "reduce-scatter", "allgather", "forward", ...

@@ -1,9 +1,10 @@
 // Run: sections
 //   1. RunControl (pause / single-step gates)
 //   2. per-rank state, SyncBN adapter
-//   3. Run construction (validation, data, replicas)
-//   4. rank_main: the DDP training loop of one rank
-//   5. poll / finish: metrics draining, final evaluation, outputs, error reporting
+//   3. Run construction (validation, data, replicas, simulated link)
+//   4. rank_main: the training loop of one rank: DDP (with overlap, no_sync, join), local SGD,
+//      and DataParallel's devices (data_parallel.h)
+//   5. poll / finish: metrics draining, final evaluation, outputs, error reporting (uneven inputs)
 //   6. ranks in other processes: epoch counters and the end-of-run gather to rank 0
 #include "run.h"
 
@@ -13,11 +14,17 @@
 #include <cmath>
 #include <cstring>
 #include <deque>
+#include <numeric>
 #include <sstream>
 
+#include "comm_worker.h"
+#include "data_parallel.h"
 #include "ddp.h"
 #include "errors.h"
 #include "gemm.h"
+#include "join.h"
+#include "link_model.h"
+#include "local_sgd.h"
 #include "optim.h"
 #include "run_dir.h"
 #include "run_wire.h"
@@ -127,26 +134,38 @@ struct Run::RankState {
   std::shared_ptr<const StepRecord> latest;
   double loss_sum = 0;             // over the current epoch
   int64_t correct = 0, samples = 0, steps = 0;
+  // Parallelism modes.
+  int64_t trained_samples = 0;     // over the run (DataParallel: device 0 counts the global batch)
+  std::vector<std::pair<int64_t, double>> drifts;  // local-sgd: (step, drift) per averaging
+  int64_t out_of_data_step = -1;   // --uneven-data without --join: the rank ran out at this step,
+  int64_t out_of_data_epoch = 0;   // in this epoch,
+  int64_t out_of_data_batches = 0; // after this many batches of it
 };
 
 namespace {
 
 // SyncBatchNorm's collectives for one BatchNorm layer, recorded under its module index.
+// With overlapping DDP, bucket allreduces may be running on the rank's CommWorker: wait for them
+// first, so this collective comes after them on every rank (comm_worker.h).
 class CommBnSync : public BnSync {
  public:
-  CommBnSync(Communicator& comm, int module_index) : m_comm(comm), m_index(module_index) {}
+  CommBnSync(Communicator& comm, int module_index, CommWorker* worker = nullptr)
+      : m_comm(comm), m_index(module_index), m_worker(worker) {}
   int world_size() const override { return m_comm.world_size(); }
   void allgather(const float* mine, int n, std::vector<float>& all) override {
+    if (m_worker) m_worker->wait_idle();
     all.resize(static_cast<size_t>(n) * static_cast<size_t>(m_comm.world_size()));
     m_comm.allgather(mine, static_cast<size_t>(n), all.data(), CollectiveInfo{"bn stats", m_index});
   }
   void allreduce_sum(float* data, int n) override {
+    if (m_worker) m_worker->wait_idle();
     m_comm.allreduce_sum(data, static_cast<size_t>(n), CollectiveInfo{"bn grad sums", m_index});
   }
 
  private:
   Communicator& m_comm;
   int m_index;
+  CommWorker* m_worker;
 };
 
 // Thrown by --fail-rank/--fail-step to demonstrate what a failing rank does to the world.
@@ -177,6 +196,9 @@ Run::Run(const RunConfig& cfg, const WorldFactory& make_world) : m_cfg(cfg) {
   validate(m_cfg);
   // The world first: which ranks this process drives decides what it builds and writes.
   m_world = make_world(m_cfg);
+  if (m_cfg.link_model())  // --link-latency-us / --link-gbps: a simulated network (link_model.h)
+    m_world = std::make_unique<LinkModelWorld>(std::move(m_world),
+                                               link_model_options(m_cfg.link_latency_us, m_cfg.link_gbps));
   m_local = m_world->local_ranks();
   std::sort(m_local.begin(), m_local.end());
   m_is_local.assign(static_cast<size_t>(m_cfg.world_size), 0);
@@ -191,12 +213,20 @@ Run::Run(const RunConfig& cfg, const WorldFactory& make_world) : m_cfg(cfg) {
   // Batches per epoch, identical on every rank (DistributedSampler gives each the same count).
   DistributedSampler probe({m_train.size, world, 0, m_cfg.shuffle, m_cfg.seed, m_cfg.sampler_drop_last});
   m_steps_per_epoch = batches_per_epoch(probe.num_samples(), m_cfg.batch_size, m_cfg.drop_last);
+  if (m_cfg.mode == "dp")  // one DataLoader over the whole training set, global batches
+    m_steps_per_epoch = batches_per_epoch(m_train.size, m_cfg.batch_size, m_cfg.drop_last);
   if (m_steps_per_epoch == 0)
     throw ConfigError("no training step: each rank gets " + std::to_string(probe.num_samples()) +
                           " samples, fewer than --batch-size " + std::to_string(m_cfg.batch_size) + " with --drop-last",
                       "lower --batch-size or drop --drop-last");
   m_steps_total = m_steps_per_epoch * m_cfg.epochs;
   if (m_cfg.steps > 0) m_steps_total = m_cfg.steps;
+  // --uneven-data: rank r drops the last r batches of its shard every epoch; all must keep one.
+  if (m_cfg.uneven_data && m_steps_per_epoch < world)
+    throw ConfigError("--uneven-data: rank " + std::to_string(world - 1) + " would drop its last " +
+                          std::to_string(world - 1) + " batches of " + std::to_string(m_steps_per_epoch) +
+                          " and have none left",
+                      "use more data (--limit-train) or a smaller --batch-size");
 
   for (int r = 0; r < world; ++r) {
     // Ranks of other processes get their replica (their final state) in gather_to_rank0.
@@ -268,22 +298,26 @@ void Run::rank_main(int rank) {
   RankState& rs = *m_ranks[static_cast<size_t>(rank)];
   Transport& transport = m_world->transport(rank);
   Communicator comm(transport, m_logs[static_cast<size_t>(rank)].get(), m_control.get());
+  // DDP's communication thread (--overlap). Declared outside the try: it must outlive the error
+  // handling below, which aborts the world and so ends a bucket allreduce blocked on a peer.
+  CommWorker worker;
   try {
     std::vector<std::unique_ptr<CommBnSync>> syncs;
     std::vector<BatchNorm*> bns = model.batchnorms();
     std::vector<int> bn_index = model.batchnorm_module_index();
     if (c.bn == "sync") {
       for (size_t i = 0; i < bns.size(); ++i) {
-        syncs.push_back(std::make_unique<CommBnSync>(comm, bn_index[i]));
+        syncs.push_back(std::make_unique<CommBnSync>(comm, bn_index[i], &worker));
         bns[i]->set_sync(syncs.back().get());
       }
     }
     // DDP construction: rank 0's parameters and buffers everywhere.
-    broadcast_state(model, comm);
+    if (c.mode != "dp") broadcast_state(model, comm);  // DataParallel replicates at every forward instead
     if (rank == 0 && m_dir)
       m_dir->write_weights("init.safetensors", model_tensors(model),
                            {{"format", "pt"}, {"producer", std::string("dtlab ") + kDtlabVersion}, {"rank", "0"}});
-    DdpReducer reducer(model, comm, c.bucket_cap_mb);
+    DdpReducer reducer(model, comm, c.bucket_cap_mb, c.overlap ? BucketLaunch::CommThread : BucketLaunch::AfterBackward,
+                       &worker);
     SgdOptions so;
     so.lr = c.lr;
     so.momentum = c.momentum;
@@ -291,6 +325,56 @@ void Run::rank_main(int rank) {
     so.nesterov = c.nesterov;
     Sgd opt(model.params(), so);
     DistributedSampler sampler({m_train.size, world, rank, c.shuffle, c.seed, c.sampler_drop_last});
+    // ---- parallelism modes: DataParallel (data_parallel.h), local SGD (local_sgd.h), join (join.h) ----
+    const bool dp = c.mode == "dp";
+    const bool local_sgd = c.mode == "local-sgd";
+    if (local_sgd) reducer.set_divide_in_hook(true);  // the post-localSGD hook divides the bucket
+    DataParallelDevice dp_device(model, comm, opt);
+    SingleProcessLoader dp_loader(m_train.size, c.batch_size, c.shuffle, c.drop_last, c.seed);
+    PeriodicModelAverager averager(c.average_every, c.warmup_steps);
+    DdpJoin join(model, comm, reducer, c.broadcast_buffers);
+    // DataParallel's step line: device 0 holds the loss and accuracy over the global batch (and the
+    // chunk sizes); every working device its own replica's BatchNorm statistics and chunk size.
+    auto record_dp_step = [&](int64_t at_step, int64_t at_epoch, int64_t at_batch, const DpStepResult& r) {
+      StepRecord rec;  // batch_size 0: idle this iteration (torch.chunk gave fewer chunks than devices)
+      rec.rank = rank;
+      rec.step = at_step;
+      rec.epoch = at_epoch;
+      rec.batch = at_batch;
+      const int64_t global = std::accumulate(r.chunks.begin(), r.chunks.end(), int64_t{0});
+      rec.batch_size = rank == 0 ? global : r.my_chunk;
+      rec.loss = r.loss;
+      rec.correct = r.correct;
+      rec.bytes_sent = comm.bytes_sent();
+      rec.t = now_seconds() - m_t0;
+      if (rank == 0) rec.chunks = r.chunks;
+      for (size_t i = 0; i < bns.size() && r.my_chunk > 0; ++i) {
+        const BnBatchStats& st = bns[i]->last_stats();
+        BnLayerRecord b;
+        b.layer = std::to_string(bn_index[i]);
+        b.count = st.count;
+        b.batch_mean = st.mean;
+        b.batch_var = st.var;
+        b.local_mean = st.local_mean;
+        b.local_var = st.local_var;
+        if (c.track_running_stats) {
+          b.running_mean = bns[i]->running_mean().value.data;
+          b.running_var = bns[i]->running_var().value.data;
+          b.num_batches_tracked = bns[i]->num_batches_tracked().i64;
+        }
+        rec.bn.push_back(std::move(b));
+      }
+      std::lock_guard<std::mutex> lock(rs.mu);
+      if (rank == 0) {  // the epoch's train loss and accuracy come from device 0 alone
+        rs.loss_sum += r.loss;
+        rs.correct += r.correct;
+        rs.samples += global;
+        rs.steps += 1;
+        rs.trained_samples += global;
+      }
+      rs.latest = std::make_shared<const StepRecord>(rec);
+      rs.pending.push_back(std::move(rec));
+    };
     bool require_forward_param_sync = true;  // DDP: sync buffers before the next forward
     Tensor x, dlogits;
     std::vector<int> labels;
@@ -299,7 +383,8 @@ void Run::rank_main(int rank) {
     for (int64_t epoch = 0; epoch < epochs && step < m_steps_total; ++epoch) {
       sampler.set_epoch(epoch);
       const double t_epoch0 = now_seconds();
-      const auto batches = make_batches(sampler.indices(), c.batch_size, c.drop_last);
+      auto batches = dp ? dp_loader.next_epoch() : make_batches(sampler.indices(), c.batch_size, c.drop_last);
+      if (c.uneven_data) batches.resize(batches.size() - static_cast<size_t>(rank));  // rank r drops r batches
       for (size_t bi = 0; bi < batches.size() && step < m_steps_total; ++bi, ++step) {
         m_control->before_iteration(rank);
         comm.set_train_step(step);
@@ -322,13 +407,28 @@ void Run::rank_main(int rank) {
                                                                  : "");
           for (BatchNorm* b : bns) b->set_error_hint(hint);
         }
-        if (c.broadcast_buffers && require_forward_param_sync) broadcast_buffers(model, comm);
+        // no_sync cycles (--no-sync-steps K): K local backward passes, then a synchronized one that
+        // averages the accumulated sums and steps. Local SGD allreduces only during its warm-up.
+        const bool synced = c.no_sync_steps == 0 || step % (c.no_sync_steps + 1) == c.no_sync_steps;
+        const bool grad_allreduce =
+            world > 1 && synced && (!local_sgd || post_local_sgd_allreduces(step, c.warmup_steps));
+        if (c.join) join.before_forward(require_forward_param_sync, synced);  // buffers from the common rank
+        else if (c.broadcast_buffers && require_forward_param_sync && !dp) broadcast_buffers(model, comm);
         const bool inject = rank == c.fail_rank && step == (c.fail_step < 0 ? 0 : c.fail_step);
         if (inject && c.fail_at == "forward") throw InjectedFailure("injected failure before forward (--fail-at forward)");
         if (inject && c.fail_at == "hang") {
           // A rank that stops answering: the others' next collective times out and names it.
           while (!transport.aborted()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
           throw StopRequested{};
+        }
+        if (dp) {  // nn.DataParallel: this device's part of one iteration (data_parallel.h)
+          const DpStepResult r = dp_device.train_step(
+              x, labels, n, "batch " + std::to_string(bi) + " of epoch " + std::to_string(epoch), [&] {
+                if (inject && c.fail_at == "backward")
+                  throw InjectedFailure("injected failure in backward (--fail-at backward)");
+              });
+          record_dp_step(step, epoch, static_cast<int64_t>(bi), r);
+          continue;
         }
 
         Event ev;
@@ -347,26 +447,32 @@ void Run::rank_main(int rank) {
         ev.phase = Phase::Backward;
         ev.op = "backward";
         ev.t_start = now_seconds();
-        model.zero_grad();
-        reducer.prepare_for_backward();
+        if (c.no_sync_steps == 0 || step % (c.no_sync_steps + 1) == 0) model.zero_grad();  // no_sync accumulates
+        if (grad_allreduce) reducer.prepare_for_backward();
         bool first_grad = true;
         model.backward(dlogits, [&](int i) {
           if (inject && c.fail_at == "backward" && first_grad)
             throw InjectedFailure("injected failure in backward (--fail-at backward)");
           first_grad = false;
-          if (world > 1) reducer.mark_param_ready(i);
+          if (grad_allreduce) reducer.mark_param_ready(i);
         });
-        if (world > 1) reducer.finalize_backward();
+        // The backward event is the computation; waiting for the last buckets' allreduces (or,
+        // with --no-overlap, running them all) follows it on the communication track.
         ev.t_end = now_seconds();
         comm.record(ev);
+        if (grad_allreduce) reducer.finalize_backward();
 
-        ev.phase = Phase::OptimizerStep;
-        ev.op = "optimizer-step";
-        ev.t_start = now_seconds();
-        opt.step();
-        ev.t_end = now_seconds();
-        comm.record(ev);
-        require_forward_param_sync = true;
+        if (synced) {
+          ev.phase = Phase::OptimizerStep;
+          ev.op = "optimizer-step";
+          ev.t_start = now_seconds();
+          opt.step();
+          ev.t_end = now_seconds();
+          comm.record(ev);
+        }
+        // PeriodicModelAverager.average_parameters after every optimizer step (local SGD).
+        const double drift = local_sgd ? averager.average_parameters(model, comm) : -1.0;
+        require_forward_param_sync = synced;  // DDP: a no_sync forward leaves the next one unsynced
 
         StepRecord rec;
         rec.rank = rank;
@@ -378,6 +484,8 @@ void Run::rank_main(int rank) {
         rec.correct = correct;
         rec.bytes_sent = comm.bytes_sent();
         rec.t = now_seconds() - m_t0;
+        rec.param_drift = drift;
+        rec.grad_sync = synced;
         for (size_t i = 0; i < bns.size(); ++i) {
           const BnBatchStats& st = bns[i]->last_stats();
           BnLayerRecord b;
@@ -400,15 +508,42 @@ void Run::rank_main(int rank) {
           rs.correct += correct;
           rs.samples += n;
           rs.steps += 1;
+          rs.trained_samples += n;
+          if (drift >= 0) rs.drifts.emplace_back(step, drift);
           rs.latest = std::make_shared<const StepRecord>(rec);
           rs.pending.push_back(std::move(rec));
         }
+      }
+      if (c.join) {
+        // DDP join (join.h): out of data (or at the end of the epoch), shadow the collectives of
+        // the ranks still training until every rank has joined; then take the last joiner's model.
+        bool last_joiner = true;
+        for (;; ++step) {
+          m_control->before_iteration(rank);
+          comm.set_train_step(step);
+          if (!join.shadow_iteration(require_forward_param_sync)) break;
+          last_joiner = false;
+        }
+        join.sync_final_model(last_joiner);
+      } else if (c.uneven_data && static_cast<int64_t>(batches.size()) < m_steps_per_epoch && step < m_steps_total) {
+        // Out of data while the others still train, and no join: in PyTorch the others now hang
+        // in their next collective. Record it and wait for their timeout to end the run;
+        // finish() then says who waited where and who had finished.
+        {
+          std::lock_guard<std::mutex> lock(rs.mu);
+          rs.out_of_data_step = step;
+          rs.out_of_data_epoch = epoch;
+          rs.out_of_data_batches = static_cast<int64_t>(batches.size());
+        }
+        while (!transport.aborted()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        throw StopRequested{};
       }
       // End of epoch: evaluate like a DDP user does. The first no-grad forward after training
       // broadcasts rank 0's buffers (broadcast_buffers); each rank evaluates a contiguous shard
       // of the test set in eval mode and the sums are allreduced.
       comm.set_train_step(-1);
-      if (c.broadcast_buffers && require_forward_param_sync) broadcast_buffers(model, comm);
+      if (dp) dp_device.replicate_all();  // DataParallel: the evaluation forward's replicas
+      else if (c.broadcast_buffers && require_forward_param_sync) broadcast_buffers(model, comm);
       require_forward_param_sync = false;
       const int64_t L = m_test.size;
       const double t_eval = now_seconds();
@@ -585,6 +720,50 @@ const RunSummary& Run::run(const std::function<void(const Snapshot&)>& tick) {
   return finish();
 }
 
+// --uneven-data without --join. Ranks that ran out of data wait (section 4) while the others block
+// in their next collective until the timeout; that timeout is the root error. Rewritten here into
+// what happened: who waited in which collective, who had finished after how many steps.
+void Run::throw_if_ranks_ran_out(const std::string& root_what) {
+  if (root_what.find("timed out") == std::string::npos) return;  // a real failure: report it as is
+  std::vector<int> finished, waiting;
+  for (size_t r = 0; r < m_ranks.size(); ++r) {
+    std::lock_guard<std::mutex> lock(m_ranks[r]->mu);
+    (m_ranks[r]->out_of_data_step >= 0 ? finished : waiting).push_back(static_cast<int>(r));
+  }
+  if (finished.empty()) return;
+  auto list = [](const std::vector<int>& v) {
+    std::string s = v.size() == 1 ? "rank " : "ranks ";
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+    return s;
+  };
+  // A collective's error reads "rank R: allreduce #41 (grad bucket 1) at step 4: <detail>"
+  // (communicator.cpp's error protocol): the collective is the part before the detail.
+  auto collective_of = [](const std::string& err, int r) {
+    const std::string prefix = "rank " + std::to_string(r) + ": ";
+    if (err.compare(0, prefix.size(), prefix) != 0) return err.empty() ? std::string("(stopped)") : err;
+    const std::string rest = err.substr(prefix.size());
+    return rest.substr(0, rest.find(": "));
+  };
+  std::ostringstream msg;
+  msg << "uneven inputs without --join: " << list(finished) << " ran out of data while " << list(waiting)
+      << " still had batches; those waited in their next collective for ranks that had left training until the "
+      << m_cfg.timeout_s << " s timeout";
+  std::lock_guard<std::mutex> lock(m_err_mu);
+  for (size_t r = 0; r < m_ranks.size(); ++r) {
+    const RankState& rs = *m_ranks[r];
+    if (rs.out_of_data_step >= 0)
+      msg << "\n  rank " << r << ": finished: ran out of data after " << rs.out_of_data_step << " steps (its "
+          << rs.out_of_data_batches << " batches of epoch " << rs.out_of_data_epoch << ") and never joined that collective";
+    else
+      msg << "\n  rank " << r << ": waiting in " << collective_of(m_errors[r], static_cast<int>(r))
+          << " (it still had batches)";
+  }
+  throw CommError(msg.str(),
+                  "DDP needs every rank in every collective. Pass --join (DDP's join context: ranks that run out "
+                  "of data shadow the others' collectives with zero gradients and the run completes), or give "
+                  "every rank the same number of batches (drop --uneven-data)");
+}
+
 const RunSummary& Run::finish() {
   for (auto& t : m_threads)
     if (t.joinable()) t.join();
@@ -613,6 +792,7 @@ const RunSummary& Run::finish() {
     m_dir->write_trace(events, m_cfg.trace_steps, meta);
   }
   publish();
+  if (m_root_code == kExitCommunication) throw_if_ranks_ran_out(m_root_what);
   if (m_root_code) {
     // Root cause first, then how every other rank ended.
     std::ostringstream msg;
@@ -653,7 +833,10 @@ const RunSummary& Run::finish() {
   }
   // Samples actually trained: sum of every rank's batch sizes over the run.
   samples = 0;
-  {
+  if (m_cfg.mode == "dp" || m_cfg.uneven_data) {
+    // DataParallel's global batches, or ranks with different numbers of batches: as counted.
+    for (auto& rs : m_ranks) samples += rs->trained_samples;
+  } else {
     // DistributedSampler gives every rank the same number of samples per epoch.
     DistributedSampler probe({m_train.size, m_cfg.world_size, 0, m_cfg.shuffle, m_cfg.seed, m_cfg.sampler_drop_last});
     const auto per_rank_batches = make_batches(probe.indices(), m_cfg.batch_size, m_cfg.drop_last);
@@ -682,7 +865,8 @@ const RunSummary& Run::finish() {
   // mid-epoch after each rank updated its own statistics).
   const auto b0 = model_tensors(m0, true);
   std::vector<int> differing;
-  for (int r = 1; r < m_cfg.world_size; ++r) {
+  // (DataParallel's devices other than 0 hold last iteration's replicas, not models of their own.)
+  for (int r = 1; r < m_cfg.world_size && m_cfg.mode != "dp"; ++r) {
     const auto br = model_tensors(*m_replicas[static_cast<size_t>(r)], true);
     bool same = br.size() == b0.size();
     for (size_t i = 0; same && i < br.size(); ++i) same = br[i].bytes == b0[i].bytes;
@@ -693,6 +877,32 @@ const RunSummary& Run::finish() {
     for (int r = 1; r < m_cfg.world_size; ++r)
       m_summary.eval_mode_per_rank.push_back(
           evaluate(*m_replicas[static_cast<size_t>(r)], Mode::Eval, m_cfg.eval_batch_size, 0, m_test.size));
+  }
+
+  // Communication figures and local SGD's drift (comm_stats.h, local_sgd.h).
+  m_summary.traffic = traffic_stats(events);
+  m_summary.overlap = overlap_stats(events);
+  {
+    std::map<int64_t, double> max_drift;  // step -> max over ranks
+    for (auto& rs : m_ranks)
+      for (const auto& [st, d] : rs->drifts) max_drift[st] = std::max(max_drift[st], d);
+    m_summary.drift.assign(max_drift.begin(), max_drift.end());
+    m_summary.drift_max = m_summary.drift_mean = 0;
+    for (const auto& [st, d] : m_summary.drift) {
+      m_summary.drift_max = std::max(m_summary.drift_max, d);
+      m_summary.drift_mean += d / static_cast<double>(m_summary.drift.size());
+    }
+  }
+  // Local SGD: ranks whose parameters differ from rank 0's (the run ended between averagings).
+  std::vector<int> params_differ;
+  if (m_cfg.mode == "local-sgd") {
+    const auto p0 = model_tensors(m0);
+    for (int r = 1; r < m_cfg.world_size; ++r) {
+      const auto pr = model_tensors(*m_replicas[static_cast<size_t>(r)]);
+      bool same = pr.size() == p0.size();
+      for (size_t i = 0; same && i < pr.size(); ++i) same = pr[i].bytes == p0[i].bytes;
+      if (!same) params_differ.push_back(r);
+    }
   }
 
   if (m_dir) {
@@ -732,6 +942,44 @@ const RunSummary& Run::finish() {
                     {"train_accuracy", e.train_acc}, {"test_loss", e.test_loss}, {"test_accuracy", e.test_acc},
                     {"seconds", e.seconds}});
     j["per_epoch"] = ep;
+    // ---- parallelism mode and communication ----
+    j["mode"] = m_cfg.mode;
+    const TrafficStats& tr = m_summary.traffic;
+    j["traffic"] = {{"bytes_moved", tr.bytes_moved}, {"sent_per_rank", tr.sent}, {"received_per_rank", tr.received},
+                    {"rank0_share", tr.rank0_share},
+                    {"what", "messages of the training steps; rank0_share = bytes sent or received by rank 0 "
+                             "(DataParallel: device 0) / bytes moved"}};
+    const OverlapStats& ov = m_summary.overlap;
+    nlohmann::json per_rank = nlohmann::json::array();
+    for (size_t r = 0; r < ov.comm_seconds.size(); ++r)
+      per_rank.push_back({{"rank", r}, {"comm_seconds", ov.comm_seconds[r]}, {"hidden_seconds", ov.hidden_seconds[r]},
+                          {"hidden_fraction", ov.comm_seconds[r] > 0 ? ov.hidden_seconds[r] / ov.comm_seconds[r] : 0.0}});
+    j["communication"] = {{"per_rank", per_rank}, {"comm_seconds", ov.comm_seconds_total},
+                          {"hidden_seconds", ov.hidden_seconds_total}, {"hidden_fraction", ov.hidden_fraction},
+                          {"overlap", m_cfg.overlap},
+                          {"link", {{"latency_us", m_cfg.link_latency_us}, {"gbps", m_cfg.link_gbps}}},
+                          {"what", "seconds inside collectives during training steps, and the part of them "
+                                   "that overlapped the same rank's backward computation"}};
+    if (m_cfg.mode == "dp") {
+      j["data_parallel"] = {{"devices", m_cfg.world_size}, {"global_batch", m_cfg.batch_size},
+                            {"device0_share_of_bytes", tr.rank0_share},
+                            {"device0_bytes", tr.bytes_moved ? tr.sent[0] + tr.received[0] : 0}};
+    }
+    if (m_cfg.mode == "local-sgd") {
+      nlohmann::json av = nlohmann::json::array();
+      for (const auto& [st, d] : m_summary.drift) av.push_back({{"step", st}, {"drift", d}});
+      j["local_sgd"] = {{"average_every", m_cfg.average_every}, {"warmup_steps", m_cfg.warmup_steps},
+                        {"averagings", m_summary.drift.size()}, {"drift_max", m_summary.drift_max},
+                        {"drift_mean", m_summary.drift_mean}, {"per_averaging", av},
+                        {"ranks_with_different_parameters", params_differ},
+                        {"what", "drift: before an averaging, the largest L2 distance between a rank's "
+                                 "parameters and their average"}};
+      for (int r : params_differ)
+        m_dir->write_weights("final.rank" + std::to_string(r) + ".safetensors",
+                             model_tensors(*m_replicas[static_cast<size_t>(r)]),
+                             {{"format", "pt"}, {"producer", std::string("dtlab ") + kDtlabVersion},
+                              {"rank", std::to_string(r)}});
+    }
     m_dir->write_json("summary.json", j);
   }
   return m_summary;

@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm_stats.h"
 #include "communicator.h"
 #include "config.h"
 #include "dataset.h"
@@ -61,6 +62,10 @@ struct StepRecord {
   uint64_t bytes_sent = 0; // cumulative
   double t = 0;            // seconds since start (wall clock)
   std::vector<BnLayerRecord> bn;
+  // Parallelism modes; written to metrics.jsonl only when set.
+  std::vector<int64_t> chunks;  // --mode dp, device 0: torch.chunk sizes of the global batch over the devices
+  double param_drift = -1;      // --mode local-sgd: L2 distance to the average, before this step's averaging
+  bool grad_sync = true;        // false: a backward under DDP's no_sync (--no-sync-steps), no optimizer step
 };
 
 struct EpochRecord {
@@ -89,6 +94,11 @@ struct RunSummary {
   double samples_per_s = 0;
   int64_t samples = 0;
   std::vector<EpochRecord> epochs;
+  // Communication (comm_stats.h) and the parallelism modes.
+  TrafficStats traffic;                 // training steps only
+  OverlapStats overlap;
+  std::vector<std::pair<int64_t, double>> drift;  // local-sgd: (step, max over ranks) per averaging
+  double drift_max = 0, drift_mean = 0;           // over the averagings
 };
 
 enum class RunState { Created, Running, Paused, Finished, Failed };
@@ -176,6 +186,9 @@ class Run {
   const char* intern(const std::string& name);
   EvalResult evaluate(Model& model, Mode mode, int64_t batch_size, int64_t begin, int64_t end);
   void fail_rank(int rank, const std::exception& e, bool is_comm);
+  // --uneven-data without --join: when ranks ran out of data, replaces a timeout by an error that
+  // says which ranks waited in which collective and which had finished.
+  void throw_if_ranks_ran_out(const std::string& root_what);
   void publish();
 
   RunConfig m_cfg;

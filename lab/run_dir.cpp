@@ -94,7 +94,16 @@ std::string step_record_line(const StepRecord& r) {
     }
     o += '}';
   }
-  o += "]}";
+  o += ']';
+  // Parallelism modes: only when set, so DDP's lines stay as they were.
+  if (!r.chunks.empty()) {
+    o += ",\"chunks\":[";
+    for (size_t i = 0; i < r.chunks.size(); ++i) o += (i ? "," : "") + std::to_string(r.chunks[i]);
+    o += ']';
+  }
+  if (r.param_drift >= 0) o += ",\"param_drift\":" + nlohmann::json(r.param_drift).dump();
+  if (!r.grad_sync) o += ",\"grad_sync\":false";
+  o += '}';
   return o;
 }
 

@@ -6,12 +6,17 @@
 //                       BatchNorm arrays per layer: batch_mean/batch_var (used to normalize),
 //                       local_mean/local_var (the rank's own batch; only when they differ, i.e.
 //                       SyncBN), running_mean/running_var/num_batches_tracked (when tracked).
+//                       Modes add: chunks (dp, device 0: torch.chunk sizes; its batch_size, loss and
+//                       accuracy are the global batch's, other devices' lines have their chunk and
+//                       loss null), param_drift (local-sgd, at averaging steps), grad_sync: false
+//                       (a backward under no_sync).
 //   trace.json          Chrome Trace Event format (open in Perfetto / chrome://tracing): one
 //                       process per rank, compute on thread 0, communication on thread 1
 //   init.safetensors    rank 0's parameters and buffers after DDP's initial broadcast
 //   final.safetensors   rank 0's parameters and buffers at the end
 //   final.rank<R>.buffers.safetensors   rank R's buffers, only where they differ from rank 0's
-//   summary.json        final evaluation, steps, epochs, throughput
+//   summary.json        final evaluation, steps, epochs, throughput; mode, traffic (bytes, rank 0's
+//                       share), communication (seconds, hidden behind backward), local_sgd (drift)
 #pragma once
 
 #include <fstream>

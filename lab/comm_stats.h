@@ -1,0 +1,36 @@
+// Communication figures of a finished run, computed from the ranks' events (training steps only:
+// the initial broadcast and the evaluations are left out).
+//   traffic   bytes moved (every Chunk event is one message, recorded by its sender), what each
+//             rank sent and received, and rank 0's share: (sent + received by rank 0) / bytes
+//             moved. With DataParallel every message starts or ends at device 0 (share 1); with
+//             a ring allreduce a rank carries 2/N of the bytes.
+//   overlap   per rank: seconds inside collectives (Collective events), and the part of them
+//             that ran while the same rank was computing its backward pass (Compute events of
+//             phase Backward): communication hidden behind computation.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "events.h"
+
+namespace lab {
+
+struct TrafficStats {
+  uint64_t bytes_moved = 0;
+  std::vector<uint64_t> sent, received;  // per rank
+  double rank0_share = 0;                // (sent[0] + received[0]) / bytes_moved; 0 when nothing moved
+};
+
+struct OverlapStats {
+  std::vector<double> comm_seconds;    // per rank
+  std::vector<double> hidden_seconds;  // per rank: overlapping the rank's backward
+  double comm_seconds_total = 0, hidden_seconds_total = 0;
+  double hidden_fraction = 0;          // hidden_seconds_total / comm_seconds_total (0 without comm)
+};
+
+// events_per_rank[r]: rank r's events.
+TrafficStats traffic_stats(const std::vector<std::vector<Event>>& events_per_rank);
+OverlapStats overlap_stats(const std::vector<std::vector<Event>>& events_per_rank);
+
+}  // namespace lab

@@ -1,0 +1,203 @@
+// LinkModelWorld: see link_model.h for the model and the waiting rules.
+#include "link_model.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "errors.h"
+#include "events.h"
+
+namespace lab {
+
+namespace {
+
+// Below this much remaining time a wait yields instead of sleeping (sleeps overshoot by ~0.1 ms).
+constexpr double kSpinSeconds = 3e-4;
+constexpr double kMaxSleepSeconds = 2e-3;
+
+// One directed link src -> dst.
+struct Link {
+  std::mutex mu;
+  double free_at = 0;  // when the link has finished serializing the messages posted so far
+  std::deque<std::pair<uint64_t, double>> arrivals;  // (tag, arrival time) in posting order
+};
+
+std::string fmt(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g", s);
+  return buf;
+}
+
+}  // namespace
+
+struct LinkState {
+  int n = 0;
+  std::unique_ptr<Link[]> links;  // links[src * n + dst]
+  Link& link(int src, int dst) { return links[static_cast<size_t>(src) * static_cast<size_t>(n) + static_cast<size_t>(dst)]; }
+};
+
+namespace {
+
+class LinkModelTransport final : public Transport {
+ public:
+  LinkModelTransport(Transport& inner, LinkState& state, const LinkModelOptions& opt)
+      : m_inner(inner), m_state(state), m_opt(opt) {
+    m_timeout = inner.timeout();
+  }
+
+  int rank() const override { return m_inner.rank(); }
+  int world_size() const override { return m_inner.world_size(); }
+  const char* name() const override { return m_inner.name(); }
+
+  void send(int dst, const void* buf, size_t bytes, uint64_t tag) override {
+    sync_settings();
+    check_peer(dst);
+    stamp(dst, bytes, tag);
+    m_inner.send(dst, buf, bytes, tag);
+  }
+
+  void recv(int src, void* buf, size_t bytes, uint64_t tag) override {
+    sync_settings();
+    check_peer(src);
+    m_inner.recv(src, buf, bytes, tag);
+    wait_until(arrival(src, tag), "recv", src, bytes, tag);
+  }
+
+  void sendrecv(int dst, const void* sbuf, size_t sbytes, int src, void* rbuf, size_t rbytes,
+                uint64_t tag) override {
+    sync_settings();
+    check_peer(dst);
+    check_peer(src);
+    const double sent = stamp(dst, sbytes, tag);
+    m_inner.sendrecv(dst, sbuf, sbytes, src, rbuf, rbytes, tag);
+    wait_until(std::max(sent, arrival(src, tag)), "sendrecv", src, rbytes, tag);
+  }
+
+  void sendrecv_reduce(int dst, const float* sbuf, size_t scount, int src, float* acc, size_t rcount,
+                       uint64_t tag) override {
+    sync_settings();
+    check_peer(dst);
+    check_peer(src);
+    const double sent = stamp(dst, scount * sizeof(float), tag);
+    m_inner.sendrecv_reduce(dst, sbuf, scount, src, acc, rcount, tag);
+    wait_until(std::max(sent, arrival(src, tag)), "sendrecv_reduce", src, rcount * sizeof(float), tag);
+  }
+
+  void abort(const std::string& reason) override { m_inner.abort(reason); }
+  bool aborted() const override { return m_inner.aborted(); }
+  std::string abort_reason() const override { return m_inner.abort_reason(); }
+
+ private:
+  // Transport's timeout and hold flag are plain members set on this object; the wrapped
+  // transport must wait under the same rules.
+  void sync_settings() {
+    m_inner.set_timeout(m_timeout);
+    m_inner.set_hold_flag(m_hold);
+  }
+
+  // Out-of-range peers are left to the wrapped transport's error; only guard our array.
+  void check_peer(int peer) const {
+    if (peer < 0 || peer >= m_state.n)
+      throw CommError("rank " + std::to_string(rank()) + ": peer rank " + std::to_string(peer) +
+                      " is outside the world of " + std::to_string(m_state.n) + " ranks");
+  }
+
+  // Posts a message's timing on our link to dst; returns when its last byte has left.
+  double stamp(int dst, size_t bytes, uint64_t tag) {
+    Link& l = m_state.link(rank(), dst);
+    std::lock_guard<std::mutex> lock(l.mu);
+    const double now = now_seconds();
+    const double start = std::max(now, l.free_at);
+    l.free_at = start + (m_opt.bytes_per_s > 0 ? static_cast<double>(bytes) / m_opt.bytes_per_s : 0.0);
+    l.arrivals.emplace_back(tag, l.free_at + m_opt.latency_s);
+    return l.free_at;
+  }
+
+  // Arrival time of the first message with `tag` on the link src -> us (the one just received).
+  double arrival(int src, uint64_t tag) {
+    Link& l = m_state.link(src, rank());
+    std::lock_guard<std::mutex> lock(l.mu);
+    for (auto it = l.arrivals.begin(); it != l.arrivals.end(); ++it)
+      if (it->first == tag) {
+        const double t = it->second;
+        l.arrivals.erase(it);
+        return t;
+      }
+    return 0;  // not stamped: a message posted before the decorator existed
+  }
+
+  void wait_until(double deadline, const char* call, int peer, size_t bytes, uint64_t tag) {
+    double waited = 0;
+    double last = now_seconds();
+    for (;;) {
+      const double now = now_seconds();
+      if (now >= deadline) return;
+      if (m_inner.aborted())
+        throw CommError("rank " + std::to_string(rank()) + ": " + call + " from rank " + std::to_string(peer) +
+                            " aborted: " + m_inner.abort_reason(),
+                        "the first failing rank's error above is the cause; this rank stopped because of it");
+      const bool held = m_hold && m_hold->load(std::memory_order_relaxed);
+      if (!held) waited += now - last;
+      last = now;
+      if (waited > m_timeout) {
+        const std::string msg = "rank " + std::to_string(rank()) + ": timed out after " + fmt(m_timeout) +
+                                " s on the simulated link from rank " + std::to_string(peer) + " (" + call +
+                                ", tag " + std::to_string(tag) + ", " + std::to_string(bytes) +
+                                " bytes): the link model delays this message by " + fmt(deadline - now) +
+                                " s more";
+        m_inner.abort(msg);
+        throw CommError(msg, "raise --timeout, or --link-gbps / lower --link-latency-us");
+      }
+      const double remaining = deadline - now;
+      if (remaining > kSpinSeconds)
+        std::this_thread::sleep_for(std::chrono::duration<double>(std::min(remaining - kSpinSeconds / 2, kMaxSleepSeconds)));
+      else
+        std::this_thread::yield();
+    }
+  }
+
+  Transport& m_inner;
+  LinkState& m_state;
+  LinkModelOptions m_opt;
+};
+
+}  // namespace
+
+LinkModelOptions link_model_options(double latency_us, double gbps) {
+  LinkModelOptions o;
+  o.latency_s = latency_us * 1e-6;
+  o.bytes_per_s = gbps * 1e9 / 8.0;
+  return o;
+}
+
+LinkModelWorld::LinkModelWorld(std::unique_ptr<World> inner, const LinkModelOptions& opt)
+    : m_inner(std::move(inner)), m_opt(opt), m_state(new LinkState) {
+  const int n = m_inner->world_size();
+  if (static_cast<int>(m_inner->local_ranks().size()) != n)
+    throw ConfigError("--link-latency-us/--link-gbps need every rank in this process (emulated ranks)",
+                      "the simulated link shares message arrival times in memory; use --comm threads");
+  m_state->n = n;
+  m_state->links.reset(new Link[static_cast<size_t>(n) * static_cast<size_t>(n)]);
+  for (int r = 0; r < n; ++r)
+    m_transports.push_back(std::make_unique<LinkModelTransport>(m_inner->transport(r), *m_state, m_opt));
+}
+
+LinkModelWorld::~LinkModelWorld() = default;
+
+int LinkModelWorld::world_size() const { return m_inner->world_size(); }
+std::vector<int> LinkModelWorld::local_ranks() const { return m_inner->local_ranks(); }
+
+Transport& LinkModelWorld::transport(int rank) {
+  if (rank < 0 || rank >= m_state->n)
+    throw ConfigError("Invalid rank " + std::to_string(rank) + ", rank should be in the interval [0, " +
+                      std::to_string(m_state->n - 1) + "]");
+  return *m_transports[static_cast<size_t>(rank)];
+}
+
+}  // namespace lab

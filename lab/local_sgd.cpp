@@ -1,0 +1,39 @@
+#include "local_sgd.h"
+
+#include <cassert>
+#include <cmath>
+#include <cstring>
+
+namespace lab {
+
+PeriodicModelAverager::PeriodicModelAverager(int64_t period, int64_t warmup_steps)
+    : m_period(period), m_warmup(warmup_steps) {
+  assert(period >= 1 && warmup_steps >= 0);  // validated with PyTorch's wording in config.cpp
+}
+
+double PeriodicModelAverager::average_parameters(Model& model, Communicator& comm) {
+  const bool average = averages_now();
+  ++m_step;
+  if (!average) return -1.0;
+  // flat_params = torch.cat([p.data.reshape(-1) for p in params]); flat_params /= world_size
+  const std::vector<Param*> params = model.params();
+  m_before.clear();
+  for (const Param* p : params) m_before.insert(m_before.end(), p->value.data.begin(), p->value.data.end());
+  const float world = static_cast<float>(comm.world_size());
+  m_flat.resize(m_before.size());
+  for (size_t i = 0; i < m_flat.size(); ++i) m_flat[i] = m_before[i] / world;
+  comm.allreduce_sum(m_flat.data(), m_flat.size(), CollectiveInfo{"param average", -1});
+  double sq = 0;
+  for (size_t i = 0; i < m_flat.size(); ++i) {
+    const double d = static_cast<double>(m_before[i]) - static_cast<double>(m_flat[i]);
+    sq += d * d;
+  }
+  size_t off = 0;
+  for (Param* p : params) {
+    std::memcpy(p->value.data.data(), m_flat.data() + off, p->value.data.size() * sizeof(float));
+    off += p->value.data.size();
+  }
+  return std::sqrt(sq);
+}
+
+}  // namespace lab
