@@ -41,6 +41,9 @@ void validate_modes(const RunConfig& c) {
     throw ConfigError("--link-latency-us/--link-gbps simulate links between emulated ranks",
                       "use --comm threads, or measure the real network of the other transports");
   if (c.mode == "dp") {
+    if (c.comm != "threads")
+      throw ConfigError("--mode dp is torch.nn.DataParallel: one process driving all its devices",
+                        "run it with --comm threads (the default); for ranks as processes use --mode ddp");
     if (c.bn == "sync")
       throw ConfigError("SyncBatchNorm is only supported within torch.nn.parallel.DistributedDataParallel",
                         "--mode dp normalizes each replica's chunk on its own; use --mode ddp --bn sync");

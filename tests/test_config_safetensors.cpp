@@ -121,3 +121,21 @@ TEST(Safetensors, BadFilesGiveClearErrors) {
   std::ofstream(tmp.file("trunc.safetensors"), std::ios::binary) << bytes.substr(0, bytes.size() - 100);
   EXPECT_THROW(lab::read_safetensors(tmp.file("trunc.safetensors")), lab::IoError);
 }
+
+TEST(Config, ModesRejectCombinationsPyTorchCannotRun) {
+  lab::RunConfig c;
+  c.mode = "dp";
+  c.world_size = 4;
+  c.comm = "mpi";  // DataParallel is one process
+  EXPECT_THROW(lab::validate(c), lab::ConfigError);
+  c.comm = "threads";
+  c.bn = "sync";
+  try {
+    lab::validate(c);
+    FAIL();
+  } catch (const lab::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("SyncBatchNorm is only supported within"), std::string::npos) << e.what();
+  }
+  c.bn = "local";
+  EXPECT_NO_THROW(lab::validate(c));
+}
