@@ -1,5 +1,7 @@
 #include "transport.h"
 
+#include "errors.h"
+
 namespace lab {
 
 void Transport::sendrecv_reduce(int dst, const float* sbuf, size_t scount, int src, float* acc, size_t rcount,
@@ -7,6 +9,10 @@ void Transport::sendrecv_reduce(int dst, const float* sbuf, size_t scount, int s
   if (m_scratch.size() < rcount) m_scratch.resize(rcount);
   sendrecv(dst, sbuf, scount * sizeof(float), src, m_scratch.data(), rcount * sizeof(float), tag);
   for (size_t i = 0; i < rcount; ++i) acc[i] += m_scratch[i];
+}
+
+void Transport::native_allreduce_sum(float*, size_t) {
+  throw ConfigError("--allreduce mpi needs --comm mpi (a transport with its own allreduce)");
 }
 
 }  // namespace lab

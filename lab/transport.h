@@ -35,6 +35,10 @@ class Transport {
   virtual void sendrecv_reduce(int dst, const float* sbuf, size_t scount, int src, float* acc,
                                size_t rcount, uint64_t tag);
 
+  // The transport's own allreduce (sum, float32, in place), e.g. MPI_Allreduce: a black-box peer
+  // for comparison. The default throws ConfigError.
+  virtual void native_allreduce_sum(float* data, size_t count);
+
   // Tells every other rank that this rank failed with `reason` (their calls then throw).
   virtual void abort(const std::string& reason) = 0;
   // True once any rank has aborted; reason of the first abort.
