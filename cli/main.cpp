@@ -64,6 +64,10 @@ void add_run_flags(CLI::App& app, lab::RunConfig& c, std::string& bn_momentum) {
   app.add_option("--comm", c.comm, "transport between ranks: threads (emulated ranks in this process)")
       ->capture_default_str();
   app.add_option("--timeout", c.timeout_s, "seconds any collective may wait before the run fails")->capture_default_str();
+  app.add_option("--allreduce", c.allreduce,
+                 "allreduce algorithm: ring, naive (gather to rank 0 and back), tree (recursive halving-doubling), "
+                 "mpi (the transport's own, with --comm mpi)")
+      ->capture_default_str();
   app.add_option("--out", c.out_dir, "run directory to write (config, metrics, trace, weights, summary)");
   app.add_option("--init", c.init, "start from these weights (safetensors with PyTorch state_dict names)");
   app.add_option("--trace-steps", c.trace_steps, "iterations written to trace.json (-1: all)")->capture_default_str();

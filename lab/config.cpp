@@ -37,6 +37,11 @@ void validate(const RunConfig& c) {
                                                            "sync: SyncBatchNorm (global statistics)");
   if (c.comm != "threads")
     throw ConfigError("--comm: unknown transport '" + c.comm + "'", "this build supports: threads");
+  if (c.allreduce != "ring" && c.allreduce != "naive" && c.allreduce != "tree" && c.allreduce != "mpi")
+    throw ConfigError("--allreduce: unknown algorithm '" + c.allreduce + "'",
+                      "choose ring, naive (gather to rank 0), tree (recursive halving-doubling) or mpi");
+  if (c.allreduce == "mpi" && c.comm != "mpi")
+    throw ConfigError("--allreduce mpi needs --comm mpi (a transport with its own allreduce)");
   if (c.epochs < 1 && c.steps <= 0)
     throw ConfigError("--epochs must be at least 1, got " + std::to_string(c.epochs));
   if (c.steps < 0) throw ConfigError("--steps must be >= 0, got " + std::to_string(c.steps));
@@ -110,6 +115,7 @@ std::string to_toml(const RunConfig& c, const std::vector<std::pair<std::string,
   o << "broadcast_buffers = " << b(c.broadcast_buffers) << "\n";
   o << "bucket_cap_mb = " << d(c.bucket_cap_mb) << "\n";
   o << "timeout_s = " << d(c.timeout_s) << "\n";
+  o << "allreduce = " << q(c.allreduce) << "\n";
   o << "\n[optim]\n";
   o << "lr = " << d(c.lr) << "\n";
   o << "momentum = " << d(c.momentum) << "\n";
@@ -188,6 +194,7 @@ RunConfig config_from_toml_file(const std::string& path) {
       else if (key == "distributed.broadcast_buffers") bln(c.broadcast_buffers);
       else if (key == "distributed.bucket_cap_mb") dbl(c.bucket_cap_mb);
       else if (key == "distributed.timeout_s") dbl(c.timeout_s);
+      else if (key == "distributed.allreduce") str(c.allreduce);
       else if (key == "optim.lr") dbl(c.lr);
       else if (key == "optim.momentum") dbl(c.momentum);
       else if (key == "optim.weight_decay") dbl(c.weight_decay);

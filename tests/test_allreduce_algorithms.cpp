@@ -7,15 +7,18 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <random>
 #include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "config.h"
 #include "errors.h"
 #include "rank_threads.h"
 #include "ring_allreduce.h"
+#include "test_util.h"
 
 namespace {
 
@@ -404,6 +407,43 @@ TEST(AllreduceAlgorithms, NativeNeedsATransportWithItsOwnAllreduce) {
       ADD_FAILURE() << "expected ConfigError, got: " << message_of(e);
     }
   }
+}
+
+// --allreduce: validated, written to config.toml under [distributed] and read back.
+TEST(AllreduceAlgorithms, ConfigValidatesAndRoundTripsTheAlgorithm) {
+  lab::RunConfig c;
+  EXPECT_EQ(c.allreduce, "ring");
+  c.allreduce = "tree";
+  testutil::TempDir tmp;
+  const std::string toml = lab::to_toml(c, {{"allreduce", "tree"}});
+  EXPECT_NE(toml.find("[distributed]"), std::string::npos);
+  EXPECT_NE(toml.find("allreduce = \"tree\""), std::string::npos);
+  std::ofstream(tmp.file("config.toml")) << toml;
+  EXPECT_EQ(lab::config_from_toml_file(tmp.file("config.toml")).allreduce, "tree");
+  c.allreduce = "butterfly";
+  EXPECT_THROW(lab::validate(c), lab::ConfigError);
+  c.allreduce = "mpi";  // needs a transport with its own allreduce
+  try {
+    lab::validate(c);
+    ADD_FAILURE() << "--allreduce mpi with --comm threads was accepted";
+  } catch (const lab::ConfigError& e) {
+    EXPECT_CONTAINS(e.what(), "--allreduce mpi needs --comm mpi");
+  }
+}
+
+TEST(AllreduceAlgorithms, CliFlagPicksTheAlgorithm) {
+  auto r = testutil::run_cli("run --help");
+  EXPECT_CONTAINS(r.out, "--allreduce");
+  r = testutil::run_cli("run --allreduce butterfly");
+  EXPECT_EQ(r.exit_code, lab::kExitUsage) << r.out;
+  EXPECT_CONTAINS(r.out, "butterfly");
+  DTLAB_REQUIRE_DATASET();
+  testutil::TempDir d;
+  r = testutil::run_cli("run --model mlp --world-size 3 --batch-size 16 --limit-train 96 --limit-test 16 --steps 2 "
+                        "--allreduce tree --out " + d.file("run"));
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_CONTAINS(r.out, "allreduce=tree");  // the header names the algorithm used
+  EXPECT_CONTAINS(testutil::read_file(d.file("run/config.toml")), "allreduce = \"tree\"");
 }
 
 }  // namespace
