@@ -3,6 +3,7 @@
 //
 //   dtlab run   [flags]        train, write a run directory
 //   dtlab bench train [flags]  training throughput (samples/s) on a fixed batch
+//   dtlab bench allreduce [flags]  allreduce time and bandwidth per size, nccl-tests style
 //   dtlab version
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include <CLI/CLI.hpp>
 
 #include "backends.h"
+#include "bench_allreduce.h"
 #include "bench_train.h"
 #include "config.h"
 #include "errors.h"
@@ -209,6 +211,27 @@ int main(int argc, char** argv) {
   bench_train->add_option("--seconds", bopt.seconds, "target seconds per timing round")->capture_default_str();
   bench_train->add_option("--rounds", bopt.rounds, "timing rounds (the median is reported)")->capture_default_str();
 
+  lab::BenchAllreduceOptions aopt;
+  CLI::App* bench_allreduce = bench_cmd->add_subcommand(
+      "allreduce", "allreduce time, algbw, busbw and #wrong per size (nccl-tests style), with a copy floor");
+  bench_allreduce->add_option("--world-sizes", aopt.world_sizes, "world sizes, e.g. 2,4,8")
+      ->delimiter(',')
+      ->capture_default_str();
+  bench_allreduce->add_option("--algorithms", aopt.algorithms, "algorithms among ring,naive,tree")
+      ->delimiter(',')
+      ->capture_default_str();
+  bench_allreduce->add_option("--comm", aopt.comm, "transport: threads (emulated ranks)")->capture_default_str();
+  bench_allreduce->add_option("--min-bytes", aopt.min_bytes, "smallest message (bytes)")->capture_default_str();
+  bench_allreduce->add_option("--max-bytes", aopt.max_bytes, "largest message (bytes)")->capture_default_str();
+  bench_allreduce->add_option("--step-factor", aopt.step_factor, "each size is this times the previous one")
+      ->capture_default_str();
+  bench_allreduce->add_option("--warmup", aopt.warmup, "untimed calls per size and algorithm")->capture_default_str();
+  bench_allreduce->add_option("--batches", aopt.batches, "timed batches (the median is reported)")->capture_default_str();
+  bench_allreduce->add_option("--batch-seconds", aopt.batch_seconds, "target seconds per batch")->capture_default_str();
+  bench_allreduce->add_option("--max-calls", aopt.max_calls, "calls per batch at most")->capture_default_str();
+  bench_allreduce->add_option("--timeout", aopt.timeout_s, "seconds a rank may wait before the benchmark fails")
+      ->capture_default_str();
+
   app.add_subcommand("version", "print the version and the backends of this build");
 
   if (argc == 1) {
@@ -231,6 +254,7 @@ int main(int argc, char** argv) {
       return cmd_run(cfg);
     }
     if (bench_train->parsed()) return lab::bench_train(bopt);
+    if (bench_allreduce->parsed()) return lab::bench_allreduce(aopt);
   } catch (const lab::Error& e) {
     std::fprintf(stderr, "dtlab: error: %s\n", e.what());
     if (!e.hint().empty()) std::fprintf(stderr, "  hint: %s\n", e.hint().c_str());
