@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# Allreduce of dtlab's emulated ranks (`dtlab bench allreduce`: ring, naive, tree over the
+# threads transport) next to Open MPI's MPI_Allreduce (../shared/peers/mpi_allreduce_bench.c),
+# measured in one run on this machine, interleaved per world size (MPI N, dtlab N) so that both
+# see the same machine noise. Prints per N and size the ratios, then the summary against the
+# targets, and a one-line verdict last.
+#
+#   busbw ratio  = dtlab busbw / MPI busbw (same sizes; busbw = S/t x 2(N-1)/N for both)
+#   time ratio   = MPI time / dtlab time (> 1: dtlab faster), reported for 4-64 KB
+#   floor eff    = copy-floor time / best algorithm's time (bench allreduce's eff column)
+# Targets: ring busbw ratio over 1-64 MB >= 2 (geometric mean) and >= 1.5 (every size) for each
+# N; 4-64 KB time ratio >= 1.0; best algorithm >= 0.8 of the copy floor at 1-64 MB for N <= 4.
+#
+# Usage: tools/bench_allreduce_vs_mpi.sh [--world-sizes 2,4,8] [--min-bytes 4096] [--max-bytes 67108864]
+# Needs: a built dtlab (tools/setup.sh) and Open MPI (installed here when missing).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+world_sizes=2,4,8 min_bytes=4096 max_bytes=67108864
+while (($#)); do
+  case "$1" in
+    --world-sizes) world_sizes=$2; shift 2 ;;
+    --min-bytes) min_bytes=$2; shift 2 ;;
+    --max-bytes) max_bytes=$2; shift 2 ;;
+    *) echo "unknown argument: $1" >&2; exit 2 ;;
+  esac
+done
+peer=${DTLAB_PEERS_DIR:-../shared/peers}/mpi_allreduce_bench.c
+[[ -f "$peer" ]] || { echo "Open MPI peer not found at $peer (set DTLAB_PEERS_DIR)" >&2; exit 2; }
+if ! command -v mpicc >/dev/null || ! command -v mpirun >/dev/null; then
+  echo "# installing Open MPI (openmpi-bin libopenmpi-dev)"
+  SUDO=""
+  if [[ $(id -u) -ne 0 ]]; then
+    command -v sudo >/dev/null || { echo "need root (or sudo) to install openmpi-bin libopenmpi-dev" >&2; exit 2; }
+    SUDO="sudo"
+  fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends openmpi-bin libopenmpi-dev >/dev/null
+fi
+if [[ -d build ]]; then cmake --build build -j"$(nproc)" >/dev/null; else tools/setup.sh >/dev/null; fi
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+mpicc -O2 "$peer" -o "$tmp/mpi_allreduce_bench"
+mpirun_args=(--oversubscribe --bind-to none --timeout 600)
+[[ $(id -u) -eq 0 ]] && mpirun_args+=(--allow-run-as-root)
+
+echo "# dtlab bench allreduce vs Open MPI $(mpirun --version 2>/dev/null | head -1 | awk '{print $NF}'), $(nproc) cores, world sizes $world_sizes, $min_bytes..$max_bytes bytes"
+echo "# MPI: mpirun ${mpirun_args[*]} -np N mpi_allreduce_bench (out of place); dtlab: in place, threads transport"
+IFS=, read -r -a sizes_n <<<"$world_sizes"
+for n in "${sizes_n[@]}"; do
+  mpirun "${mpirun_args[@]}" -np "$n" "$tmp/mpi_allreduce_bench" "$min_bytes" "$max_bytes" >"$tmp/mpi_$n.txt"
+  build/dtlab bench allreduce --world-sizes "$n" --algorithms ring,naive,tree --min-bytes "$min_bytes" \
+    --max-bytes "$max_bytes" --timeout 600 >"$tmp/lab_$n.txt"
+done
+grep -hE '^#   [^ ]' "$tmp/lab_${sizes_n[0]}.txt" | sed 's/^#   /# dtlab: /'
+
+# One line per (N, size): N bytes mpi_us mpi_busbw ring_us ring_busbw naive_us naive_busbw tree_us
+# tree_busbw floor_eff best wrong
+for n in "${sizes_n[@]}"; do
+  awk -v n="$n" 'NR == FNR { if ($1 ~ /^[0-9]+$/) { mt[$1] = $2; mb[$1] = $4; ok[$1] = $5 } next }
+    $1 ~ /^[0-9]+$/ && ($1 in mt) {
+      wrong = $8 + $12 + $16 + (ok[$1] == "ok" ? 0 : 1)
+      print n, $1, mt[$1], mb[$1], $5, $7, $9, $11, $13, $15, $19, $20, wrong }' \
+    "$tmp/mpi_$n.txt" "$tmp/lab_$n.txt"
+done >"$tmp/joined.txt"
+
+awk -v lo_small=4096 -v hi_small=65536 -v lo_big=1048576 -v hi_big=67108864 '
+  function min(a, b) { return a < b ? a : b }
+  function kb(b) { return b >= 1048576 ? sprintf("%d MB", b / 1048576) : sprintf("%d KB", b / 1024) }
+  {
+    n = $1; b = $2; mt = $3; mb = $4; rt = $5; rb = $6; nt = $7; nb = $8; tt = $9; tb = $10; eff = $11; best = $12
+    wrong += $13
+    bt = min(rt, min(nt, tt)); bb = rb; if (nb > bb) bb = nb; if (tb > bb) bb = tb
+    if (n != last) {
+      printf "#\n# N = %d        MPI              dtlab busbw (GB/s)          busbw ratio dtlab/MPI      time ratio MPI/dtlab   floor\n", n
+      printf "#   size    time(us) busbw    ring   naive    tree     ring   naive    tree  best    ring   best        eff best\n"
+      last = n; ns[++nn] = n
+    }
+    small = b >= lo_small && b <= hi_small
+    printf "%8s %10.1f %6.3f %7.3f %7.3f %7.3f   %6.2f %6.2f %6.2f %5.2f", kb(b), mt, mb, rb, nb, tb, rb / mb, nb / mb, tb / mb, bb / mb
+    if (small) printf "   %6.2f %6.2f", mt / rt, mt / bt; else printf "   %6s %6s", "-", "-"
+    printf "   %6.2f %s\n", eff, best
+    if (b >= lo_big && b <= hi_big) {
+      lr[n] += log(rb / mb); cnt[n]++
+      if (!(n in mr) || rb / mb < mr[n]) { mr[n] = rb / mb; mrs[n] = kb(b) }
+      if (n <= 4) { if (!have_eff || eff < min_eff) { min_eff = eff; min_eff_at = "N=" n " " kb(b) } have_eff = 1; le += log(eff); ce++ }
+    }
+    if (small) {
+      if (!have_small || mt / rt < min_small) { min_small = mt / rt; min_small_at = "N=" n " " kb(b) }
+      if (!have_small || mt / bt < min_small_best) { min_small_best = mt / bt; min_small_best_at = "N=" n " " kb(b) }
+      have_small = 1
+    }
+  }
+  END {
+    pass = wrong == 0
+    print "#"
+    print "# summary (targets: ring busbw ratio geomean >= 2.0 and min >= 1.5 over 1-64 MB for every N;"
+    print "#          4-64 KB time ratio >= 1.0; best algorithm >= 0.8 of the copy floor over 1-64 MB, N <= 4)"
+    verdict = ""
+    for (i = 1; i <= nn; i++) {
+      n = ns[i]
+      if (!cnt[n]) { printf "ring busbw ratio N=%d: no sizes in 1-64 MB\n", n; continue }
+      g = exp(lr[n] / cnt[n]); ok = g >= 2.0 && mr[n] >= 1.5; pass = pass && ok
+      printf "ring busbw ratio N=%d, 1-64 MB: geomean %.2f, min %.2f (%s)  %s\n", n, g, mr[n], mrs[n], ok ? "met" : "NOT met"
+      verdict = verdict sprintf(" N=%d %.2f (min %.2f)", n, g, mr[n])
+    }
+    if (have_small) {
+      ok_ring = min_small >= 1.0; ok_best = min_small_best >= 1.0; pass = pass && ok_ring
+      printf "small messages 4-64 KB, MPI time / dtlab time: ring min %.2f (%s) %s; best algorithm min %.2f (%s) %s\n",
+             min_small, min_small_at, ok_ring ? "met" : "NOT met", min_small_best, min_small_best_at, ok_best ? "met" : "NOT met"
+    }
+    if (have_eff) {
+      ok = min_eff >= 0.8; pass = pass && ok
+      printf "best algorithm / copy floor, N <= 4, 1-64 MB: min %.2f (%s), geomean %.2f  %s\n", min_eff, min_eff_at, exp(le / ce), ok ? "met" : "NOT met"
+    }
+    printf "#wrong over every dtlab and MPI check: %d\n", wrong
+    printf "verdict: %s | ring/MPI busbw geomean%s | 4-64 KB MPI/dtlab time min ring %.2f best %.2f | floor eff min %.2f | wrong %d\n",
+           pass ? "ALL TARGETS MET" : "TARGETS NOT ALL MET", verdict, min_small, min_small_best, min_eff, wrong
+  }' "$tmp/joined.txt"
