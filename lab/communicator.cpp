@@ -121,7 +121,7 @@ AllreduceAlgorithm parse_allreduce_algorithm(const std::string& name) {
 void Communicator::allreduce_sum(float* data, size_t count, CollectiveInfo info) {
   guarded(*this, "allreduce", m_seq, info, [&] {
     switch (m_algorithm) {
-      case AllreduceAlgorithm::Ring: ring_allreduce(*this, data, count, info); break;
+      case AllreduceAlgorithm::Ring: ring_allreduce_pipelined(*this, data, count, info); break;
       case AllreduceAlgorithm::Naive: naive_allreduce(*this, data, count, info); break;
       case AllreduceAlgorithm::Tree: tree_allreduce(*this, data, count, info); break;
       case AllreduceAlgorithm::Native: {
