@@ -6,11 +6,14 @@
 // the transport's zero-copy, fused path (a plain send() may copy, a plain recv() cannot add).
 #include "tree_allreduce.h"
 
+#include <cstring>
+#include <vector>
+
 #include "ring_allreduce.h"  // RingChunks: the same split, into p blocks
 
 namespace lab {
 
-void tree_allreduce(Communicator& comm, float* data, size_t count, CollectiveInfo info) {
+void tree_allreduce(Communicator& comm, float* data, size_t count, CollectiveInfo info, size_t doubling_max_bytes) {
   Transport& t = comm.transport();
   const int n = comm.world_size();
   const int r = comm.rank();
@@ -76,12 +79,29 @@ void tree_allreduce(Communicator& comm, float* data, size_t count, CollectiveInf
            [&] { t.sendrecv(partner, nullptr, 0, partner, data, count * sizeof(float), tag); });
     } else {
       const int extra = r + p;  // this rank's extra rank, when extra < n
+      bool levels_done = false;  // the small-message path did the butterfly already
       if (extra < n)
         step(Phase::Gather, 0, extra, r, 0, count,
              [&] { t.sendrecv_reduce(extra, nullptr, 0, extra, data, count, tag); });
 
+      if (count * sizeof(float) <= doubling_max_bytes) {
+        // Small message: recursive doubling. Partners swap whole partial sums and both add; the
+        // partner reads a snapshot (the transport reads the sender's buffer in place while this
+        // rank adds into it).
+        thread_local std::vector<float> snapshot;
+        snapshot.resize(count);
+        for (int k = 0; k < levels; ++k) {
+          const int d = p >> (k + 1);
+          const int partner = r ^ d;
+          step(Phase::ReduceScatter, k, r, partner, 0, count, [&] {
+            if (count > 0) std::memcpy(snapshot.data(), data, count * sizeof(float));
+            t.sendrecv_reduce(partner, snapshot.data(), count, partner, data, count, tag);
+          });
+        }
+        levels_done = true;
+      }
       // Reduce-scatter by recursive halving: the range [first, first + 2d) splits in two halves.
-      for (int k = 0; k < levels; ++k) {
+      for (int k = 0; k < levels && !levels_done; ++k) {
         const int d = p >> (k + 1);
         const int partner = r ^ d;
         const int first = r & ~(2 * d - 1);
@@ -93,7 +113,7 @@ void tree_allreduce(Communicator& comm, float* data, size_t count, CollectiveInf
         });
       }
       // Allgather by recursive doubling: exchange finished ranges; each doubles.
-      for (int k = 0; k < levels; ++k) {
+      for (int k = 0; k < levels && !levels_done; ++k) {
         const int d = 1 << k;
         const int partner = r ^ d;
         const int mine = r & ~(d - 1);

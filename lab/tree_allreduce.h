@@ -24,6 +24,13 @@
 //     fold-out,       step 0, only when rem > 0: rank r - p sends the result to the extra
 //                     rank r (Phase::Broadcast).
 //
+// Small messages (count x 4 <= kTreeDoublingBytes): recursive doubling instead, as MPI libraries
+// do for short messages. The same fold, then step k = 0 .. L-1 with the same d = p >> (k + 1):
+// partners swap their whole partial sums and both add (Phase::ReduceScatter, chunk 0, S bytes).
+// L steps instead of 2L, each moving the whole buffer: fewer waits on peers, which is what costs
+// when messages are small or ranks outnumber cores. It is the same butterfly, so every element
+// is summed in the same order as on the halving-doubling path: the same bits.
+//
 // Each block's final value is computed once, by its owner, and only copied afterwards: every rank
 // ends with bitwise identical results. Summation order of an element of block b: the fold adds
 // x[r + p] to x[r]; then step k adds the partial sums of two groups of 2^k core ranks.
@@ -35,7 +42,9 @@
 //                      + S in the fold-out when r < rem.
 //   extra rank r >= p:  S (fold-in) and nothing else.
 // When p divides count, a core rank sends 2(p-1)/p S (as a ring of p ranks does), in 2L messages
-// instead of 2(p-1): fewer steps, so less waiting on peers for small messages.
+// instead of 2(p-1). On the recursive-doubling path a core rank sends L S (+ S in the fold-out).
+// In both, every rank ends with bitwise identical results: on the doubling path both partners
+// compute the same sum of the same two operands (float addition commutes).
 //
 // Every rank calls comm.gate() before each step it takes part in, with the event of the transfer
 // it sends (or, for a rank that only receives in that step, the transfer it receives); the sender
@@ -49,8 +58,13 @@
 
 namespace lab {
 
+// Messages up to this size take the recursive-doubling path (see above).
+constexpr size_t kTreeDoublingBytes = size_t{64} << 10;
+
 // In-place sum of data (count floats) over all ranks of comm. Throws what the transport throws
-// (CommError); Communicator::allreduce_sum adds the operation context.
-void tree_allreduce(Communicator& comm, float* data, size_t count, CollectiveInfo info);
+// (CommError); Communicator::allreduce_sum adds the operation context. Buffers of at most
+// doubling_max_bytes take the recursive-doubling path.
+void tree_allreduce(Communicator& comm, float* data, size_t count, CollectiveInfo info,
+                    size_t doubling_max_bytes = kTreeDoublingBytes);
 
 }  // namespace lab

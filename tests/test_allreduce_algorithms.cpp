@@ -4,6 +4,7 @@
 // receive, consistent events and gate calls, and failures that stop every rank quickly.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -19,6 +20,7 @@
 #include "rank_threads.h"
 #include "ring_allreduce.h"
 #include "test_util.h"
+#include "tree_allreduce.h"
 
 namespace {
 
@@ -31,6 +33,30 @@ using labtest::RankWorld;
 
 const AllreduceAlgorithm kAlgorithms[] = {AllreduceAlgorithm::Ring, AllreduceAlgorithm::Naive,
                                           AllreduceAlgorithm::Tree};
+
+// What the tests run: every algorithm through Communicator::allreduce_sum, plus the tree with its
+// small-message (recursive doubling) path switched off, so that both tree paths meet small counts.
+struct Variant {
+  AllreduceAlgorithm algo;
+  bool halving_only;  // tree: halving-doubling at every size
+  std::string name() const { return std::string(lab::allreduce_algorithm_name(algo)) + (halving_only ? "-halving" : ""); }
+  size_t doubling_max_bytes() const { return halving_only ? 0 : lab::kTreeDoublingBytes; }
+  // Whether a buffer of count floats takes the tree's recursive-doubling path (an empty one does).
+  bool doubling(size_t count) const {
+    return algo == AllreduceAlgorithm::Tree && count * sizeof(float) <= doubling_max_bytes();
+  }
+  void run(lab::Communicator& comm, float* data, size_t count, lab::CollectiveInfo info) const {
+    comm.set_allreduce_algorithm(algo);
+    if (halving_only)
+      lab::tree_allreduce(comm, data, count, info, doubling_max_bytes());
+    else
+      comm.allreduce_sum(data, count, info);
+  }
+};
+const Variant kVariants[] = {{AllreduceAlgorithm::Ring, false},
+                             {AllreduceAlgorithm::Naive, false},
+                             {AllreduceAlgorithm::Tree, false},
+                             {AllreduceAlgorithm::Tree, true}};
 
 // Awkward counts: empty, single, one less or more than N, primes, and a large odd size.
 std::vector<size_t> counts_for(int n) {
@@ -74,28 +100,25 @@ TEST(AllreduceAlgorithm, NamesParseBack) {
 // Rank r contributes r (and, in a second call, r + 1): the sums n(n-1)/2 and n(n+1)/2 are exact
 // whatever the order, so every algorithm must hit them exactly, on every rank, for every count.
 TEST(AllreduceAlgorithms, ExactSumsForAllWorldSizesAndCounts) {
-  for (AllreduceAlgorithm algo : kAlgorithms)
+  for (const Variant& v : kVariants)
     for (int n = 1; n <= 8; ++n) {
       RankWorld w(n);
-      for (int r = 0; r < n; ++r) w.comms[r]->set_allreduce_algorithm(algo);
       const auto counts = counts_for(n);
       std::vector<std::vector<std::vector<float>>> a(n), b(n);  // [rank][count index]
       expect_no_errors(w.run([&](int r, lab::Communicator& comm) {
         for (size_t count : counts) {
           a[r].emplace_back(count, static_cast<float>(r));
           b[r].emplace_back(count, static_cast<float>(r + 1));
-          comm.allreduce_sum(a[r].back().data(), count, {"test", 0});
-          comm.allreduce_sum(b[r].back().data(), count, {"test", 1});
+          v.run(comm, a[r].back().data(), count, {"test", 0});
+          v.run(comm, b[r].back().data(), count, {"test", 1});
         }
       }));
       for (size_t ci = 0; ci < counts.size(); ++ci) {
         const std::vector<float> want_a(counts[ci], static_cast<float>(n * (n - 1) / 2));
         const std::vector<float> want_b(counts[ci], static_cast<float>(n * (n + 1) / 2));
         for (int r = 0; r < n; ++r) {
-          EXPECT_EQ(first_mismatch(a[r][ci], want_a), -1)
-              << lab::allreduce_algorithm_name(algo) << " n=" << n << " count=" << counts[ci] << " rank " << r;
-          EXPECT_EQ(first_mismatch(b[r][ci], want_b), -1)
-              << lab::allreduce_algorithm_name(algo) << " n=" << n << " count=" << counts[ci] << " rank " << r;
+          EXPECT_EQ(first_mismatch(a[r][ci], want_a), -1) << v.name() << " n=" << n << " count=" << counts[ci] << " rank " << r;
+          EXPECT_EQ(first_mismatch(b[r][ci], want_b), -1) << v.name() << " n=" << n << " count=" << counts[ci] << " rank " << r;
         }
       }
     }
@@ -135,8 +158,9 @@ TEST(AllreduceAlgorithms, BitwiseIdenticalAcrossRanksInTheDocumentedOrder) {
   std::mt19937 gen(99);
   std::uniform_real_distribution<float> mant(-1.0f, 1.0f);
   std::uniform_int_distribution<int> expo(-10, 10);
-  for (AllreduceAlgorithm algo : kAlgorithms)
+  for (const Variant& v : kVariants)
     for (int n = 2; n <= 8; ++n) {
+      const AllreduceAlgorithm algo = v.algo;
       const size_t count = 1000 + 3 * n;
       std::vector<std::vector<float>> in(n, std::vector<float>(count));
       for (auto& v : in)
@@ -144,8 +168,7 @@ TEST(AllreduceAlgorithms, BitwiseIdenticalAcrossRanksInTheDocumentedOrder) {
       std::vector<std::vector<float>> out = in;
       RankWorld w(n);
       expect_no_errors(w.run([&](int r, lab::Communicator& comm) {
-        comm.set_allreduce_algorithm(algo);
-        comm.allreduce_sum(out[r].data(), count, {});
+        v.run(comm, out[r].data(), count, {});
       }));
       std::vector<float> want(count);
       for (size_t i = 0; i < count; ++i)
@@ -154,11 +177,67 @@ TEST(AllreduceAlgorithms, BitwiseIdenticalAcrossRanksInTheDocumentedOrder) {
                                                       : tree_order(in, i, n);
       for (int r = 0; r < n; ++r) {
         EXPECT_EQ(first_mismatch(out[r], out[0]), -1)
-            << lab::allreduce_algorithm_name(algo) << " n=" << n << " rank " << r << " differs from rank 0";
+            << v.name() << " n=" << n << " rank " << r << " differs from rank 0";
         EXPECT_EQ(first_mismatch(out[r], want), -1)
-            << lab::allreduce_algorithm_name(algo) << " n=" << n << " rank " << r << " is not the documented order";
+            << v.name() << " n=" << n << " rank " << r << " is not the documented order";
       }
     }
+}
+
+uint64_t want_sent(const Variant& v, int r, int n, size_t count);
+
+// The pipelined ring (what AllreduceAlgorithm::Ring runs) against the plain ring, the reference:
+// the same bits on random inputs for segment sizes that cut chunks into 1, 2, 3 and many
+// segments, and per segment one Chunk event and one gate call, with the plain ring's steps,
+// chunks and neighbours and the same bytes in total.
+TEST(AllreduceAlgorithms, PipelinedRingMatchesThePlainRingBitForBit) {
+  std::mt19937 gen(7);
+  std::uniform_real_distribution<float> mant(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> expo(-10, 10);
+  for (int n : {2, 3, 5, 8})
+    for (size_t count : {size_t{0}, size_t{5}, static_cast<size_t>(n * 64 + 3), size_t{4099}})
+      for (size_t segment_bytes : {size_t{4}, size_t{100}, size_t{1024}, lab::kRingSegmentBytes}) {
+        if (segment_bytes < 100 && count > 1000) continue;  // thousands of steps: slow, adds nothing
+        const std::string where =
+            "n=" + std::to_string(n) + " count=" + std::to_string(count) + " segment=" + std::to_string(segment_bytes);
+        std::vector<std::vector<float>> in(n, std::vector<float>(count));
+        for (auto& v : in)
+          for (auto& x : v) x = std::ldexp(mant(gen), expo(gen));
+        std::vector<std::vector<float>> plain = in, piped = in;
+        RankWorld wp(n), wq(n);
+        expect_no_errors(wp.run([&](int r, lab::Communicator& comm) {
+          lab::ring_allreduce(comm, plain[r].data(), count, {"grad bucket", 0});
+        }));
+        expect_no_errors(wq.run([&](int r, lab::Communicator& comm) {
+          lab::ring_allreduce_pipelined(comm, piped[r].data(), count, {"grad bucket", 0}, segment_bytes);
+        }));
+        const lab::RingChunks ch{count, n};
+        const size_t seg_elems = std::max<size_t>(1, segment_bytes / sizeof(float));
+        const size_t segments = std::max<size_t>(1, (ch.size(0) + seg_elems - 1) / seg_elems);
+        for (int r = 0; r < n; ++r) {
+          EXPECT_EQ(first_mismatch(piped[r], plain[r]), -1) << where << " rank " << r;
+          std::vector<lab::Event> sent;
+          for (const auto& e : wq.events(r))
+            if (e.kind == lab::EventKind::Chunk) sent.push_back(e);
+          ASSERT_EQ(sent.size(), 2 * (n - 1) * segments) << where << " rank " << r;
+          uint64_t bytes = 0;
+          for (size_t i = 0; i < sent.size(); ++i) {
+            const size_t j = i / (2 * (n - 1));  // segment
+            const int k = static_cast<int>(i % (2 * (n - 1)));
+            const bool rs = k < n - 1;
+            const int s = rs ? k : k - (n - 1);
+            const int c = rs ? mod(r - s, n) : mod(r + 1 - s, n);
+            EXPECT_EQ(sent[i].phase, rs ? lab::Phase::ReduceScatter : lab::Phase::Allgather) << where;
+            EXPECT_EQ(sent[i].ring_step, s) << where;
+            EXPECT_EQ(sent[i].chunk, c) << where;
+            EXPECT_EQ(sent[i].dst, mod(r + 1, n)) << where;
+            EXPECT_EQ(sent[i].bytes, (ch.size(c) * (j + 1) / segments - ch.size(c) * j / segments) * sizeof(float))
+                << where << " segment " << j;
+            bytes += sent[i].bytes;
+          }
+          EXPECT_EQ(bytes, want_sent(Variant{AllreduceAlgorithm::Ring, false}, r, n, count)) << where << " rank " << r;
+        }
+      }
 }
 
 // Records every gate call per rank.
@@ -173,10 +252,10 @@ class RecordingGate : public lab::StepGate {
 };
 
 // Bytes rank r must send, per the algorithm headers (S = count floats).
-uint64_t want_sent(AllreduceAlgorithm algo, int r, int n, size_t count) {
+uint64_t want_sent(const Variant& v, int r, int n, size_t count) {
   const uint64_t s = count * sizeof(float);
   if (n == 1) return 0;
-  switch (algo) {
+  switch (v.algo) {
     case AllreduceAlgorithm::Ring: {  // every chunk but (r + 1), then every chunk but (r + 2)
       const lab::RingChunks ch{count, n};
       return 2 * s - (ch.size(mod(r + 1, n)) + ch.size(mod(r + 2, n))) * sizeof(float);
@@ -186,6 +265,7 @@ uint64_t want_sent(AllreduceAlgorithm algo, int r, int n, size_t count) {
     case AllreduceAlgorithm::Tree: {
       const int p = core_size(n);
       if (r >= p) return s;  // fold-in only
+      if (v.doubling(count)) return log2_of(p) * s + (r + p < n ? s : 0);  // whole buffer per step
       const lab::RingChunks blocks{count, p};
       auto range = [&](int first, int len) { return (blocks.begin(first + len) - blocks.begin(first)) * sizeof(float); };
       uint64_t b = s - range(r, 1);                                         // reduce-scatter
@@ -214,19 +294,18 @@ int phase_order(lab::Phase ph) {
 // gated by sender and receiver; bytes sent per rank as documented (want_sent), bytes received
 // per rank for naive ((N-1) S at rank 0, S elsewhere), totals over ranks for ring and tree.
 TEST(AllreduceAlgorithms, EventsBytesAndGateCallsAreConsistent) {
-  for (AllreduceAlgorithm algo : kAlgorithms)
+  for (const Variant& v : kVariants)
     for (int n = 1; n <= 8; ++n)
-      for (size_t count : {size_t{0}, size_t{1}, static_cast<size_t>(n + 1), size_t{1009}}) {
+      for (size_t count : {size_t{0}, size_t{1}, static_cast<size_t>(n + 1), size_t{1009}, size_t{20011}}) {
+        const AllreduceAlgorithm algo = v.algo;
         RecordingGate gate(n);
         RankWorld w(n, 10.0, &gate);
         std::vector<std::vector<float>> data(n, std::vector<float>(count, 1.0f));
         expect_no_errors(w.run([&](int r, lab::Communicator& comm) {
-          comm.set_allreduce_algorithm(algo);
           comm.set_train_step(5);
-          comm.allreduce_sum(data[r].data(), count, {"grad bucket", 2});
+          v.run(comm, data[r].data(), count, {"grad bucket", 2});
         }));
-        const std::string where = std::string(lab::allreduce_algorithm_name(algo)) + " n=" + std::to_string(n) +
-                                  " count=" + std::to_string(count);
+        const std::string where = v.name() + " n=" + std::to_string(n) + " count=" + std::to_string(count);
         const int p = core_size(n), levels = log2_of(p);
         // Steps are numbered within their phase: 0 .. steps-1 (the tree's fold steps are step 0).
         const int steps = algo == AllreduceAlgorithm::Tree ? levels : n - 1;
@@ -274,8 +353,13 @@ TEST(AllreduceAlgorithms, EventsBytesAndGateCallsAreConsistent) {
                   const int k = e.ring_step;
                   const int d = e.phase == lab::Phase::Allgather ? 1 << k : p >> (k + 1);
                   EXPECT_EQ(e.dst, r ^ d) << where;
-                  // The first block of the range sent: the partner's half, or this rank's range.
-                  EXPECT_EQ(e.chunk, e.phase == lab::Phase::Allgather ? (r & ~(d - 1)) : ((r ^ d) & ~(d - 1))) << where;
+                  if (v.doubling(count)) {  // the whole buffer, reduce steps only
+                    EXPECT_EQ(e.phase, lab::Phase::ReduceScatter) << where;
+                    EXPECT_EQ(e.chunk, 0) << where;
+                    EXPECT_EQ(e.bytes, count * sizeof(float)) << where;
+                  } else {  // the first block of the range sent: the partner's half, or this rank's range
+                    EXPECT_EQ(e.chunk, e.phase == lab::Phase::Allgather ? (r & ~(d - 1)) : ((r ^ d) & ~(d - 1))) << where;
+                  }
                 }
                 break;
               }
@@ -307,7 +391,7 @@ TEST(AllreduceAlgorithms, EventsBytesAndGateCallsAreConsistent) {
             }
             bytes += sent[i].bytes;
           }
-          EXPECT_EQ(bytes, want_sent(algo, r, n, count)) << where << " rank " << r;
+          EXPECT_EQ(bytes, want_sent(v, r, n, count)) << where << " rank " << r;
           EXPECT_EQ(w.comms[r]->bytes_sent(), bytes) << where << " rank " << r;
         }
         const uint64_t s = count * sizeof(float);
@@ -319,7 +403,7 @@ TEST(AllreduceAlgorithms, EventsBytesAndGateCallsAreConsistent) {
           for (int r = 0; r < n; ++r) total += received[r];
           EXPECT_EQ(total, 2 * static_cast<uint64_t>(n - 1) * s) << where;
         }
-        if (algo == AllreduceAlgorithm::Tree && n > 1) {  // 2(p-1) S in the core, 2 S per extra rank
+        if (algo == AllreduceAlgorithm::Tree && n > 1 && !v.doubling(count)) {  // 2(p-1) S in the core, 2 S per extra
           uint64_t total = 0;
           for (int r = 0; r < n; ++r) total += received[r];
           EXPECT_EQ(total, 2 * static_cast<uint64_t>(p - 1) * s + 2 * static_cast<uint64_t>(n - p) * s) << where;
