@@ -2,6 +2,10 @@
 // Communicator::allreduce_sum: exact sums on inputs built to be exact, the same bits on every
 // rank and in each algorithm's documented summation order, the bytes each rank must send and
 // receive, consistent events and gate calls, and failures that stop every rank quickly.
+//
+// Sections: variants (every algorithm, and the tree without its small-message path) | exact sums
+// | summation orders and bits | pipelined ring against the plain ring | events, bytes, gate calls
+// | failures | Native | --allreduce in the config and the CLI.
 #include <gtest/gtest.h>
 
 #include <algorithm>

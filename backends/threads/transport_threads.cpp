@@ -1,5 +1,9 @@
 // Emulated ranks over threads: see transport_threads.h for what is supported.
 //
+// Sections: waiting policy, messages and channels, the reduction loop (AVX2/SSE2) | doorbells
+// (RankState, futex) | TransportThreads: the calls, waiting and timeouts, matching (post, claim,
+// consume, cancel, exchange) | ThreadsWorld.
+//
 // Protocol. Every ordered pair (src -> dst) has one Channel: a short FIFO of posted Messages
 // guarded by a mutex, plus an atomic count of posts that the receiver polls without locking.
 //   post:    the sender appends a Message (tag, pointer, bytes) and bumps `posts`.
@@ -14,6 +18,8 @@
 //            Message if still queued; if the receiver already claimed it, the sender waits for
 //            Consumed (a bounded copy, no waiting inside) so no pointer into its stack or buffer
 //            outlives the call.
+//   ring:    posting and consuming also ring the peer's doorbell, which wakes it if it parked
+//            (see RankState).
 #include "transport_threads.h"
 
 #include <algorithm>
