@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Allreduce of dtlab's emulated ranks (`dtlab bench allreduce`: ring, naive, tree over the
 # threads transport) next to Open MPI's MPI_Allreduce (../shared/peers/mpi_allreduce_bench.c),
-# measured in one run on this machine, interleaved per world size (MPI N, dtlab N) so that both
-# see the same machine noise. Prints per N and size the ratios, then the summary against the
-# targets, and a one-line verdict last.
+# measured in one run on this machine, interleaved per world size (MPI N, dtlab N, and again for
+# each round) so that both see the same machine noise; per size, each side's best time over the
+# rounds counts (as tools/bench_train_vs_torch.sh takes best-of-2). Prints per N and size the
+# ratios, then the summary against the targets, and a one-line verdict last.
 #
 #   busbw ratio  = dtlab busbw / MPI busbw (same sizes; busbw = S/t x 2(N-1)/N for both, so this
 #                  is MPI time / dtlab time, computed from the times, which carry more digits)
@@ -13,12 +14,14 @@
 # N; 4-64 KB time ratio >= 1.0; best algorithm >= 0.8 of the copy floor at 1-64 MB for N <= 4.
 #
 # Usage: tools/bench_allreduce_vs_mpi.sh [--world-sizes 2,4,8] [--min-bytes 4096] [--max-bytes 67108864]
+#                                       [--rounds 2]
 # Needs: a built dtlab (tools/setup.sh) and Open MPI (installed here when missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-world_sizes=2,4,8 min_bytes=4096 max_bytes=67108864
+world_sizes=2,4,8 min_bytes=4096 max_bytes=67108864 rounds=2
 while (($#)); do
   case "$1" in
+    --rounds) rounds=$2; shift 2 ;;
     --world-sizes) world_sizes=$2; shift 2 ;;
     --min-bytes) min_bytes=$2; shift 2 ;;
     --max-bytes) max_bytes=$2; shift 2 ;;
@@ -47,22 +50,36 @@ mpirun_args=(--oversubscribe --bind-to none --timeout 600)
 
 echo "# dtlab bench allreduce vs Open MPI $(mpirun --version 2>/dev/null | head -1 | awk '{print $NF}'), $(nproc) cores, world sizes $world_sizes, $min_bytes..$max_bytes bytes"
 echo "# MPI: mpirun ${mpirun_args[*]} -np N mpi_allreduce_bench (out of place); dtlab: in place, threads transport"
+echo "# rounds: $rounds (MPI N then dtlab N, per N, each round); per size the best time of each side"
 IFS=, read -r -a sizes_n <<<"$world_sizes"
-for n in "${sizes_n[@]}"; do
-  mpirun "${mpirun_args[@]}" -np "$n" "$tmp/mpi_allreduce_bench" "$min_bytes" "$max_bytes" >"$tmp/mpi_$n.txt"
-  build/dtlab bench allreduce --world-sizes "$n" --algorithms ring,naive,tree --min-bytes "$min_bytes" \
-    --max-bytes "$max_bytes" --timeout 600 >"$tmp/lab_$n.txt"
+for ((round = 1; round <= rounds; round++)); do
+  for n in "${sizes_n[@]}"; do
+    mpirun "${mpirun_args[@]}" -np "$n" "$tmp/mpi_allreduce_bench" "$min_bytes" "$max_bytes" >"$tmp/mpi_${n}_$round.txt"
+    build/dtlab bench allreduce --world-sizes "$n" --algorithms ring,naive,tree --min-bytes "$min_bytes" \
+      --max-bytes "$max_bytes" --timeout 600 >"$tmp/lab_${n}_$round.txt"
+  done
 done
-grep -hE '^#   [^ ]' "$tmp/lab_${sizes_n[0]}.txt" | sed 's/^#   /# dtlab: /'
+grep -hE '^#   [^ ]' "$tmp/lab_${sizes_n[0]}_1.txt" | sed 's/^#   /# dtlab: /'
 
-# One line per (N, size): N bytes mpi_us mpi_busbw ring_us ring_busbw naive_us naive_busbw tree_us
-# tree_busbw floor_eff best wrong
+# One line per (N, size), the best (shortest) time of each side over the rounds: N bytes mpi_us
+# mpi_busbw ring_us ring_busbw naive_us naive_busbw tree_us tree_busbw floor_eff best wrong
 for n in "${sizes_n[@]}"; do
-  awk -v n="$n" 'NR == FNR { if ($1 ~ /^[0-9]+$/) { mt[$1] = $2; mb[$1] = $4; ok[$1] = $5 } next }
-    $1 ~ /^[0-9]+$/ && ($1 in mt) {
-      wrong = $8 + $12 + $16 + (ok[$1] == "ok" ? 0 : 1)
-      print n, $1, mt[$1], mb[$1], $5, $7, $9, $11, $13, $15, $19, $20, wrong }' \
-    "$tmp/mpi_$n.txt" "$tmp/lab_$n.txt"
+  awk -v n="$n" '
+    function keep(k, v) { if (!(k in t) || v < t[k]) t[k] = v }
+    FILENAME ~ /mpi_/ { if ($1 ~ /^[0-9]+$/) { keep("mpi " $1, $2); if ($5 != "ok") bad[$1]++; sizes[$1] = 1 } next }
+    $1 ~ /^[0-9]+$/ { keep("ring " $1, $5); keep("naive " $1, $9); keep("tree " $1, $13); keep("floor " $1, $17)
+                      bad[$1] += $8 + $12 + $16; lab[$1] = 1 }
+    END {
+      f = 2.0 * (n - 1) / n
+      for (b in sizes) {
+        if (!(b in lab)) continue
+        rt = t["ring " b]; nt = t["naive " b]; tt = t["tree " b]; bt = rt; best = "ring"
+        if (nt < bt) { bt = nt; best = "naive" }
+        if (tt < bt) { bt = tt; best = "tree" }
+        print n, b, t["mpi " b], b / t["mpi " b] / 1e3 * f, rt, b / rt / 1e3 * f, nt, b / nt / 1e3 * f, tt,
+              b / tt / 1e3 * f, t["floor " b] / bt, best, bad[b] + 0
+      }
+    }' "$tmp"/mpi_"${n}"_*.txt "$tmp"/lab_"${n}"_*.txt | sort -k2,2n
 done >"$tmp/joined.txt"
 
 awk -v lo_small=4096 -v hi_small=65536 -v lo_big=1048576 -v hi_big=67108864 '
