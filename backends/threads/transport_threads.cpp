@@ -59,13 +59,16 @@ inline void cpu_relax() {
 #endif
 }
 
-// Backoff of one wait: spin kSpinIters times, then yield kYieldRounds times, then park on the
-// rank's doorbell (a futex) until a peer rings it, for at most kParkSeconds per round (so that
-// the timeout and the hold flag are looked at again). A park at every ring step costs a wake-up
-// latency per message; spinning long starves the peer when there are more ranks than cores (8
-// ranks on 2 cores is normal for the lab) and, under a hypervisor, long pause loops are punished
-// too. Measured on a 2-vCPU VM (pause = 33 ns): 32 spins (about 1 us) gave 2-3 us per 4 KB
-// allreduce with 2 ranks where 2000 spins gave 450 us, and 4-8 ranks ran 15-30x faster.
+// Backoff of one wait: spin kSpinIters times (only when every rank can have a core of its own),
+// then yield kYieldRounds times, then park on the rank's doorbell (a futex) until a peer rings
+// it, for at most kParkSeconds per round (so that the timeout and the hold flag are looked at
+// again). A park at every ring step costs a wake-up latency per message; spinning starves the
+// peer when there are more ranks than cores (8 ranks on 2 cores is normal for the lab) and, under
+// a hypervisor, long pause loops are punished too. Measured on a 2-vCPU VM (pause = 33 ns): 32
+// spins (about 1 us) gave 2-3 us per 4 KB allreduce with 2 ranks where 2000 spins gave 450 us,
+// and 4-8 ranks ran 15-30x faster. With more ranks than cores, no spin at all: a 4 KB ring of 4
+// ranks took 60-100 us instead of 150-330 us with 32 spins, and parking right away (no yields)
+// was 2-4x slower than 8 yields first.
 constexpr int kSpinIters = 32;
 constexpr int kYieldRounds = 8;
 constexpr double kParkSeconds = 10e-3;
@@ -220,7 +223,10 @@ struct WaitSite {
 
 class TransportThreads final : public Transport {
  public:
-  TransportThreads(ThreadsWorldState& w, int rank) : m_w(w), m_rank(rank) {}
+  TransportThreads(ThreadsWorldState& w, int rank)
+      : m_w(w),
+        m_rank(rank),
+        m_spin_iters(w.n <= static_cast<int>(std::thread::hardware_concurrency()) ? kSpinIters : 0) {}
 
   int rank() const override { return m_rank; }
   int world_size() const override { return m_w.n; }
@@ -314,7 +320,7 @@ class TransportThreads final : public Transport {
     for (int spins = 0, yields = 0;;) {
       if (done()) return;
       throw_if_aborted(site);
-      if (spins < kSpinIters) {
+      if (spins < m_spin_iters) {
         ++spins;
         cpu_relax();
         continue;
@@ -481,6 +487,7 @@ class TransportThreads final : public Transport {
 
   ThreadsWorldState& m_w;
   int m_rank;
+  int m_spin_iters;  // kSpinIters, or 0 when the ranks outnumber the cores
 };
 
 ThreadsWorld::ThreadsWorld(int world_size) : m_state(new ThreadsWorldState) {
