@@ -439,23 +439,30 @@ TEST(AllreduceAlgorithms, AFailingRankStopsEveryRankQuickly) {
     int n, victim;
     lab::Phase phase;
     int step;
+    size_t count;
   };
+  // Failure points after which every rank still needs the victim (a rank that does not, e.g. the
+  // pair that finishes a recursive-doubling step without it, may legitimately complete the call).
   // naive: a sender before its gather step; rank 0 before its first broadcast. tree: a core rank
-  // in reduce-scatter (n = 4), the same with extra ranks waiting for their fold-out (n = 6), and
-  // an extra rank before its fold-in (n = 7).
-  for (const Case& c : {Case{AllreduceAlgorithm::Naive, 4, 2, lab::Phase::Gather, 1},
-                        Case{AllreduceAlgorithm::Naive, 5, 0, lab::Phase::Broadcast, 0},
-                        Case{AllreduceAlgorithm::Tree, 4, 1, lab::Phase::ReduceScatter, 1},
-                        Case{AllreduceAlgorithm::Tree, 6, 3, lab::Phase::ReduceScatter, 1},
-                        Case{AllreduceAlgorithm::Tree, 7, 6, lab::Phase::Gather, 0}}) {
-    const std::string where = std::string(lab::allreduce_algorithm_name(c.algo)) + " n=" + std::to_string(c.n);
+  // on the doubling path (1000 floats) before step 0 and on the halving-doubling path (100000
+  // floats) before step 1, with and without extra ranks waiting for their fold-out, and an extra
+  // rank before its fold-in.
+  for (const Case& c : {Case{AllreduceAlgorithm::Naive, 4, 2, lab::Phase::Gather, 1, 1000},
+                        Case{AllreduceAlgorithm::Naive, 5, 0, lab::Phase::Broadcast, 0, 1000},
+                        Case{AllreduceAlgorithm::Tree, 4, 1, lab::Phase::ReduceScatter, 0, 1000},
+                        Case{AllreduceAlgorithm::Tree, 4, 1, lab::Phase::ReduceScatter, 1, 100000},
+                        Case{AllreduceAlgorithm::Tree, 6, 3, lab::Phase::ReduceScatter, 0, 1000},
+                        Case{AllreduceAlgorithm::Tree, 6, 3, lab::Phase::ReduceScatter, 1, 100000},
+                        Case{AllreduceAlgorithm::Tree, 7, 6, lab::Phase::Gather, 0, 1000}}) {
+    const std::string where = std::string(lab::allreduce_algorithm_name(c.algo)) + " n=" + std::to_string(c.n) +
+                              " count=" + std::to_string(c.count);
     FailingGate gate(c.victim, c.phase, c.step);
     RankWorld w(c.n, kTimeout, &gate);
     std::vector<double> elapsed(c.n);
     const auto start = std::chrono::steady_clock::now();
     auto errors = w.run([&](int, lab::Communicator& comm) {
       comm.set_allreduce_algorithm(c.algo);
-      std::vector<float> v(1000, 1.0f);
+      std::vector<float> v(c.count, 1.0f);
       try {
         comm.allreduce_sum(v.data(), v.size(), {"grad bucket", 0});
       } catch (...) {
