@@ -4,6 +4,7 @@
 //   dtlab run   [flags]        train, write a run directory
 //   mpirun -np N dtlab run --comm mpi [flags]   the same with one process per rank
 //   dtlab bench train [flags]  training throughput (samples/s) on a fixed batch
+//   dtlab bench allreduce [flags]  allreduce time and bandwidth per size, nccl-tests style
 //   dtlab version
 #include <unistd.h>
 
@@ -17,6 +18,7 @@
 #include <CLI/CLI.hpp>
 
 #include "backends.h"
+#include "bench_allreduce.h"
 #include "bench_train.h"
 #include "config.h"
 #include "errors.h"
@@ -92,6 +94,10 @@ void add_run_flags(CLI::App& app, lab::RunConfig& c, std::string& bn_momentum) {
                  "started by mpirun)")
       ->capture_default_str();
   app.add_option("--timeout", c.timeout_s, "seconds any collective may wait before the run fails")->capture_default_str();
+  app.add_option("--allreduce", c.allreduce,
+                 "allreduce algorithm: ring, naive (gather to rank 0 and back), tree (recursive halving-doubling), "
+                 "mpi (the transport's own, with --comm mpi)")
+      ->capture_default_str();
   app.add_option("--out", c.out_dir, "run directory to write (config, metrics, trace, weights, summary)");
   app.add_option("--init", c.init, "start from these weights (safetensors with PyTorch state_dict names)");
   app.add_option("--trace-steps", c.trace_steps, "iterations written to trace.json (-1: all)")->capture_default_str();
@@ -283,6 +289,27 @@ int main(int argc, char** argv) {
   bench_train->add_option("--seconds", bopt.seconds, "target seconds per timing round")->capture_default_str();
   bench_train->add_option("--rounds", bopt.rounds, "timing rounds (the median is reported)")->capture_default_str();
 
+  lab::BenchAllreduceOptions aopt;
+  CLI::App* bench_allreduce = bench_cmd->add_subcommand(
+      "allreduce", "allreduce time, algbw, busbw and #wrong per size (nccl-tests style), with a copy floor");
+  bench_allreduce->add_option("--world-sizes", aopt.world_sizes, "world sizes, e.g. 2,4,8")
+      ->delimiter(',')
+      ->capture_default_str();
+  bench_allreduce->add_option("--algorithms", aopt.algorithms, "algorithms among ring,naive,tree")
+      ->delimiter(',')
+      ->capture_default_str();
+  bench_allreduce->add_option("--comm", aopt.comm, "transport: threads (emulated ranks)")->capture_default_str();
+  bench_allreduce->add_option("--min-bytes", aopt.min_bytes, "smallest message (bytes)")->capture_default_str();
+  bench_allreduce->add_option("--max-bytes", aopt.max_bytes, "largest message (bytes)")->capture_default_str();
+  bench_allreduce->add_option("--step-factor", aopt.step_factor, "each size is this times the previous one")
+      ->capture_default_str();
+  bench_allreduce->add_option("--warmup", aopt.warmup, "untimed calls per size and algorithm")->capture_default_str();
+  bench_allreduce->add_option("--batches", aopt.batches, "timed batches (the median is reported)")->capture_default_str();
+  bench_allreduce->add_option("--batch-seconds", aopt.batch_seconds, "target seconds per batch")->capture_default_str();
+  bench_allreduce->add_option("--max-calls", aopt.max_calls, "calls per batch at most")->capture_default_str();
+  bench_allreduce->add_option("--timeout", aopt.timeout_s, "seconds a rank may wait before the benchmark fails")
+      ->capture_default_str();
+
   app.add_subcommand("version", "print the version and the backends of this build");
 
   if (argc == 1) {
@@ -312,6 +339,8 @@ int main(int argc, char** argv) {
       code = cmd_run(cfg);
     } else if (bench_train->parsed()) {
       code = lab::bench_train(bopt);
+    } else if (bench_allreduce->parsed()) {
+      code = lab::bench_allreduce(aopt);
     }
   } catch (const lab::Error& e) {
     std::fprintf(stderr, "dtlab: error: %s\n", e.what());

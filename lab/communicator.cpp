@@ -17,7 +17,9 @@
 #include <string>
 
 #include "errors.h"
+#include "naive_allreduce.h"
 #include "ring_allreduce.h"
+#include "tree_allreduce.h"
 
 namespace lab {
 
@@ -97,8 +99,42 @@ void Communicator::gate(const Event& next) {
   if (m_gate) m_gate->before_step(rank(), next);
 }
 
+const char* allreduce_algorithm_name(AllreduceAlgorithm a) {
+  switch (a) {
+    case AllreduceAlgorithm::Ring: return "ring";
+    case AllreduceAlgorithm::Naive: return "naive";
+    case AllreduceAlgorithm::Tree: return "tree";
+    case AllreduceAlgorithm::Native: return "mpi";
+  }
+  return "?";
+}
+
+AllreduceAlgorithm parse_allreduce_algorithm(const std::string& name) {
+  for (AllreduceAlgorithm a : {AllreduceAlgorithm::Ring, AllreduceAlgorithm::Naive, AllreduceAlgorithm::Tree,
+                               AllreduceAlgorithm::Native})
+    if (name == allreduce_algorithm_name(a)) return a;
+  throw ConfigError("--allreduce: unknown algorithm '" + name + "'",
+                    "choose ring, naive (gather to rank 0), tree (recursive halving-doubling) or mpi "
+                    "(the transport's own, with --comm mpi)");
+}
+
 void Communicator::allreduce_sum(float* data, size_t count, CollectiveInfo info) {
-  guarded(*this, "allreduce", m_seq, info, [&] { ring_allreduce(*this, data, count, info); });
+  guarded(*this, "allreduce", m_seq, info, [&] {
+    switch (m_algorithm) {
+      case AllreduceAlgorithm::Ring: ring_allreduce_pipelined(*this, data, count, info); break;
+      case AllreduceAlgorithm::Naive: naive_allreduce(*this, data, count, info); break;
+      case AllreduceAlgorithm::Tree: tree_allreduce(*this, data, count, info); break;
+      case AllreduceAlgorithm::Native: {
+        // A black box: its steps are not visible, so no gate and no chunk events.
+        const uint64_t seq = next_seq();
+        Event whole = collective_event(*this, "allreduce", seq, info, count * sizeof(float));
+        m_t.native_allreduce_sum(data, count);
+        whole.t_end = now_seconds();
+        record(whole);
+        break;
+      }
+    }
+  });
 }
 
 // Chain from root: rank at position p = (rank - root) mod N receives each segment from p - 1 and

@@ -22,6 +22,20 @@ class StepGate {
   virtual void before_step(int rank, const Event& next) = 0;
 };
 
+// The algorithm behind Communicator::allreduce_sum. Each gives every rank bitwise identical
+// results; the bits depend on the algorithm (its summation order) and the world size.
+enum class AllreduceAlgorithm {
+  Ring,    // ring_allreduce.h: reduce-scatter then allgather round a ring (the default)
+  Naive,   // naive_allreduce.h: gather to rank 0, sum in rank order, send back (parameter server)
+  Tree,    // tree_allreduce.h: recursive halving-doubling
+  Native,  // the transport's own, Transport::native_allreduce_sum (MPI_Allreduce): a black box
+};
+
+// "ring", "naive", "tree", "mpi" (Native).
+const char* allreduce_algorithm_name(AllreduceAlgorithm a);
+// The inverse of allreduce_algorithm_name; throws ConfigError naming the choices.
+AllreduceAlgorithm parse_allreduce_algorithm(const std::string& name);
+
 // Identifies a collective in events and error messages.
 struct CollectiveInfo {
   const char* what = "";  // "grad bucket", "bn stats", ...
@@ -39,9 +53,12 @@ class Communicator {
   void set_train_step(int64_t step) { m_train_step = step; }
   int64_t train_step() const { return m_train_step; }
 
-  // In-place sum over ranks (ring: reduce-scatter then allgather over N chunks). Every rank
-  // ends with bitwise identical values.
+  // In-place sum over ranks with the algorithm set below (ring unless changed). Every rank ends
+  // with bitwise identical values. Native records only its Collective event (no steps visible).
   void allreduce_sum(float* data, size_t count, CollectiveInfo info);
+  // Every rank of a world must use the same algorithm.
+  void set_allreduce_algorithm(AllreduceAlgorithm a) { m_algorithm = a; }
+  AllreduceAlgorithm allreduce_algorithm() const { return m_algorithm; }
   // Root's bytes overwrite every other rank's (a ring pipeline is not needed: a chain from root).
   void broadcast(void* data, size_t bytes, int root, CollectiveInfo info);
   // all = concat of every rank's `count` floats in rank order; all has world_size*count floats.
@@ -63,6 +80,7 @@ class Communicator {
   int64_t m_train_step = -1;
   uint64_t m_seq = 0;
   uint64_t m_bytes_sent = 0;
+  AllreduceAlgorithm m_algorithm = AllreduceAlgorithm::Ring;
 };
 
 }  // namespace lab

@@ -86,6 +86,11 @@ void validate(const RunConfig& c) {
   if (c.comm != "threads" && c.comm != "mpi")
     throw ConfigError("--comm: unknown transport '" + c.comm + "'",
                       "threads: emulated ranks in this process; mpi: one process per rank under mpirun");
+  if (c.allreduce != "ring" && c.allreduce != "naive" && c.allreduce != "tree" && c.allreduce != "mpi")
+    throw ConfigError("--allreduce: unknown algorithm '" + c.allreduce + "'",
+                      "choose ring, naive (gather to rank 0), tree (recursive halving-doubling) or mpi");
+  if (c.allreduce == "mpi" && c.comm != "mpi")
+    throw ConfigError("--allreduce mpi needs --comm mpi (a transport with its own allreduce)");
   if (c.epochs < 1 && c.steps <= 0)
     throw ConfigError("--epochs must be at least 1, got " + std::to_string(c.epochs));
   if (c.steps < 0) throw ConfigError("--steps must be >= 0, got " + std::to_string(c.steps));
@@ -160,6 +165,7 @@ std::string to_toml(const RunConfig& c, const std::vector<std::pair<std::string,
   o << "broadcast_buffers = " << b(c.broadcast_buffers) << "\n";
   o << "bucket_cap_mb = " << d(c.bucket_cap_mb) << "\n";
   o << "timeout_s = " << d(c.timeout_s) << "\n";
+  o << "allreduce = " << q(c.allreduce) << "\n";
   o << "mode = " << q(c.mode) << "\n";
   o << "average_every = " << c.average_every << "\n";
   o << "warmup_steps = " << c.warmup_steps << "\n";
@@ -247,6 +253,7 @@ RunConfig config_from_toml_file(const std::string& path) {
       else if (key == "distributed.broadcast_buffers") bln(c.broadcast_buffers);
       else if (key == "distributed.bucket_cap_mb") dbl(c.bucket_cap_mb);
       else if (key == "distributed.timeout_s") dbl(c.timeout_s);
+      else if (key == "distributed.allreduce") str(c.allreduce);
       else if (key == "distributed.mode") str(c.mode);
       else if (key == "distributed.average_every") i64(c.average_every);
       else if (key == "distributed.warmup_steps") i64(c.warmup_steps);

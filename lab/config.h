@@ -27,6 +27,8 @@ struct RunConfig {
   bool broadcast_buffers = true;
   double bucket_cap_mb = 25.0;
   double timeout_s = 60.0;             // every blocking collective gives up after this
+  // allreduce algorithm (ring_allreduce.h, naive_allreduce.h, tree_allreduce.h)
+  std::string allreduce = "ring";      // ring | naive | tree | mpi (the transport's own: --comm mpi)
   // data loading (per rank)
   int64_t batch_size = 64;
   bool shuffle = true;

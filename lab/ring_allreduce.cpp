@@ -1,4 +1,11 @@
+// Ring allreduce over any Transport, plain and pipelined: see ring_allreduce.h.
+//
+// Supported: every world size and count (empty chunks and segments take part as 0-byte
+// messages). Both versions take the same steps in the same phases; the pipelined one repeats
+// them once per segment.
 #include "ring_allreduce.h"
+
+#include <algorithm>
 
 namespace lab {
 
@@ -75,6 +82,86 @@ void ring_allreduce(Communicator& comm, float* data, size_t count, CollectiveInf
       e.t_start = now_seconds();
       t.sendrecv(next, data + chunks.begin(send_chunk), e.bytes, prev, data + chunks.begin(recv_chunk),
                  chunks.size(recv_chunk) * sizeof(float), tag);
+      e.t_end = now_seconds();
+      comm.add_bytes_sent(e.bytes);
+      comm.record(e);
+    }
+  }
+
+  whole.t_end = now_seconds();
+  comm.record(whole);
+}
+
+void ring_allreduce_pipelined(Communicator& comm, float* data, size_t count, CollectiveInfo info,
+                              size_t segment_bytes) {
+  Transport& t = comm.transport();
+  const int n = comm.world_size();
+  const int r = comm.rank();
+  const uint64_t seq = comm.next_seq();
+  const RingChunks chunks{count, n};
+  const int next = mod(r + 1, n);
+  const int prev = mod(r - 1, n);
+  const uint64_t tag = seq;
+
+  // G segments per chunk, the same G for every chunk so that neighbours agree on each message.
+  const size_t segment_elems = std::max<size_t>(1, segment_bytes / sizeof(float));
+  const size_t segments = std::max<size_t>(1, (chunks.size(0) + segment_elems - 1) / segment_elems);
+  auto seg_begin = [&](int c, size_t j) { return chunks.begin(c) + chunks.size(c) * j / segments; };
+  auto seg_size = [&](int c, size_t j) { return seg_begin(c, j + 1) - seg_begin(c, j); };
+
+  Event whole;
+  whole.kind = EventKind::Collective;
+  whole.op = "allreduce";
+  whole.what = info.what;
+  whole.tag = info.tag;
+  whole.rank = r;
+  whole.op_seq = seq;
+  whole.train_step = comm.train_step();
+  whole.bytes = count * sizeof(float);
+  whole.t_start = now_seconds();
+
+  Event e;  // the segment this rank sends at the next step, recorded by the sender
+  e.kind = EventKind::Chunk;
+  e.op = "allreduce";
+  e.what = info.what;
+  e.tag = info.tag;
+  e.rank = r;
+  e.src = r;
+  e.dst = next;
+  e.op_seq = seq;
+  e.train_step = comm.train_step();
+
+  for (size_t j = 0; n > 1 && j < segments; ++j) {
+    // Reduce-scatter of segment j: as the plain ring, on the j-th segment of each chunk.
+    e.phase = Phase::ReduceScatter;
+    for (int s = 0; s < n - 1; ++s) {
+      const int send_chunk = mod(r - s, n);
+      const int recv_chunk = mod(r - s - 1, n);
+      e.chunk = send_chunk;
+      e.ring_step = s;
+      e.bytes = seg_size(send_chunk, j) * sizeof(float);
+      e.t_start = e.t_end = 0;
+      comm.gate(e);
+      e.t_start = now_seconds();
+      t.sendrecv_reduce(next, data + seg_begin(send_chunk, j), seg_size(send_chunk, j), prev,
+                        data + seg_begin(recv_chunk, j), seg_size(recv_chunk, j), tag);
+      e.t_end = now_seconds();
+      comm.add_bytes_sent(e.bytes);
+      comm.record(e);
+    }
+    // Allgather of segment j: the finished segments travel on while still in cache.
+    e.phase = Phase::Allgather;
+    for (int s = 0; s < n - 1; ++s) {
+      const int send_chunk = mod(r + 1 - s, n);
+      const int recv_chunk = mod(r - s, n);
+      e.chunk = send_chunk;
+      e.ring_step = s;
+      e.bytes = seg_size(send_chunk, j) * sizeof(float);
+      e.t_start = e.t_end = 0;
+      comm.gate(e);
+      e.t_start = now_seconds();
+      t.sendrecv(next, data + seg_begin(send_chunk, j), e.bytes, prev, data + seg_begin(recv_chunk, j),
+                 seg_size(recv_chunk, j) * sizeof(float), tag);
       e.t_end = now_seconds();
       comm.add_bytes_sent(e.bytes);
       comm.record(e);

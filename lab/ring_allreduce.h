@@ -44,6 +44,21 @@ struct RingChunks {
 // In-place sum of data (count floats) over all ranks of comm. Records one Chunk event per send
 // (by the sender), calls comm.gate() before every step, and one Collective event per call. Throws
 // what the transport throws (CommError); Communicator::allreduce_sum adds the operation context.
+// The plain ring: the reference that the pipelined ring below is tested against.
 void ring_allreduce(Communicator& comm, float* data, size_t count, CollectiveInfo info);
+
+// Pipelining unit of the ring that Communicator::allreduce_sum runs (AllreduceAlgorithm::Ring).
+constexpr size_t kRingSegmentBytes = size_t{512} << 10;
+
+// The pipelined ring: the same chunks, steps, neighbours and summation order as ring_allreduce
+// (so bitwise the same results), but every chunk is cut into the same number G of segments
+// (G = ceil(largest chunk / segment_bytes); segment j of chunk c is its elements
+// [size(c) j / G, size(c) (j + 1) / G)), and the ring runs segment by segment: segment j of every
+// chunk goes through all 2(N - 1) steps before segment j + 1 starts. What a rank reads at step s
+// was written by its neighbour at step s - 1, moments before, and is still in cache; the plain
+// ring reads it back a whole chunk later. One Chunk event and one gate call per segment sent
+// (chunk = c, ring_step = s); with G = 1 (chunks up to segment_bytes) exactly the plain ring.
+void ring_allreduce_pipelined(Communicator& comm, float* data, size_t count, CollectiveInfo info,
+                              size_t segment_bytes = kRingSegmentBytes);
 
 }  // namespace lab

@@ -275,7 +275,8 @@ Run::~Run() {
 }
 
 std::vector<std::pair<std::string, std::string>> Run::backends() const {
-  return {{"sgemm", gemm_backend_name()}, {"transport", m_cfg.comm}, {"allreduce", "ring"}};
+  return {{"sgemm", gemm_backend_name()}, {"transport", m_cfg.comm},
+          {"allreduce", allreduce_algorithm_name(parse_allreduce_algorithm(m_cfg.allreduce))}};
 }
 
 void Run::start() {
@@ -298,6 +299,7 @@ void Run::rank_main(int rank) {
   RankState& rs = *m_ranks[static_cast<size_t>(rank)];
   Transport& transport = m_world->transport(rank);
   Communicator comm(transport, m_logs[static_cast<size_t>(rank)].get(), m_control.get());
+  comm.set_allreduce_algorithm(parse_allreduce_algorithm(c.allreduce));
   // DDP's communication thread (--overlap). Declared outside the try: it must outlive the error
   // handling below, which aborts the world and so ends a bucket allreduce blocked on a peer.
   CommWorker worker;

@@ -1,5 +1,9 @@
 // Emulated ranks over threads: see transport_threads.h for what is supported.
 //
+// Sections: waiting policy, messages and channels, the reduction loop (AVX2/SSE2) | doorbells
+// (RankState, futex) | TransportThreads: the calls, waiting and timeouts, matching (post, claim,
+// consume, cancel, exchange) | ThreadsWorld.
+//
 // Protocol. Every ordered pair (src -> dst) has one Channel: a short FIFO of posted Messages
 // guarded by a mutex, plus an atomic count of posts that the receiver polls without locking.
 //   post:    the sender appends a Message (tag, pointer, bytes) and bumps `posts`.
@@ -14,6 +18,8 @@
 //            Message if still queued; if the receiver already claimed it, the sender waits for
 //            Consumed (a bounded copy, no waiting inside) so no pointer into its stack or buffer
 //            outlives the call.
+//   ring:    posting and consuming also ring the peer's doorbell, which wakes it if it parked
+//            (see RankState).
 #include "transport_threads.h"
 
 #include <algorithm>
@@ -32,6 +38,14 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #endif
+#if defined(__linux__)
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <climits>
+#include <ctime>
+#endif
 
 namespace lab {
 
@@ -45,15 +59,19 @@ inline void cpu_relax() {
 #endif
 }
 
-// Backoff of one wait: spin kSpinIters times, then yield until kYieldSeconds have passed since
-// the wait began, then sleep kSleepMicros per round. A futex/condvar park at every ring step
-// costs a wake-up latency per message; spinning long starves the peer when there are more ranks
-// than cores (8 ranks on 2 cores is normal for the lab) and, under a hypervisor, long pause loops
-// are punished too. Measured on a 2-vCPU VM (pause = 33 ns): 32 spins (about 1 us) gave 2-3 us
-// per 4 KB allreduce with 2 ranks where 2000 spins gave 450 us, and 4-8 ranks ran 15-30x faster.
+// Backoff of one wait: spin kSpinIters times (only when every rank can have a core of its own),
+// then yield kYieldRounds times, then park on the rank's doorbell (a futex) until a peer rings
+// it, for at most kParkSeconds per round (so that the timeout and the hold flag are looked at
+// again). A park at every ring step costs a wake-up latency per message; spinning starves the
+// peer when there are more ranks than cores (8 ranks on 2 cores is normal for the lab) and, under
+// a hypervisor, long pause loops are punished too. Measured on a 2-vCPU VM (pause = 33 ns): 32
+// spins (about 1 us) gave 2-3 us per 4 KB allreduce with 2 ranks where 2000 spins gave 450 us,
+// and 4-8 ranks ran 15-30x faster. With more ranks than cores, no spin at all: a 4 KB ring of 4
+// ranks took 60-100 us instead of 150-330 us with 32 spins, and parking right away (no yields)
+// was 2-4x slower than 8 yields first.
 constexpr int kSpinIters = 32;
-constexpr double kYieldSeconds = 2e-3;
-constexpr int kSleepMicros = 100;
+constexpr int kYieldRounds = 8;
+constexpr double kParkSeconds = 10e-3;
 
 enum MessageState : int { kPosted = 0, kClaimed = 1, kConsumed = 2 };
 
@@ -71,6 +89,57 @@ struct alignas(64) Channel {
   std::atomic<uint64_t> posts{0};   // bumped on every post; lets the receiver poll lock-free
 };
 
+// acc[i] += in[i] for i < count: the reduction of sendrecv_reduce, fused with the copy out of
+// the peer's buffer. GCC at -O2 keeps a plain loop scalar (one float per instruction); large
+// chunks are bound by this loop once they are in cache, so x86-64 gets an AVX2 version when the
+// CPU has it (picked once at run time) and an SSE2 one otherwise. Each element is still one IEEE
+// addition of the same two operands, so the results are bitwise those of the plain loop.
+[[maybe_unused]] void add_plain(float* __restrict acc, const float* __restrict in, size_t count) {
+  for (size_t i = 0; i < count; ++i) acc[i] += in[i];
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) void add_avx2(float* __restrict acc, const float* __restrict in, size_t count) {
+  size_t i = 0;
+  for (; i + 32 <= count; i += 32) {
+    const __m256 a0 = _mm256_add_ps(_mm256_loadu_ps(acc + i), _mm256_loadu_ps(in + i));
+    const __m256 a1 = _mm256_add_ps(_mm256_loadu_ps(acc + i + 8), _mm256_loadu_ps(in + i + 8));
+    const __m256 a2 = _mm256_add_ps(_mm256_loadu_ps(acc + i + 16), _mm256_loadu_ps(in + i + 16));
+    const __m256 a3 = _mm256_add_ps(_mm256_loadu_ps(acc + i + 24), _mm256_loadu_ps(in + i + 24));
+    _mm256_storeu_ps(acc + i, a0);
+    _mm256_storeu_ps(acc + i + 8, a1);
+    _mm256_storeu_ps(acc + i + 16, a2);
+    _mm256_storeu_ps(acc + i + 24, a3);
+  }
+  for (; i + 8 <= count; i += 8) _mm256_storeu_ps(acc + i, _mm256_add_ps(_mm256_loadu_ps(acc + i), _mm256_loadu_ps(in + i)));
+  for (; i < count; ++i) acc[i] += in[i];
+}
+
+void add_sse2(float* __restrict acc, const float* __restrict in, size_t count) {
+  size_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    const __m128 a0 = _mm_add_ps(_mm_loadu_ps(acc + i), _mm_loadu_ps(in + i));
+    const __m128 a1 = _mm_add_ps(_mm_loadu_ps(acc + i + 4), _mm_loadu_ps(in + i + 4));
+    _mm_storeu_ps(acc + i, a0);
+    _mm_storeu_ps(acc + i + 4, a1);
+  }
+  for (; i < count; ++i) acc[i] += in[i];
+}
+#endif
+
+using AddFn = void (*)(float* __restrict, const float* __restrict, size_t);
+
+AddFn pick_add() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") ? add_avx2 : add_sse2;
+#else
+  return add_plain;
+#endif
+}
+
+const AddFn kAddInto = pick_add();
+
 double wall_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -85,10 +154,51 @@ std::string fmt_seconds(double s) {
 
 class TransportThreads;
 
-// What one rank is blocked on, for the wait chain in timeout messages.
+// What one rank is blocked on, for the wait chain in timeout messages, and its doorbell.
+//
+// Doorbell protocol (no lost wake-ups). A peer that may have made this rank's wait condition
+// true (posted it a message, consumed its message, aborted the world) first makes it true, then
+// bumps `bell` and, if `parked` is non-zero, wakes the futex on `bell`. The waiter reads `bell`,
+// raises `parked`, checks its condition once more and sleeps only while `bell` still holds the
+// value it read. Both sides order these steps with seq_cst operations (Dekker style): either the
+// ringer sees `parked` and wakes, or the waiter sees the new condition or the new `bell` value.
 struct alignas(64) RankState {
   std::atomic<int> waiting_for{-1};  // peer of the wait in progress, -1 when not waiting
+  std::atomic<uint32_t> bell{0};     // bumped by every ring
+  std::atomic<int> parked{0};        // 1 while this rank sleeps (or is about to) on bell
 };
+
+namespace {
+
+// Sleeps until *addr != expected, a wake-up, or `seconds` pass (spurious returns are fine).
+void futex_wait(std::atomic<uint32_t>* addr, uint32_t expected, double seconds) {
+#if defined(__linux__)
+  struct timespec ts;
+  ts.tv_sec = static_cast<time_t>(seconds);
+  ts.tv_nsec = static_cast<long>((seconds - static_cast<double>(ts.tv_sec)) * 1e9);
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), FUTEX_WAIT_PRIVATE, expected, &ts, nullptr, 0);
+#else
+  (void)addr;
+  (void)expected;
+  std::this_thread::sleep_for(std::chrono::microseconds(std::min<long>(100, static_cast<long>(seconds * 1e6))));
+#endif
+}
+
+void futex_wake_all(std::atomic<uint32_t>* addr) {
+#if defined(__linux__)
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr, nullptr, 0);
+#else
+  (void)addr;
+#endif
+}
+
+// Tells rank state `rs` that its wait condition may have changed (see the doorbell protocol).
+void ring(RankState& rs) {
+  rs.bell.fetch_add(1, std::memory_order_seq_cst);
+  if (rs.parked.load(std::memory_order_seq_cst) != 0) futex_wake_all(&rs.bell);
+}
+
+}  // namespace
 
 struct ThreadsWorldState {
   int n = 0;
@@ -113,7 +223,10 @@ struct WaitSite {
 
 class TransportThreads final : public Transport {
  public:
-  TransportThreads(ThreadsWorldState& w, int rank) : m_w(w), m_rank(rank) {}
+  TransportThreads(ThreadsWorldState& w, int rank)
+      : m_w(w),
+        m_rank(rank),
+        m_spin_iters(w.n <= static_cast<int>(std::thread::hardware_concurrency()) ? kSpinIters : 0) {}
 
   int rank() const override { return m_rank; }
   int world_size() const override { return m_w.n; }
@@ -135,7 +248,7 @@ class TransportThreads final : public Transport {
     check_peer(src, "recv");
     Message* m = claim(src, bytes, {"recv", "from", src, tag});
     if (bytes > 0) std::memcpy(buf, m->data, bytes);
-    consume(m);
+    consume(m, src);
   }
 
   void sendrecv(int dst, const void* sbuf, size_t sbytes, int src, void* rbuf, size_t rbytes,
@@ -158,8 +271,9 @@ class TransportThreads final : public Transport {
     const bool named = reason.compare(0, me.size(), me) == 0 &&
                        (reason.size() == me.size() || reason[me.size()] == ' ' || reason[me.size()] == ':');
     m_w.abort_reason = named ? reason : me + " failed: " + reason;
-    m_w.aborted.store(true, std::memory_order_release);
-    // Waiters poll the flag (spin, yield, short sleeps), so storing it wakes everybody.
+    m_w.aborted.store(true, std::memory_order_seq_cst);
+    // Waiters check the flag on every round; parked ones are woken here.
+    for (int r = 0; r < m_w.n; ++r) ring(m_w.ranks[r]);
   }
 
   bool aborted() const override { return m_w.aborted.load(std::memory_order_acquire); }
@@ -170,9 +284,7 @@ class TransportThreads final : public Transport {
   }
 
  private:
-  static void add_into(float* __restrict acc, const float* __restrict in, size_t count) {
-    for (size_t i = 0; i < count; ++i) acc[i] += in[i];
-  }
+  static void add_into(float* __restrict acc, const float* __restrict in, size_t count) { kAddInto(acc, in, count); }
 
   void check_peer(int peer, const char* call) const {
     if (peer < 0 || peer >= m_w.n)
@@ -195,20 +307,20 @@ class TransportThreads final : public Transport {
     ~WaitMark() { waiting_for.store(-1, std::memory_order_release); }
   };
 
-  // Waits until done() is true. Spin, then yield, then sleep; checks the abort flag on every
-  // round and, once past the short spin, the timeout (held time excluded). While waiting, the
-  // rank publishes whom it waits for.
+  // Waits until done() is true. Spin, then yield, then park on this rank's doorbell; checks the
+  // abort flag on every round and, once past the short spin, the timeout (held time excluded).
+  // While waiting, the rank publishes whom it waits for.
   template <class Done>
   void wait_until(Done&& done, const WaitSite& site) {
     if (done()) return;
-    WaitMark mark(m_w.ranks[m_rank].waiting_for, site.peer);
+    RankState& me = m_w.ranks[m_rank];
+    WaitMark mark(me.waiting_for, site.peer);
     double waited = 0;  // seconds of waiting that count towards the timeout
-    const double start = wall_seconds();
-    double last = start;
-    for (int spins = 0;;) {
+    double last = wall_seconds();
+    for (int spins = 0, yields = 0;;) {
       if (done()) return;
       throw_if_aborted(site);
-      if (spins < kSpinIters) {
+      if (spins < m_spin_iters) {
         ++spins;
         cpu_relax();
         continue;
@@ -218,10 +330,21 @@ class TransportThreads final : public Transport {
       if (!held) waited += now - last;  // a paused run does not advance the deadline
       last = now;
       if (waited > m_timeout) throw_timeout(site);
-      if (now - start < kYieldSeconds)
+      if (yields < kYieldRounds) {
+        ++yields;
         std::this_thread::yield();
-      else
-        std::this_thread::sleep_for(std::chrono::microseconds(kSleepMicros));
+        continue;
+      }
+      // done() may claim a message (it has effects): once it says true, return.
+      const uint32_t bell = me.bell.load(std::memory_order_seq_cst);
+      me.parked.store(1, std::memory_order_seq_cst);
+      if (done()) {
+        me.parked.store(0, std::memory_order_relaxed);
+        return;
+      }
+      if (!m_w.aborted.load(std::memory_order_seq_cst))
+        futex_wait(&me.bell, bell, std::min(kParkSeconds, std::max(1e-4, m_timeout - waited)));
+      me.parked.store(0, std::memory_order_relaxed);
     }
   }
 
@@ -269,6 +392,7 @@ class TransportThreads final : public Transport {
     std::lock_guard<std::mutex> lock(ch.mu);
     ch.queue.push_back(m);
     ch.posts.fetch_add(1, std::memory_order_release);
+    ring(m_w.ranks[dst]);
   }
 
   // Waits for the first message from src with site.tag and claims it. A size mismatch aborts the
@@ -311,11 +435,14 @@ class TransportThreads final : public Transport {
     return found;
   }
 
-  static void consume(Message* m) {
-    if (m->owned)
+  // Marks m consumed; its sender (rank src) may be waiting for that.
+  void consume(Message* m, int src) {
+    if (m->owned) {
       delete m;  // a buffered send(): nobody waits for it
-    else
-      m->state.store(kConsumed, std::memory_order_release);
+      return;
+    }
+    m->state.store(kConsumed, std::memory_order_release);
+    ring(m_w.ranks[src]);
   }
 
   // Removes our posted zero-copy message, or waits until its receiver has finished with it.
@@ -349,7 +476,7 @@ class TransportThreads final : public Transport {
     try {
       Message* in = claim(src, rbytes, {call, "from", src, tag});
       take(in->data);
-      consume(in);
+      consume(in, src);
       wait_until([&] { return out.state.load(std::memory_order_acquire) == kConsumed; },
                  {call, "to", dst, tag});
     } catch (...) {
@@ -360,6 +487,7 @@ class TransportThreads final : public Transport {
 
   ThreadsWorldState& m_w;
   int m_rank;
+  int m_spin_iters;  // kSpinIters, or 0 when the ranks outnumber the cores
 };
 
 ThreadsWorld::ThreadsWorld(int world_size) : m_state(new ThreadsWorldState) {

@@ -1,0 +1,303 @@
+// dtlab bench allreduce: see bench_allreduce.h for what is measured and how.
+//
+// Supported: transport threads (N emulated ranks, one std::thread each, in this process). The
+// per-rank body (bench_allreduce_rank) uses only the Transport interface, a Communicator without
+// an EventLog (recording events would distort the timing) and the dissemination barrier below,
+// so a process-per-rank transport can run it unchanged under mpirun, rank 0 printing.
+//
+// Inputs are built so that every result can be checked exactly: rank r's element i is
+// (i mod 1021) + 1024 r, so element i of the sum is N (i mod 1021) + 1024 N(N-1)/2, an integer
+// below 2^24 for N <= 64 whatever the summation order. Every element is checked on every rank,
+// once before and once after the timed batches (#wrong = elements that differ, over all ranks).
+// The timed calls run on zeros, so repeated in-place sums stay finite and the time does not
+// depend on the values.
+#include "bench_allreduce.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <thread>
+
+#include "config.h"
+#include "errors.h"
+#include "events.h"
+#include "threads/transport_threads.h"
+
+namespace lab {
+
+namespace {
+
+// Raw messages of the benchmark (barriers, the #wrong reduction) use tags far above the op_seq
+// tags of the Communicator's collectives, so the two can never be matched with each other.
+constexpr uint64_t kBenchTagBase = uint64_t{1} << 62;
+
+constexpr int kPatternPeriod = 1021;  // a prime: chunk boundaries rarely line up with it
+constexpr float kRankStride = 1024.0f;
+
+// Barrier and a sum of counters to rank 0, over raw transport messages.
+class BenchSync {
+ public:
+  explicit BenchSync(Transport& t) : m_t(t) {}
+
+  // Dissemination barrier: in round k (distance d = 2^k) every rank signals r + d and waits for
+  // r - d; after ceil(log2 N) rounds every rank has heard, indirectly, from every other.
+  void barrier() {
+    const int n = m_t.world_size();
+    const int r = m_t.rank();
+    const uint64_t tag = next_tag();
+    for (int d = 1; d < n; d *= 2) m_t.sendrecv((r + d) % n, nullptr, 0, (r - d + n) % n, nullptr, 0, tag);
+  }
+
+  // Rank 0 gets the sum over ranks of `v`; other ranks get their own `v` back.
+  uint64_t sum_to_root(uint64_t v) {
+    const int n = m_t.world_size();
+    const uint64_t tag = next_tag();
+    if (m_t.rank() != 0) {
+      m_t.send(0, &v, sizeof v, tag);
+      return v;
+    }
+    uint64_t total = v;
+    for (int src = 1; src < n; ++src) {
+      uint64_t x = 0;
+      m_t.recv(src, &x, sizeof x, tag);
+      total += x;
+    }
+    return total;
+  }
+
+ private:
+  uint64_t next_tag() { return kBenchTagBase + m_calls++; }
+  Transport& m_t;
+  uint64_t m_calls = 0;
+};
+
+struct FreeDeleter {
+  void operator()(float* p) const { std::free(p); }
+};
+using FloatBuffer = std::unique_ptr<float[], FreeDeleter>;
+
+FloatBuffer aligned_floats(size_t count) {
+  const size_t bytes = std::max<size_t>(64, (count * sizeof(float) + 63) / 64 * 64);
+  auto* p = static_cast<float*>(std::aligned_alloc(64, bytes));
+  if (!p) throw Error("bench allreduce: cannot allocate " + std::to_string(bytes) + " bytes");
+  return FloatBuffer(p);
+}
+
+void fill_pattern(float* data, size_t count, int rank) {
+  const float base = kRankStride * static_cast<float>(rank);
+  int j = 0;
+  for (size_t i = 0; i < count; ++i) {
+    data[i] = static_cast<float>(j) + base;
+    if (++j == kPatternPeriod) j = 0;
+  }
+}
+
+uint64_t count_wrong(const float* data, size_t count, int n) {
+  const float base = kRankStride * static_cast<float>(n * (n - 1) / 2);
+  uint64_t wrong = 0;
+  int j = 0;
+  for (size_t i = 0; i < count; ++i) {
+    wrong += data[i] != static_cast<float>(n * j) + base;
+    if (++j == kPatternPeriod) j = 0;
+  }
+  return wrong;
+}
+
+// Seconds per call of `call`, the way the MPI peer times MPI_Allreduce: warm-up, calibrate m on
+// rank 0 (one call between barriers) and share it, then `batches` batches of m calls between
+// barriers; the median of batch time / m. Every rank returns its own figure; rank 0's is reported.
+double time_calls(BenchSync& sync, Communicator& comm, const AllreduceBenchPlan& plan,
+                  const std::function<void()>& call) {
+  for (int i = 0; i < plan.warmup; ++i) call();
+  sync.barrier();
+  const double t0 = now_seconds();
+  call();
+  sync.barrier();
+  const double one = now_seconds() - t0;
+  int32_t m = static_cast<int32_t>(std::min<double>(plan.max_calls, plan.batch_seconds / std::max(one, 1e-7)));
+  m = std::max<int32_t>(m, 1);
+  comm.broadcast(&m, sizeof m, 0, CollectiveInfo{"bench calls", -1});  // every rank runs rank 0's m
+  std::vector<double> per_call;
+  for (int b = 0; b < plan.batches; ++b) {
+    sync.barrier();
+    const double s = now_seconds();
+    for (int i = 0; i < m; ++i) call();
+    sync.barrier();
+    per_call.push_back((now_seconds() - s) / m);
+  }
+  std::sort(per_call.begin(), per_call.end());
+  return per_call[per_call.size() / 2];
+}
+
+std::string join(const std::vector<std::string>& v, const char* sep) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? sep : "") + v[i];
+  return s;
+}
+
+void print_table_header(int n, const std::vector<AllreduceAlgorithm>& algos) {
+  std::printf("#\n# world size %d\n", n);
+  std::printf("# %29s", "");
+  for (AllreduceAlgorithm a : algos) std::printf("  %-36s", allreduce_algorithm_name(a));
+  std::printf("  %s\n", "copy floor");
+  std::printf("# %10s %10s %5s %5s", "size", "count", "type", "redop");
+  for (size_t i = 0; i < algos.size(); ++i) std::printf("  %9s %7s %7s %9s", "time(us)", "algbw", "busbw", "#wrong");
+  std::printf("  %9s %7s %5s %s\n", "time(us)", "algbw", "eff", "best");
+  std::fflush(stdout);
+}
+
+void print_row(int n, const std::vector<AllreduceAlgorithm>& algos, const AllreduceBenchRow& row) {
+  const double s = static_cast<double>(row.bytes);
+  const double bus_factor = n > 1 ? 2.0 * (n - 1) / n : 0.0;
+  std::printf("  %10llu %10llu %5s %5s", static_cast<unsigned long long>(row.bytes),
+              static_cast<unsigned long long>(row.bytes / sizeof(float)), "float", "sum");
+  size_t best = 0;
+  for (size_t i = 0; i < algos.size(); ++i) {
+    const double t = row.seconds[i];
+    const double algbw = s / t / 1e9;
+    std::printf("  %9.1f %7.3f %7.3f %9llu", t * 1e6, algbw, algbw * bus_factor,
+                static_cast<unsigned long long>(row.wrong[i]));
+    if (t < row.seconds[best]) best = i;
+  }
+  std::printf("  %9.1f %7.3f %5.2f %s\n", row.floor_seconds * 1e6, s / row.floor_seconds / 1e9,
+              row.floor_seconds / row.seconds[best], allreduce_algorithm_name(algos[best]));
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+std::vector<AllreduceBenchRow> bench_allreduce_rank(Transport& t, int world_size, const AllreduceBenchPlan& plan,
+                                                    const std::function<void(const AllreduceBenchRow&)>& on_row) {
+  const int n = world_size;
+  const int r = t.rank();
+  Communicator comm(t, nullptr);  // no EventLog: bookkeeping would distort the timing
+  BenchSync sync(t);
+  uint64_t max_bytes = 0;
+  for (uint64_t b : plan.sizes) max_bytes = std::max(max_bytes, b);
+  const size_t max_count = max_bytes / sizeof(float);
+  FloatBuffer data = aligned_floats(max_count);
+  FloatBuffer copy = aligned_floats(max_count);  // the copy floor's destination
+  std::memset(copy.get(), 0, max_count * sizeof(float));
+
+  std::vector<AllreduceBenchRow> rows;
+  for (uint64_t bytes : plan.sizes) {
+    const size_t count = bytes / sizeof(float);
+    AllreduceBenchRow row;
+    row.bytes = bytes;
+    for (AllreduceAlgorithm algo : plan.algorithms) {
+      comm.set_allreduce_algorithm(algo);
+      uint64_t wrong = 0;
+      fill_pattern(data.get(), count, r);
+      comm.allreduce_sum(data.get(), count, CollectiveInfo{"bench check", 0});
+      wrong += count_wrong(data.get(), count, n);
+      std::memset(data.get(), 0, count * sizeof(float));
+      const double secs = time_calls(sync, comm, plan, [&] {
+        comm.allreduce_sum(data.get(), count, CollectiveInfo{"bench", -1});
+      });
+      fill_pattern(data.get(), count, r);
+      comm.allreduce_sum(data.get(), count, CollectiveInfo{"bench check", 1});
+      wrong += count_wrong(data.get(), count, n);
+      row.seconds.push_back(secs);
+      row.wrong.push_back(sync.sum_to_root(wrong));
+    }
+    float* src = data.get();
+    float* dst = copy.get();
+    row.floor_seconds = time_calls(sync, comm, plan, [&] {
+      std::memcpy(dst, src, bytes);
+      asm volatile("" : : "r"(dst) : "memory");  // the copy is the point: keep it
+    });
+    if (r == 0 && on_row) on_row(row);
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+int bench_allreduce(const BenchAllreduceOptions& opt) {
+  if (opt.comm != "threads")
+    throw ConfigError("--comm: bench allreduce supports the threads transport in this build, got '" + opt.comm + "'");
+  if (opt.world_sizes.empty()) throw ConfigError("--world-sizes: give at least one world size");
+  for (int n : opt.world_sizes)
+    if (n < 1 || n > kMaxWorldSize)
+      throw ConfigError("--world-sizes: each must be in 1.." + std::to_string(kMaxWorldSize) + ", got " +
+                        std::to_string(n));
+  AllreduceBenchPlan plan;
+  std::vector<std::string> names;
+  for (const std::string& a : opt.algorithms) {
+    const AllreduceAlgorithm algo = parse_allreduce_algorithm(a);
+    if (algo == AllreduceAlgorithm::Native)
+      throw ConfigError("--algorithms: mpi needs --comm mpi (a transport with its own allreduce)");
+    plan.algorithms.push_back(algo);
+    names.push_back(allreduce_algorithm_name(algo));
+  }
+  if (plan.algorithms.empty()) throw ConfigError("--algorithms: give at least one algorithm");
+  if (opt.min_bytes < sizeof(float) || opt.min_bytes % sizeof(float) != 0 || opt.max_bytes % sizeof(float) != 0 ||
+      opt.max_bytes < opt.min_bytes)
+    throw ConfigError("--min-bytes/--max-bytes: sizes must be positive multiples of 4 with min <= max");
+  if (opt.step_factor < 2) throw ConfigError("--step-factor must be at least 2");
+  if (opt.warmup < 0 || opt.batches < 1 || opt.max_calls < 1 || !(opt.batch_seconds > 0) || !(opt.timeout_s > 0))
+    throw ConfigError("--warmup >= 0, --batches >= 1, --max-calls >= 1, --batch-seconds and --timeout > 0");
+  for (uint64_t b = opt.min_bytes; b <= opt.max_bytes; b *= opt.step_factor) {
+    plan.sizes.push_back(b);
+    if (b > opt.max_bytes / opt.step_factor) break;
+  }
+  plan.warmup = opt.warmup;
+  plan.batches = opt.batches;
+  plan.batch_seconds = opt.batch_seconds;
+  plan.max_calls = opt.max_calls;
+
+  std::vector<std::string> sizes;
+  for (int n : opt.world_sizes) sizes.push_back(std::to_string(n));
+  std::printf("# dtlab %s bench allreduce: float32 sum, in place; time in us, algbw and busbw in GB/s\n",
+              kDtlabVersion);
+  std::printf("#   algbw = S / time, busbw = algbw x 2(N-1)/N (nccl-tests)\n");
+  std::printf("#   world sizes: %s | algorithms: %s | transport: %s (emulated ranks, one thread each; %u cores)\n",
+              join(sizes, " ").c_str(), join(names, " ").c_str(), opt.comm.c_str(),
+              std::max(1u, std::thread::hardware_concurrency()));
+  std::printf("#   sizes: %llu .. %llu bytes, x%llu | warm-up %d calls | %d batches of ~%g ms (at most %d calls), "
+              "median, barrier-bracketed, timed on rank 0\n",
+              static_cast<unsigned long long>(plan.sizes.front()), static_cast<unsigned long long>(plan.sizes.back()),
+              static_cast<unsigned long long>(opt.step_factor), opt.warmup, opt.batches, opt.batch_seconds * 1e3,
+              opt.max_calls);
+  std::printf("#   #wrong: elements that differ from the exact sum (rank r's element i = (i mod %d) + %g r), "
+              "over all ranks, checked before and after timing\n",
+              kPatternPeriod, kRankStride);
+  std::printf("#   copy floor: every rank memcpy's its buffer once (same buffers, threads and timing); "
+              "eff = floor time / best algorithm's time\n");
+  std::printf("#   events: not recorded | sgemm: not used (irrelevant) | timeout %g s\n", opt.timeout_s);
+  std::fflush(stdout);
+
+  for (int n : opt.world_sizes) {
+    print_table_header(n, plan.algorithms);
+    ThreadsWorld world(n);
+    std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
+    std::vector<std::thread> threads;
+    for (int rank = 0; rank < n; ++rank) {
+      world.transport(rank).set_timeout(opt.timeout_s);
+      threads.emplace_back([&, rank] {
+        try {
+          bench_allreduce_rank(world.transport(rank), n, plan,
+                               [&](const AllreduceBenchRow& row) { print_row(n, plan.algorithms, row); });
+        } catch (...) {
+          errors[static_cast<size_t>(rank)] = std::current_exception();
+          try {
+            throw;
+          } catch (const std::exception& e) {
+            world.transport(rank).abort(e.what());
+          } catch (...) {
+            world.transport(rank).abort("unknown exception");
+          }
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+    for (const auto& e : errors)
+      if (e) std::rethrow_exception(e);
+  }
+  return kExitOk;
+}
+
+}  // namespace lab

@@ -1,0 +1,77 @@
+// Naive allreduce over any Transport: see naive_allreduce.h for the protocol.
+//
+// Supported: every world size (1 .. N), every count (0 included: 0-byte transfers still take
+// their steps). One-directional transfers are sendrecv calls with an empty other half: that is
+// the transport's zero-copy path (rank 0 adds straight from the sender's buffer, fused), where a
+// plain send() may first copy the buffer and a plain recv() cannot add; the empty message back
+// also tells the sender that its buffer has been consumed.
+#include "naive_allreduce.h"
+
+namespace lab {
+
+void naive_allreduce(Communicator& comm, float* data, size_t count, CollectiveInfo info) {
+  Transport& t = comm.transport();
+  const int n = comm.world_size();
+  const int r = comm.rank();
+  const uint64_t seq = comm.next_seq();
+  const uint64_t tag = seq;  // every message of this call: ranks that disagree time out
+  const size_t bytes = count * sizeof(float);
+
+  Event whole;
+  whole.kind = EventKind::Collective;
+  whole.op = "allreduce";
+  whole.what = info.what;
+  whole.tag = info.tag;
+  whole.rank = r;
+  whole.op_seq = seq;
+  whole.train_step = comm.train_step();
+  whole.bytes = bytes;
+  whole.t_start = now_seconds();
+
+  Event e;  // the transfer of the next step; recorded by its sender
+  e.kind = EventKind::Chunk;
+  e.op = "allreduce";
+  e.what = info.what;
+  e.tag = info.tag;
+  e.rank = r;
+  e.op_seq = seq;
+  e.train_step = comm.train_step();
+  e.chunk = 0;  // the whole buffer is one block
+  e.bytes = bytes;
+
+  // Runs one step: gate, transfer, and (when this rank sends) the bookkeeping of its Chunk event.
+  auto step = [&](Phase phase, int s, int src, int dst, auto&& transfer) {
+    e.phase = phase;
+    e.ring_step = s;
+    e.src = src;
+    e.dst = dst;
+    e.t_start = e.t_end = 0;
+    comm.gate(e);
+    e.t_start = now_seconds();
+    transfer();
+    e.t_end = now_seconds();
+    if (src == r) {
+      comm.add_bytes_sent(bytes);
+      comm.record(e);
+    }
+  };
+
+  if (n > 1) {
+    if (r == 0) {
+      // Gather in rank order: acc = ((x0 + x1) + x2) + ..., added straight from each sender's buffer.
+      for (int src = 1; src < n; ++src)
+        step(Phase::Gather, src - 1, src, 0, [&] { t.sendrecv_reduce(src, nullptr, 0, src, data, count, tag); });
+      // Broadcast the sum, one rank after another.
+      for (int dst = 1; dst < n; ++dst)
+        step(Phase::Broadcast, dst - 1, 0, dst, [&] { t.sendrecv(dst, data, bytes, dst, nullptr, 0, tag); });
+    } else {
+      step(Phase::Gather, r - 1, r, 0, [&] { t.sendrecv(0, data, bytes, 0, nullptr, 0, tag); });
+      step(Phase::Broadcast, r - 1, 0, r, [&] { t.sendrecv(0, nullptr, 0, 0, data, bytes, tag); });
+    }
+  }
+
+  whole.t_end = now_seconds();
+  comm.record(whole);
+}
+
+}  // namespace lab
