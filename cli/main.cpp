@@ -67,6 +67,10 @@ void add_run_flags(CLI::App& app, lab::RunConfig& c, std::string& bn_momentum) {
   app.add_option("--out", c.out_dir, "run directory to write (config, metrics, trace, weights, summary)");
   app.add_option("--init", c.init, "start from these weights (safetensors with PyTorch state_dict names)");
   app.add_option("--trace-steps", c.trace_steps, "iterations written to trace.json (-1: all)")->capture_default_str();
+  app.add_option("--eval-every", c.eval_every,
+                 "evaluate a copy of rank 0's model in eval and train mode every N iterations (0: off)")
+      ->capture_default_str();
+  app.add_option("--eval-samples", c.eval_samples, "test samples used by --eval-every")->capture_default_str();
   app.add_option("--fail-rank", c.fail_rank, "teaching aid: make this rank fail ...")->capture_default_str();
   app.add_option("--fail-step", c.fail_step, "... at this iteration (default 0) ...")->capture_default_str();
   app.add_option("--fail-at", c.fail_at, "... in forward, backward or allreduce, or hang (stop answering)")->capture_default_str();
