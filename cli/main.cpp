@@ -3,6 +3,7 @@
 //
 //   dtlab run   [flags]        train, write a run directory
 //   dtlab bench train [flags]  training throughput (samples/s) on a fixed batch
+//   dtlab gui   [flags]        the lab window (gui_command.cpp); also `dtlab` alone on a display
 //   dtlab version
 #include <unistd.h>
 
@@ -19,6 +20,7 @@
 #include "config.h"
 #include "errors.h"
 #include "gemm.h"
+#include "gui_command.h"
 #include "cpu/openblas_env.h"
 #include "run.h"
 
@@ -190,7 +192,8 @@ int main(int argc, char** argv) {
   lab::ensure_openblas_coretype(argc, argv);
   CLI::App app{"dtlab: the Distributed Training Lab. Data-parallel training, exactly as PyTorch does it, made visible.\n"
                "Exit codes: 0 ok, 1 internal error, 2 bad flag or value, 3 dataset problem, 4 file I/O,\n"
-               "5 training error (e.g. BatchNorm batch of one), 6 communication failure or timeout, 130 interrupted.",
+               "5 training error (e.g. BatchNorm batch of one), 6 communication failure or timeout,\n"
+               "7 no display for `dtlab gui` (or a build without the GUI), 130 interrupted.",
                "dtlab"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "show help for every command");
@@ -213,6 +216,15 @@ int main(int argc, char** argv) {
 
   app.add_subcommand("version", "print the version and the backends of this build");
 
+  // The gui takes the run flags (its starting configuration, with the lab's defaults) plus its own.
+  lab::RunConfig gui_cfg = gui_default_config();
+  std::string gui_bn_momentum = "0.1";
+  GuiOptions gui_opt;
+  CLI::App* gui_cmd = app.add_subcommand("gui", "the lab window: watch, pause, step and compare a training run");
+  add_run_flags(*gui_cmd, gui_cfg, gui_bn_momentum);
+  add_gui_flags(*gui_cmd, gui_opt);
+
+  if (argc == 1 && gui_available()) return cmd_gui(gui_cfg, gui_opt);
   if (argc == 1) {
     std::printf("%s\nRun `dtlab run --help` for the training flags, `dtlab --help-all` for everything.\n",
                 app.help().c_str());
@@ -233,6 +245,10 @@ int main(int argc, char** argv) {
       return cmd_run(cfg);
     }
     if (bench_train->parsed()) return lab::bench_train(bopt);
+    if (gui_cmd->parsed()) {
+      gui_cfg.bn_momentum = parse_bn_momentum(gui_bn_momentum);
+      return cmd_gui(gui_cfg, gui_opt);
+    }
   } catch (const lab::Error& e) {
     std::fprintf(stderr, "dtlab: error: %s\n", e.what());
     if (!e.hint().empty()) std::fprintf(stderr, "  hint: %s\n", e.hint().c_str());

@@ -1,0 +1,58 @@
+// GlfwWindow: the lab window's platform layer, the only file pair that touches GLFW and OpenGL.
+// It opens a window with an OpenGL 3.3 context, starts Dear ImGui's GLFW and OpenGL3 backends,
+// paces frames, and reads the finished frame back for PNG screenshots.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+struct GLFWwindow;
+
+namespace viz {
+
+// The colour behind every window. Tiled windows draw no background of their own (the app's
+// choice, see app.cpp): the clear is nearly free, a full-window blended fill is not on Mesa's
+// software renderer.
+constexpr float kClearColor[3] = {0.11f, 0.11f, 0.12f};
+
+class GlfwWindow {
+ public:
+  GlfwWindow() = default;
+  ~GlfwWindow();
+  GlfwWindow(const GlfwWindow&) = delete;
+  GlfwWindow& operator=(const GlfwWindow&) = delete;
+
+  // The primary monitor's content scale (1 on a 96-dpi screen, 2 on most HiDPI ones). Call
+  // after init().
+  float monitor_scale() const;
+  // glfwInit; "" or why not (no display, ...).
+  std::string init();
+  // Creates the window (width x height logical pixels times `scale`, at most the monitor's work
+  // area), the GL context, the ImGui context and its backends. "" or the error.
+  std::string open(const char* title, int width, int height, float scale);
+
+  bool should_close() const;
+  // Waits for input or until `seconds` passed (0: just polls).
+  void wait_events(double seconds);
+  bool iconified() const;
+  // ignore_mouse: scripted screenshots, where Xvfb's pointer (mid-screen) must not hover anything
+  void new_frame(bool ignore_mouse);
+  // Renders ImGui's draw data into the back buffer (no swap yet: a screenshot reads it first).
+  // Returns false, drawing nothing, when the frame would equal the one on screen (unless force):
+  // then do not swap either.
+  bool render(bool force);
+  void swap();
+  // The back buffer as a PNG (rows flipped: OpenGL's origin is bottom-left). "" or the error.
+  std::string save_png(const std::string& path) const;
+  std::string renderer() const;  // GL_RENDERER, e.g. "llvmpipe (LLVM 15.0.6, 256 bits)"
+  void framebuffer_size(int& w, int& h) const;
+
+ private:
+  static uint64_t draw_data_hash();
+  GLFWwindow* m_window = nullptr;
+  bool m_glfw = false, m_imgui = false;
+  bool m_have_frame = false;
+  uint64_t m_last_hash = 0;
+};
+
+}  // namespace viz
