@@ -183,3 +183,21 @@ TEST(Gui, CorruptLayoutFileIsIgnoredWithAWarning) {
   EXPECT_EQ(viz::check_layout_ini(saved), "") << "replaced by a valid layout:\n" << saved;
   EXPECT_TRUE(contains(saved, "[Window][Views]")) << saved;
 }
+
+TEST(Gui, PartialRedrawsEqualFullOnes) {
+  DTLAB_REQUIRE_GUI();
+  DTLAB_REQUIRE_DATASET();
+  testutil::TempDir d;
+  // slow motion keeps frames coming; every partial frame is compared with a full redraw
+  const auto r = testutil::run_cli_with_prefix(
+      "DTLAB_VERIFY_REDRAW=1 XDG_CONFIG_HOME=" + d.file("config") + " xvfb-run -a -s \"-screen 0 1600x1000x24\"",
+      "gui --world-size 4 --limit-train 1000 --limit-test 200 --eval-every 5 --eval-samples 100 --delay-ms 20 "
+      "--exit-after 4 --frame-stats " + d.file("frames.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_FALSE(contains(r.out, "partial redraw differs")) << r.out;
+  const auto j = nlohmann::json::parse(testutil::read_file(d.file("frames.json")));
+  EXPECT_GT(j["frames"].get<int>(), 2);
+  if (j["partial_redraw"].get<bool>()) {
+    EXPECT_LT(j["drawn_fraction_mean"].get<double>(), 1.0);
+  }
+}

@@ -718,6 +718,9 @@ int run_app(const lab::RunConfig& cfg_in, const AppOptions& opts) {
 
     const double end = lab::now_seconds();
     if (drawn) {
+      int fw = 0, fh = 0;
+      win.framebuffer_size(fw, fh);
+      app.drawn_fraction_sum += fw > 0 && fh > 0 ? win.drawn_pixels() / (static_cast<double>(fw) * fh) : 1.0;
       app.frames.add((end - frame_start) * 1e3, prev_start > 0 ? (frame_start - prev_start) * 1e3 : 0);
       prev_start = frame_start;
     } else {
@@ -758,8 +761,11 @@ int run_app(const lab::RunConfig& cfg_in, const AppOptions& opts) {
         {"renderer", win.renderer()},
         {"run_phase", run_phase_name(d.phase)},
         {"frames_skipped", app.frames_skipped},
+        {"partial_redraw", win.partial_redraw()},
+        {"drawn_fraction_mean", app.frames.frames() ? app.drawn_fraction_sum / static_cast<double>(app.frames.frames()) : 0.0},
         {"note", "frame_ms: work of each drawn frame (input, UI, rendering, swap); frames identical to the one on "
-                 "screen are not drawn (frames_skipped)"}};
+                 "screen are not drawn (frames_skipped); drawn_fraction_mean: share of the window's pixels a drawn "
+                 "frame painted (partial redraws paint only what changed)"}};
     std::ofstream f(opts.frame_stats, std::ios::trunc);
     f << app.frames.to_json(extra).dump(2) << "\n";
     if (!f) {

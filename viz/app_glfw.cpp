@@ -2,6 +2,10 @@
 
 #include <algorithm>
 #include <cfloat>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include <GLFW/glfw3.h>
@@ -63,6 +67,10 @@ std::string GlfwWindow::open(const char* title, int width, int height, float sca
   m_window = glfwCreateWindow(w, h, title, nullptr, nullptr);
   if (!m_window) return g_glfw_error.empty() ? "cannot create an OpenGL 3.3 window" : g_glfw_error;
   glfwMakeContextCurrent(m_window);
+  glfwSetWindowUserPointer(m_window, this);
+  glfwSetWindowRefreshCallback(m_window, [](GLFWwindow* w) {
+    static_cast<GlfwWindow*>(glfwGetWindowUserPointer(w))->m_refresh = true;
+  });
   // Frames are paced by the app (wait_events); no vsync wait inside swap, so a frame's time is
   // its work.
   glfwSwapInterval(0);
@@ -71,6 +79,17 @@ std::string GlfwWindow::open(const char* title, int width, int height, float sca
   m_imgui = true;
   ImGui_ImplGlfw_InitForOpenGL(m_window, true);
   ImGui_ImplOpenGL3_Init("#version 330 core");
+  // Partial redraws need a back buffer that keeps the last frame after a swap. Mesa's software
+  // rasterizers on X11 (llvmpipe, softpipe) copy it to the window and keep it; GPU drivers may
+  // hand out another buffer, so they draw whole frames (cheap for them anyway). Setting
+  // DTLAB_FULL_REDRAW=1 turns partial redraws off; DTLAB_VERIFY_REDRAW=1 checks each one
+  // against a full redraw (the tests do).
+  const std::string r = renderer();
+  const char* full_env = std::getenv("DTLAB_FULL_REDRAW");
+  m_partial = (r.find("llvmpipe") != std::string::npos || r.find("softpipe") != std::string::npos) &&
+              !(full_env && full_env[0] == '1');
+  const char* verify_env = std::getenv("DTLAB_VERIFY_REDRAW");
+  m_verify = verify_env && verify_env[0] == '1';
   return "";
 }
 
@@ -90,43 +109,86 @@ void GlfwWindow::new_frame(bool ignore_mouse) {
   ImGui::NewFrame();
 }
 
-// FNV-1a over the draw data: vertices, indices, and each command's clip rectangle and texture.
-uint64_t GlfwWindow::draw_data_hash() {
-  const ImDrawData* dd = ImGui::GetDrawData();
-  uint64_t h = 1469598103934665603ull;
-  auto mixin = [&h](const void* p, size_t n) {
-    const unsigned char* b = static_cast<const unsigned char*>(p);
-    for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
-  };
-  if (!dd) return h;
-  mixin(&dd->DisplaySize, sizeof dd->DisplaySize);
-  for (int i = 0; i < dd->CmdListsCount; ++i) {
-    const ImDrawList* l = dd->CmdLists[i];
-    mixin(l->VtxBuffer.Data, static_cast<size_t>(l->VtxBuffer.Size) * sizeof(ImDrawVert));
-    mixin(l->IdxBuffer.Data, static_cast<size_t>(l->IdxBuffer.Size) * sizeof(ImDrawIdx));
-    for (const ImDrawCmd& c : l->CmdBuffer) {
-      mixin(&c.ClipRect, sizeof c.ClipRect);
-      mixin(&c.TextureId, sizeof c.TextureId);
-      mixin(&c.ElemCount, sizeof c.ElemCount);
-    }
+void GlfwWindow::draw_all(int w, int h) {
+  glDisable(GL_SCISSOR_TEST);
+  glClear(GL_COLOR_BUFFER_BIT);
+  ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
+  m_drawn_pixels = static_cast<double>(w) * h;
+}
+
+// Clears each rectangle and draws every command clipped to it, in the usual order: inside the
+// rectangle the result is the full frame's, outside it the previous frame's pixels stay.
+void GlfwWindow::draw_rects(const std::vector<DirtyRect>& rects, int w, int h) {
+  ImDrawData* dd = ImGui::GetDrawData();
+  const ImVec2 off = dd->DisplayPos, scale = dd->FramebufferScale;
+  m_drawn_pixels = 0;
+  for (const DirtyRect& r : rects) {
+    // whole framebuffer pixels, rounded outwards
+    const float x0 = std::floor(r.x0), y0 = std::floor(r.y0), x1 = std::ceil(r.x1), y1 = std::ceil(r.y1);
+    const int fx0 = static_cast<int>((x0 - off.x) * scale.x), fy0 = static_cast<int>((y0 - off.y) * scale.y);
+    const int fx1 = static_cast<int>((x1 - off.x) * scale.x), fy1 = static_cast<int>((y1 - off.y) * scale.y);
+    glEnable(GL_SCISSOR_TEST);
+    glScissor(fx0, h - fy1, fx1 - fx0, fy1 - fy0);
+    glClear(GL_COLOR_BUFFER_BIT);
+    std::vector<ImVec4> saved;
+    for (int i = 0; i < dd->CmdListsCount; ++i)
+      for (ImDrawCmd& c : dd->CmdLists[i]->CmdBuffer) {
+        saved.push_back(c.ClipRect);
+        c.ClipRect = ImVec4(std::max(c.ClipRect.x, x0), std::max(c.ClipRect.y, y0), std::min(c.ClipRect.z, x1),
+                            std::min(c.ClipRect.w, y1));  // empty when they do not meet: the backend skips it
+      }
+    ImGui_ImplOpenGL3_RenderDrawData(dd);
+    size_t k = 0;
+    for (int i = 0; i < dd->CmdListsCount; ++i)
+      for (ImDrawCmd& c : dd->CmdLists[i]->CmdBuffer) c.ClipRect = saved[k++];
+    m_drawn_pixels += static_cast<double>(fx1 - fx0) * (fy1 - fy0);
   }
-  return h;
+  glDisable(GL_SCISSOR_TEST);
+  (void)w;
+}
+
+int GlfwWindow::count_differences_from_full(int w, int h) {
+  std::vector<unsigned char> partial(static_cast<size_t>(w) * h * 3), full(partial.size());
+  glPixelStorei(GL_PACK_ALIGNMENT, 1);
+  glReadBuffer(GL_BACK);
+  glReadPixels(0, 0, w, h, GL_RGB, GL_UNSIGNED_BYTE, partial.data());
+  draw_all(w, h);
+  glReadPixels(0, 0, w, h, GL_RGB, GL_UNSIGNED_BYTE, full.data());
+  int diff = 0;
+  for (size_t i = 0; i < full.size(); i += 3) diff += std::memcmp(&full[i], &partial[i], 3) != 0;
+  return diff;
 }
 
 bool GlfwWindow::render(bool force) {
   ImGui::Render();
   int w = 0, h = 0;
   glfwGetFramebufferSize(m_window, &w, &h);
-  // A frame that would look exactly like the one on screen is not drawn again: with a software
-  // renderer every pixel costs, and the ranks need the CPU.
-  const uint64_t hash = draw_data_hash() ^ (static_cast<uint64_t>(w) << 32) ^ static_cast<uint64_t>(h);
-  if (!force && m_have_frame && hash == m_last_hash) return false;
-  m_last_hash = hash;
-  m_have_frame = true;
+  bool full = false;
+  const std::vector<DirtyRect> rects = m_damage.update(*ImGui::GetDrawData(), full);
+  const bool unchanged = !full && rects.empty();
+  if (w != m_fb_w || h != m_fb_h || m_refresh || force || !m_partial) full = true;
+  const bool must = w != m_fb_w || h != m_fb_h || m_refresh || force;
+  m_fb_w = w;
+  m_fb_h = h;
+  if (unchanged && !must) {
+    // Nothing changed. Without partial redraws the tracker still tells us so: skip the frame.
+    m_drawn_pixels = 0;
+    return false;
+  }
   glViewport(0, 0, w, h);
   glClearColor(kClearColor[0], kClearColor[1], kClearColor[2], 1.0f);
-  glClear(GL_COLOR_BUFFER_BIT);
-  ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
+  if (full) {
+    draw_all(w, h);
+  } else {
+    draw_rects(rects, w, h);
+    if (m_verify) {
+      const double drawn = m_drawn_pixels;
+      const int diff = count_differences_from_full(w, h);
+      m_drawn_pixels = drawn;
+      if (diff) std::fprintf(stderr, "dtlab gui: partial redraw differs from a full one in %d pixels\n", diff);
+    }
+  }
+  m_refresh = false;
   return true;
 }
 

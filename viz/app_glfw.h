@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "damage.h"
+
 struct GLFWwindow;
 
 namespace viz {
@@ -39,8 +41,12 @@ class GlfwWindow {
   void new_frame(bool ignore_mouse);
   // Renders ImGui's draw data into the back buffer (no swap yet: a screenshot reads it first).
   // Returns false, drawing nothing, when the frame would equal the one on screen (unless force):
-  // then do not swap either.
+  // then do not swap either. With a software renderer only the changed rectangles are drawn
+  // (DamageTracker); force draws everything.
   bool render(bool force);
+  bool partial_redraw() const { return m_partial; }
+  // Pixels drawn by the last render() (the window's pixels for a whole frame).
+  double drawn_pixels() const { return m_drawn_pixels; }
   void swap();
   // The back buffer as a PNG (rows flipped: OpenGL's origin is bottom-left). "" or the error.
   std::string save_png(const std::string& path) const;
@@ -48,11 +54,18 @@ class GlfwWindow {
   void framebuffer_size(int& w, int& h) const;
 
  private:
-  static uint64_t draw_data_hash();
+  void draw_all(int w, int h);
+  void draw_rects(const std::vector<DirtyRect>& rects, int w, int h);
+  int count_differences_from_full(int w, int h);  // DTLAB_VERIFY_REDRAW
+
   GLFWwindow* m_window = nullptr;
   bool m_glfw = false, m_imgui = false;
-  bool m_have_frame = false;
-  uint64_t m_last_hash = 0;
+  bool m_partial = false;     // draw only damage (the back buffer survives a swap)
+  bool m_verify = false;      // compare every partial frame with a full one (tests)
+  bool m_refresh = true;      // the window system lost the picture: draw everything
+  int m_fb_w = 0, m_fb_h = 0;
+  double m_drawn_pixels = 0;
+  DamageTracker m_damage;
 };
 
 }  // namespace viz

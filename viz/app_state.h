@@ -179,6 +179,7 @@ struct AppState {
   Script script;
   FrameStats frames;
   int64_t frames_skipped = 0;
+  double drawn_fraction_sum = 0;  // over drawn frames: painted pixels / window pixels
   double frame_work_ema = 0;  // seconds a drawn frame takes (moving average)
   struct WindowRect {
     ImVec2 min{0, 0}, max{0, 0};
