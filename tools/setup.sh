@@ -10,6 +10,8 @@ packages=(
   nlohmann-json3-dev libcli11-dev libtomlplusplus-dev zlib1g-dev
   libopenblas-dev               # fast sgemm (the build falls back to a reference kernel without it)
   dataset-fashion-mnist         # the data: /usr/share/datasets/fashion-mnist
+  libimgui-dev libglfw3-dev libstb-dev fonts-dejavu-core   # the lab window, dtlab gui (optional)
+  xvfb xauth libgl1-mesa-dri    # its tests on a virtual display (skipped without xvfb-run)
 )
 missing=()
 for p in "${packages[@]}"; do

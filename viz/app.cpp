@@ -581,6 +581,12 @@ int run_app(const lab::RunConfig& cfg_in, const AppOptions& opts) {
   RunData opened;
   if (!opts.open_dir.empty()) opened = load_run_dir(opts.open_dir);
 
+  // The GUI thread asks for a higher priority than the ranks (before GL starts its rasterizer
+  // threads, which inherit it): a frame takes the same CPU either way, but it is drawn when it is
+  // due instead of queueing behind eight busy ranks. The run hosts' threads go back to the
+  // normal priority (RunHost), so training competes as it does headless. Not permitted (most
+  // desktops without rtkit): frames just take longer while the ranks train.
+  const bool raised = raise_ui_priority();
   GlfwWindow win;
   std::string err = win.init();
   const float scale = err.empty() ? (opts.ui_scale > 0 ? static_cast<float>(opts.ui_scale) : win.monitor_scale()) : 1.0f;
@@ -631,6 +637,8 @@ int run_app(const lab::RunConfig& cfg_in, const AppOptions& opts) {
     start_live(app, cfg, opts.paused || (sc.active && opts.ring_steps >= 0), t0);
   }
   if (opts.frame_stats.empty() && sc.active) app.log.add(LogLevel::Info, "screenshot mode: " + opts.screenshot, 0);
+  if (!raised)
+    app.log.add(LogLevel::Info, "the window runs at the ranks' priority (raising it is not permitted here)", 0);
 
   double prev_start = 0;
   while (!app.quit && !win.should_close()) {
@@ -762,6 +770,7 @@ int run_app(const lab::RunConfig& cfg_in, const AppOptions& opts) {
         {"run_phase", run_phase_name(d.phase)},
         {"frames_skipped", app.frames_skipped},
         {"partial_redraw", win.partial_redraw()},
+        {"ui_priority_raised", raised},
         {"drawn_fraction_mean", app.frames.frames() ? app.drawn_fraction_sum / static_cast<double>(app.frames.frames()) : 0.0},
         {"note", "frame_ms: work of each drawn frame (input, UI, rendering, swap); frames identical to the one on "
                  "screen are not drawn (frames_skipped); drawn_fraction_mean: share of the window's pixels a drawn "

@@ -36,6 +36,10 @@ GlfwWindow::~GlfwWindow() {
 }
 
 std::string GlfwWindow::init() {
+  // Mesa's llvmpipe rasterizes on helper threads by default. While the ranks keep every core busy
+  // those threads wait for a core at each flush, and frames take twice as long; rasterizing on
+  // the GUI thread costs the same CPU without the waits. Only when the user has not chosen.
+  setenv("LP_NUM_THREADS", "0", 0);
   glfwSetErrorCallback(on_glfw_error);
   if (!glfwInit()) return g_glfw_error.empty() ? "glfwInit failed" : g_glfw_error;
   m_glfw = true;
@@ -116,12 +120,16 @@ void GlfwWindow::draw_all(int w, int h) {
   m_drawn_pixels = static_cast<double>(w) * h;
 }
 
-// Clears each rectangle and draws every command clipped to it, in the usual order: inside the
-// rectangle the result is the full frame's, outside it the previous frame's pixels stay.
+// Clears each rectangle and draws what falls into it, in the usual order: inside the rectangle
+// the result is the full frame's, outside it the previous frame's pixels stay. For each rectangle
+// every command is clipped to it and keeps only the triangles that reach into it (llvmpipe would
+// otherwise set up every triangle of the window once per rectangle).
 void GlfwWindow::draw_rects(const std::vector<DirtyRect>& rects, int w, int h) {
   ImDrawData* dd = ImGui::GetDrawData();
   const ImVec2 off = dd->DisplayPos, scale = dd->FramebufferScale;
   m_drawn_pixels = 0;
+  std::vector<ImVector<ImDrawIdx>> saved_idx(static_cast<size_t>(dd->CmdListsCount));
+  std::vector<ImVector<ImDrawCmd>> saved_cmds(static_cast<size_t>(dd->CmdListsCount));
   for (const DirtyRect& r : rects) {
     // whole framebuffer pixels, rounded outwards
     const float x0 = std::floor(r.x0), y0 = std::floor(r.y0), x1 = std::ceil(r.x1), y1 = std::ceil(r.y1);
@@ -130,17 +138,48 @@ void GlfwWindow::draw_rects(const std::vector<DirtyRect>& rects, int w, int h) {
     glEnable(GL_SCISSOR_TEST);
     glScissor(fx0, h - fy1, fx1 - fx0, fy1 - fy0);
     glClear(GL_COLOR_BUFFER_BIT);
-    std::vector<ImVec4> saved;
-    for (int i = 0; i < dd->CmdListsCount; ++i)
-      for (ImDrawCmd& c : dd->CmdLists[i]->CmdBuffer) {
-        saved.push_back(c.ClipRect);
-        c.ClipRect = ImVec4(std::max(c.ClipRect.x, x0), std::max(c.ClipRect.y, y0), std::min(c.ClipRect.z, x1),
-                            std::min(c.ClipRect.w, y1));  // empty when they do not meet: the backend skips it
+    for (int i = 0; i < dd->CmdListsCount; ++i) {
+      ImDrawList* l = dd->CmdLists[i];
+      saved_idx[static_cast<size_t>(i)].swap(l->IdxBuffer);
+      saved_cmds[static_cast<size_t>(i)].swap(l->CmdBuffer);
+      const ImVector<ImDrawIdx>& idx = saved_idx[static_cast<size_t>(i)];
+      for (const ImDrawCmd& c : saved_cmds[static_cast<size_t>(i)]) {
+        if (c.UserCallback) {
+          l->CmdBuffer.push_back(c);
+          continue;
+        }
+        const ImVec4 clip(std::max(c.ClipRect.x, x0), std::max(c.ClipRect.y, y0), std::min(c.ClipRect.z, x1),
+                          std::min(c.ClipRect.w, y1));
+        if (clip.z <= clip.x || clip.w <= clip.y) continue;
+        ImDrawCmd k = c;
+        k.ClipRect = clip;
+        k.IdxOffset = static_cast<unsigned int>(l->IdxBuffer.Size);
+        for (unsigned int t = 0; t + 2 < c.ElemCount; t += 3) {
+          const ImDrawVert& a = l->VtxBuffer[static_cast<int>(c.VtxOffset + idx[static_cast<int>(c.IdxOffset + t)])];
+          const ImDrawVert& b = l->VtxBuffer[static_cast<int>(c.VtxOffset + idx[static_cast<int>(c.IdxOffset + t + 1)])];
+          const ImDrawVert& v = l->VtxBuffer[static_cast<int>(c.VtxOffset + idx[static_cast<int>(c.IdxOffset + t + 2)])];
+          if (std::max({a.pos.x, b.pos.x, v.pos.x}) < clip.x || std::min({a.pos.x, b.pos.x, v.pos.x}) > clip.z ||
+              std::max({a.pos.y, b.pos.y, v.pos.y}) < clip.y || std::min({a.pos.y, b.pos.y, v.pos.y}) > clip.w)
+            continue;
+          for (unsigned int e = 0; e < 3; ++e) l->IdxBuffer.push_back(idx[static_cast<int>(c.IdxOffset + t + e)]);
+        }
+        k.ElemCount = static_cast<unsigned int>(l->IdxBuffer.Size) - k.IdxOffset;
+        if (k.ElemCount) l->CmdBuffer.push_back(k);
       }
+      if (l->CmdBuffer.empty()) {
+        ImDrawCmd none;  // the backend expects at least one command per list
+        none.ClipRect = ImVec4(0, 0, 0, 0);
+        l->CmdBuffer.push_back(none);
+      }
+    }
     ImGui_ImplOpenGL3_RenderDrawData(dd);
-    size_t k = 0;
-    for (int i = 0; i < dd->CmdListsCount; ++i)
-      for (ImDrawCmd& c : dd->CmdLists[i]->CmdBuffer) c.ClipRect = saved[k++];
+    for (int i = 0; i < dd->CmdListsCount; ++i) {
+      ImDrawList* l = dd->CmdLists[i];
+      l->IdxBuffer.swap(saved_idx[static_cast<size_t>(i)]);
+      l->CmdBuffer.swap(saved_cmds[static_cast<size_t>(i)]);
+      saved_idx[static_cast<size_t>(i)].resize(0);
+      saved_cmds[static_cast<size_t>(i)].resize(0);
+    }
     m_drawn_pixels += static_cast<double>(fx1 - fx0) * (fy1 - fy0);
   }
   glDisable(GL_SCISSOR_TEST);

@@ -1,10 +1,14 @@
 // RunHost: sections
+//   0. thread priorities
 //   1. driver thread (build, start, poll, finish)
 //   2. commands: pause / resume / steps / delay, as RunControl gates
 //   3. reading
 #include "run_host.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 
@@ -12,6 +16,28 @@
 #include "errors.h"
 
 namespace viz {
+
+// ---- 0. priorities ----
+
+namespace {
+// The nice value the process started with, read before anything changes it.
+int base_nice() {
+  static const int kBase = [] {
+    errno = 0;
+    const int n = getpriority(PRIO_PROCESS, 0);
+    return errno ? 0 : n;
+  }();
+  return kBase;
+}
+}  // namespace
+
+bool raise_ui_priority() {
+  const int base = base_nice();
+  // On Linux PRIO_PROCESS with who = 0 sets the calling thread's nice value only.
+  return setpriority(PRIO_PROCESS, 0, base - 5) == 0;
+}
+
+void restore_normal_priority() { setpriority(PRIO_PROCESS, 0, base_nice()); }
 
 // ---- 1. driver ----
 
@@ -37,6 +63,7 @@ void RunHost::request_stop() {
 lab::Run* RunHost::run() const { return m_run.get(); }
 
 void RunHost::drive() {
+  restore_normal_priority();  // before any rank thread exists: they inherit it
   auto fail = [&](const std::string& what, const std::string& hint, int code) {
     std::lock_guard<std::mutex> lock(m_mu);
     m_status.phase = RunPhase::Failed;

@@ -19,6 +19,13 @@
 
 namespace viz {
 
+// Thread priorities (Linux: per-thread nice values). The lab window raises its own thread's
+// priority above the ranks'; every thread a RunHost starts goes back to the priority the process
+// had at start, so the ranks train as they would headless.
+// raise_ui_priority(): true when the calling thread now has a higher priority (nice - 5).
+bool raise_ui_priority();
+void restore_normal_priority();
+
 struct HostStatus {
   RunPhase phase = RunPhase::Loading;
   std::string error, hint;   // set when phase == Failed
