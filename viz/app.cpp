@@ -364,7 +364,7 @@ void draw_views_window(AppState& app, Commands& cmd) {
     heading(view_title(*app.solo));
     ImGui::SameLine();
     const RunData& d = app.data;
-    ImGui::TextDisabled("  %s, world_size %d, batch_size %d per rank, bn %s%s, iteration %lld | %s", d.cfg.model.c_str(),
+    ImGui::TextDisabled("  %s, world_size %d, batch_size %d per rank, bn %s%s, %lld iterations done | %s", d.cfg.model.c_str(),
                         d.cfg.world_size, static_cast<int>(d.cfg.batch_size), d.cfg.bn.c_str(),
                         app.twin ? fmt(" (twin: bn %s)", app.twin_data.cfg.bn.c_str()).c_str() : "",
                         static_cast<long long>(d.steps_done()), run_phase_name(d.phase));

@@ -91,6 +91,7 @@ struct BatchingViewState {
 
 struct TrainEvalViewState {
   int eval_index = -1;       // which periodic evaluation the probe shows (-1: newest)
+  bool log_x = true;         // iterations on a log scale: the first evaluations get room
   struct Cache {             // rank 0's running and batch mean of the BN view's channel
     int layer = -1, channel = -1;
     size_t built = 0;

@@ -195,7 +195,11 @@ float line_chart(const ChartOptions& opt, const std::vector<ChartSeries>& series
   const float left = fs * 3.6f, bottom = fs * 1.3f, top = fs * 0.4f, right = fs * 0.6f;
   const ImVec2 a(p0.x + left, p0.y + top), b(p1.x - right, p1.y - bottom);
   if (b.x - a.x < 10 || b.y - a.y < 10) return NAN;
-  auto X = [&](float x) { return a.x + (x - x0) / (x1 - x0) * (b.x - a.x); };
+  const bool lx = opt.log_x && x0 > 0;
+  auto X = [&](float x) {
+    if (lx) return a.x + std::log(std::max(x, x0) / x0) / std::log(x1 / x0) * (b.x - a.x);
+    return a.x + (x - x0) / (x1 - x0) * (b.x - a.x);
+  };
   auto Y = [&](float y) { return b.y - (y - y0) / (y1 - y0) * (b.y - a.y); };
 
   // grid and ticks
@@ -209,8 +213,17 @@ float line_chart(const ChartOptions& opt, const std::vector<ChartSeries>& series
     const ImVec2 ts = small->CalcTextSizeA(sfs, FLT_MAX, 0, t.c_str());
     dl->AddText(small, sfs, ImVec2(a.x - ts.x - 4, y - ts.y / 2), col::kDim, t.c_str());
   }
-  const double xs = nice_step(x0, x1, std::max(2, static_cast<int>((b.x - a.x) / (fs * 5.0f))));
-  for (double v = std::ceil(x0 / xs) * xs; v <= x1 + 1e-9; v += xs) {
+  std::vector<double> xticks;
+  if (lx) {
+    for (double p = std::pow(10.0, std::floor(std::log10(x0))); p <= x1; p *= 10)
+      for (double m : {1.0, 2.0, 5.0})
+        if (p * m >= x0 && p * m <= x1) xticks.push_back(p * m);
+  } else {
+    double xs = nice_step(x0, x1, std::max(2, static_cast<int>((b.x - a.x) / (fs * 5.0f))));
+    if (opt.integer_x) xs = std::max(xs, 1.0);
+    for (double v = std::ceil(x0 / xs) * xs; v <= x1 + 1e-9; v += xs) xticks.push_back(v);
+  }
+  for (double v : xticks) {
     const float x = X(static_cast<float>(v));
     dl->AddLine(ImVec2(x, b.y), ImVec2(x, b.y + 3), col::kDim);
     const std::string t = fmt("%.4g", v);
@@ -268,7 +281,8 @@ float line_chart(const ChartOptions& opt, const std::vector<ChartSeries>& series
   if (hovered) {
     const float mx = ImGui::GetIO().MousePos.x;
     if (mx >= a.x && mx <= b.x) {
-      hover_x = x0 + (mx - a.x) / (b.x - a.x) * (x1 - x0);
+      const float f = (mx - a.x) / (b.x - a.x);
+      hover_x = lx ? x0 * std::exp(f * std::log(x1 / x0)) : x0 + f * (x1 - x0);
       dl->AddLine(ImVec2(mx, a.y), ImVec2(mx, b.y), col::kDim);
       ImGui::BeginTooltip();
       bool any = false;

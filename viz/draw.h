@@ -83,6 +83,8 @@ struct ChartOptions {
   ImU32 mark_color = IM_COL32(204, 121, 167, 160);
   const char* marks_label = nullptr;
   bool legend = true;
+  bool log_x = false;              // logarithmic x axis (x > 0): early iterations get room
+  bool integer_x = true;           // x ticks at whole numbers (iterations)
   std::string hover_note;          // extra tooltip line
 };
 

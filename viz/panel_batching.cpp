@@ -82,7 +82,7 @@ void legend(int world) {
   dl->AddRect(ImVec2(p.x, p.y + 2), ImVec2(p.x + fs * 0.8f, p.y + fs - 1), kPadMark, 0, 0, 2.5f);
   ImGui::Dummy(ImVec2(fs * 0.9f, fs));
   ImGui::SameLine();
-  ImGui::TextUnformatted("padding (a repeat)");
+  ImGui::TextUnformatted("padding (a repeat; thin frame: its original)");
   ImGui::SameLine();
   const ImVec2 q = ImGui::GetCursorScreenPos();
   dl->AddRect(ImVec2(q.x, q.y + 2), ImVec2(q.x + fs * 0.8f, q.y + fs - 1), col::kFaint);
@@ -137,6 +137,9 @@ void draw_grid(const RunData& d, const EpochLayout& l, int64_t current_step_in_e
           ImU32 fill = rank_color(owner, dropped_row ? 0.25f : 1.0f);
           dl->AddRectFilled(a, c, fill);
           if (pad) dl->AddRect(a, c, kPadMark, 0, 0, std::max(1.5f, cell * 0.12f));
+          // the original of a padded sample: seen again at the end of the epoch
+          if (l.padding > 0 && l.dataset_size > 0 && pos < std::min(l.padding, l.dataset_size))
+            dl->AddRect(ImVec2(a.x + 1, a.y + 1), ImVec2(c.x - 1, c.y - 1), kPadMark, 0, 0, 1.0f);
           if (one_problem && !dropped_row && len == 1 && b == l.steps - 1)
             dl->AddRect(ImVec2(a.x - 2, a.y - 2), ImVec2(c.x + 2, c.y + 2), col::kError, 0, 0, 2.5f);
           if (numbers) {
@@ -239,6 +242,24 @@ void draw_batching_view(const RunData& d, BatchingViewState& st) {
   }
   legend(l.world);
   ImGui::NewLine();
+  // the point of the picture, in words
+  std::string words = fmt("Each of the %d ranks runs %lld iterations this epoch", l.world, static_cast<long long>(l.steps));
+  if (l.last_batch < l.batch_size && l.steps > 0)
+    words += fmt("; the last one is short: %lld sample(s) per rank, %lld in all instead of %lld",
+                 static_cast<long long>(l.last_batch), static_cast<long long>(l.last_batch) * l.world,
+                 static_cast<long long>(l.batch_size) * l.world);
+  words += ".";
+  if (l.padding > 0) {
+    std::string idx;
+    for (int64_t p = l.dataset_size; p < l.total_size && p < l.dataset_size + 8; ++p)
+      idx += fmt("%s%lld", idx.empty() ? "" : ", ", static_cast<long long>(l.global[static_cast<size_t>(p)]));
+    words += fmt(" The sampler padded %lld position(s) with dataset index(es) %s (the head of this epoch's order), so "
+                 "that every rank gets %lld: those samples are trained on twice.",
+                 static_cast<long long>(l.padding), idx.c_str(), static_cast<long long>(l.num_samples));
+  }
+  if (l.loader_dropped > 0)
+    words += fmt(" The loader's drop_last drops each rank's last %lld sample(s) (faded row).", static_cast<long long>(l.loader_dropped));
+  ImGui::TextWrapped("%s", words.c_str());
   const int64_t cur = st.follow && d.live ? in_epoch : -1;
   draw_grid(d, l, cur, !problem.empty() || failed_one, st.by_rank);
 }

@@ -117,7 +117,7 @@ void number_line(const char* id, const char* what, const std::vector<float>& loc
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const float fs = ImGui::GetFontSize();
   const float row = fs * 1.15f;
-  const ImVec2 size(ImGui::GetContentRegionAvail().x, row * static_cast<float>(world) + fs * 1.6f);
+  const ImVec2 size(ImGui::GetContentRegionAvail().x, row * static_cast<float>(world) + fs * 2.6f);
   const ImVec2 p0 = ImGui::GetCursorScreenPos();
   ImGui::InvisibleButton(id, size);
   const bool hovered = ImGui::IsItemHovered();
@@ -133,7 +133,7 @@ void number_line(const char* id, const char* what, const std::vector<float>& loc
   dl->AddText(ImVec2(p0.x + 4, p0.y + 2), col::kDim, what);
   ImFont* small = font(FontId::Small);
   const std::string lo_s = fmt("%.4g", lo), hi_s = fmt("%.4g", hi);
-  const float axis_y = p0.y + size.y - fs * 0.7f;
+  const float axis_y = p0.y + fs * 1.3f + row * static_cast<float>(world);
   dl->AddLine(ImVec2(left, axis_y), ImVec2(right, axis_y), col::kGrid);
   dl->AddText(small, small->FontSize, ImVec2(left, axis_y), col::kDim, lo_s.c_str());
   const ImVec2 hs = small->CalcTextSizeA(small->FontSize, FLT_MAX, 0, hi_s.c_str());

@@ -11,7 +11,7 @@ void draw_log_panel(const LogBuffer& log, LogViewState& st) {
   tooltip("Scroll to the newest message when one arrives.");
   ImGui::SameLine();
   ImGui::TextDisabled("%d error(s), %d warning(s)", log.count(LogLevel::Error), log.count(LogLevel::Warning));
-  ImGui::BeginChild("log_lines", ImVec2(0, 0), false, ImGuiWindowFlags_HorizontalScrollbar);
+  ImGui::BeginChild("log_lines", ImVec2(0, 0), false);
   for (const LogEntry& e : entries) {
     const ImU32 c = e.level == LogLevel::Error ? col::kError : e.level == LogLevel::Warning ? col::kWarn : col::kText;
     ImGui::TextDisabled("%6.1fs", e.t);

@@ -75,7 +75,7 @@ void draw_ranks_panel(const RunData& d, RanksViewState& st) {
     ImGui::TextDisabled("iteration %lld", static_cast<long long>(c.x.back()));
     tooltip("Each rank's batch loss and accuracy at this iteration (its own samples):\n" + s);
   }
-  const float h = std::max(fs * 4, (ImGui::GetContentRegionAvail().y - fs * 2.6f) / 2);
+  const float h = std::max(fs * 4, (ImGui::GetContentRegionAvail().y - fs * 3.4f) / 2);
   std::vector<ChartSeries> loss, acc;
   for (int r = 0; r < c.world; ++r) {
     const int n = static_cast<int>(c.x.size());

@@ -65,7 +65,9 @@ Shown choose(const RunData& d, RingViewState& st, const FrameClock& clock) {
       const double elapsed = clock.now - st.replay_t0;
       const int total = st.have_shown ? expected_steps(st.trace) : 0;
       const bool replay_over = elapsed > total * kReplayStepSeconds + kReplayHoldSeconds;
-      if ((!st.have_shown || replay_over || st.trace_seq != st.shown_seq) && latest_collective(d.events, f, true, seq)) {
+      // screenshots (frozen clock) always show the newest finished collective
+      if ((!st.have_shown || replay_over || clock.frozen || st.trace_seq != st.shown_seq) &&
+          latest_collective(d.events, f, true, seq)) {
         if (!st.have_shown || seq != st.shown_seq) st.replay_t0 = clock.now;
         else if (replay_over) st.replay_t0 = clock.now;
         st.shown_seq = seq;
@@ -319,7 +321,8 @@ void draw_side(const RunData& d, RingViewState& st, const Shown& sh) {
 
   // buffers table
   ImGui::Spacing();
-  ImGui::TextUnformatted("What each rank's buffer holds");
+  ImGui::TextUnformatted(sh.anim_step >= 0 && sh.progress < 1.0f ? "What each rank's buffer holds (before the step in flight)"
+                                                                   : "What each rank's buffer holds");
   help_marker("One box per chunk (1/N of the buffer). Its stripes are the ranks whose data is summed into this rank's "
               "copy of the chunk; grey: not yet. A white frame marks the chunk the rank owns (fully summed) after "
               "reduce-scatter.");
@@ -355,11 +358,6 @@ void draw_side(const RunData& d, RingViewState& st, const Shown& sh) {
     labeled_value("each rank sends", fmt("2(N-1)/N x S = 2x%d/%d x %s = %s", n - 1, n, fmt_bytes(S).c_str(), fmt_bytes(rule).c_str()),
                   "Ring allreduce: N-1 reduce-scatter steps and N-1 allgather steps, one chunk of S/N each: "
                   "2(N-1) messages, 2(N-1)/N x S bytes per rank, almost 2S however many ranks there are.");
-    if (!t.rank_bytes_sent.empty()) {
-      const double sent0 = static_cast<double>(t.rank_bytes_sent[0]);
-      labeled_value("measured", fmt("rank 0 sent %s in %d messages", fmt_bytes(sent0).c_str(), t.rank_messages[0]),
-                    "From rank 0's Chunk events of this collective (so far, if it is still running).");
-    }
     const Bandwidth bw = allreduce_bandwidth(t);
     if (bw.valid) {
       labeled_value("algbw", fmt_rate(bw.algbw),
@@ -374,6 +372,34 @@ void draw_side(const RunData& d, RingViewState& st, const Shown& sh) {
     }
   } else if (S > 0) {
     labeled_value("buffer", fmt_bytes(S), "Bytes of this collective's buffer.");
+  }
+  // per rank: how far along the rule each rank is
+  if (t.op == "allreduce" && n > 1 && ImGui::BeginTable("ring_ranks", 4, ImGuiTableFlags_SizingFixedFit | ImGuiTableFlags_RowBg)) {
+    ImGui::TableSetupColumn("rank");
+    ImGui::TableSetupColumn("messages sent");
+    ImGui::TableSetupColumn("bytes sent");
+    ImGui::TableSetupColumn("of 2(N-1)/N x S");
+    ImGui::TableHeadersRow();
+    tooltip("Measured from each rank's Chunk events of this collective, up to the shown step.");
+    const double rule = 2.0 * (n - 1) / n * static_cast<double>(t.bytes);
+    for (int r = 0; r < n; ++r) {
+      uint64_t sent = 0;
+      int msgs = 0;
+      for (const Transfer& x : t.transfers)
+        if (x.src == r && x.global_step < sh.settled()) {
+          sent += x.bytes;
+          ++msgs;
+        }
+      ImGui::TableNextColumn();
+      ImGui::TextColored(rank_color_vec(r), "%d", r);
+      ImGui::TableNextColumn();
+      ImGui::Text("%d of %d", msgs, 2 * (n - 1));
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(fmt_bytes(static_cast<double>(sent)).c_str());
+      ImGui::TableNextColumn();
+      ImGui::Text("%.0f%%", rule > 0 ? 100.0 * static_cast<double>(sent) / rule : 0.0);
+    }
+    ImGui::EndTable();
   }
   // per-link bytes
   const std::vector<LinkBytes> links = link_bytes(t, sh.settled());
@@ -448,6 +474,9 @@ void draw_ring_view(const RunData& d, RingViewState& st, const FrameClock& clock
   const ImVec2 origin = ImGui::GetCursorScreenPos();
   ImGui::Dummy(ImVec2(ring_size, ring_size));
   draw_ring(d, st, sh, origin, ring_size);
+  ImGui::GetWindowDrawList()->AddText(ImVec2(origin.x, origin.y + ring_size - ImGui::GetFontSize()), col::kFaint,
+                                      "arrows: every transfer of this collective; boxes: chunks in flight (stripes: "
+                                      "whose data they carry); labels: bytes per link so far");
   ImGui::SameLine();
   ImGui::BeginChild("ring_side", ImVec2(0, ring_size), false);
   draw_side(d, st, sh);

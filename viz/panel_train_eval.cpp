@@ -17,7 +17,7 @@ namespace {
 constexpr const char* kClasses[10] = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
                                       "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
 
-void draw_curves(const RunData& d, float height) {
+void draw_curves(const RunData& d, bool log_x, float height) {
   std::vector<float> x, ea, ta, el, tl, ex, eacc;
   for (const lab::EvalPoint& p : d.evals) {
     x.push_back(static_cast<float>(p.steps));
@@ -37,6 +37,7 @@ void draw_curves(const RunData& d, float height) {
       {"end of epoch, all test samples, eval mode", col::kGlobal, ex.data(), eacc.data(), static_cast<int>(ex.size()), 3.0f, true}};
   ChartOptions o;
   o.id = "te_acc";
+  o.log_x = log_x;
   o.title = nullptr;
   o.size = ImVec2(0, height);
   o.y_max = 1.0f;
@@ -130,13 +131,16 @@ void update_cache(const RunData& d, const BnViewState& bn, TrainEvalViewState::C
     if (bn.layer >= static_cast<int>(r->bn.size())) continue;
     const lab::BnLayerRecord& b = r->bn[static_cast<size_t>(bn.layer)];
     if (bn.channel >= static_cast<int>(b.running_mean.size())) continue;
-    c.x.push_back(static_cast<float>(s));
+    c.x.push_back(static_cast<float>(s + 1));  // after s + 1 updates: a log axis needs x > 0
     c.running.push_back(b.running_mean[static_cast<size_t>(bn.channel)]);
     c.batch.push_back(b.batch_mean[static_cast<size_t>(bn.channel)]);
   }
 }
 
 void draw_convergence(const RunData& d, TrainEvalViewState& st, const BnViewState& bn, float height) {
+  ChartOptions o;
+  o.log_x = st.log_x;
+  o.x_label = "updates";
   update_cache(d, bn, st.cache);
   const TrainEvalViewState::Cache& c = st.cache;
   heading("How the running statistics converge");
@@ -148,7 +152,6 @@ void draw_convergence(const RunData& d, TrainEvalViewState& st, const BnViewStat
   std::vector<ChartSeries> s = {
       {"batch mean used", col::kTrain, c.x.data(), c.batch.data(), static_cast<int>(c.x.size()), 1.2f, true},
       {"running_mean", col::kEval, c.x.data(), c.running.data(), static_cast<int>(c.x.size()), 2.0f}};
-  ChartOptions o;
   o.id = "te_conv";
   o.size = ImVec2(0, height);
   o.value_fmt = "%.5g";
@@ -188,13 +191,22 @@ void draw_train_eval_view(const RunData& d, TrainEvalViewState& st, BnViewState&
                                 p.eval_mode.acc - p.train_mode.acc),
                   "Test accuracy of a copy of rank 0's model on the first test samples. gap = eval - train mode.");
   }
+  ImGui::SameLine(0, ImGui::GetFontSize() * 2);
+  ImGui::Checkbox("log scale", &st.log_x);
+  tooltip("Iterations on a logarithmic axis: the first evaluations (after 1, 2, 4, 8, ... iterations), while the "
+          "running statistics are still far from the data's, get as much room as the later ones.");
   if (ImGui::BeginTable("te", 2, ImGuiTableFlags_BordersInnerV | ImGuiTableFlags_Resizable)) {
     ImGui::TableSetupColumn("curves", ImGuiTableColumnFlags_WidthStretch, 1.4f);
     ImGui::TableSetupColumn("probe", ImGuiTableColumnFlags_WidthStretch, 1.0f);
     ImGui::TableNextColumn();
-    const float h = std::max(fs * 6, (ImGui::GetContentRegionAvail().y - fs * 5) / 2);
-    draw_curves(d, h);
-    ImGui::TextDisabled("Both modes use the same weights. They differ only in the BatchNorm statistics.");
+    const float h = std::max(fs * 6, (ImGui::GetContentRegionAvail().y - fs * 6.5f) / 2);
+    draw_curves(d, st.log_x, h);
+    ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
+    ImGui::TextWrapped("Both modes use the same weights; only the BatchNorm statistics differ. Early on the running "
+                       "statistics still carry their start (mean 0, variance 1) and eval mode trails; later eval "
+                       "mode wins, the more so the smaller the batches whose statistics train mode uses (here %lld).",
+                       static_cast<long long>(d.cfg.batch_size));
+    ImGui::PopStyleColor();
     ImGui::TableNextColumn();
     draw_probe(d, st);
     ImGui::Spacing();
