@@ -10,6 +10,7 @@
 #include "app.h"
 #endif
 
+#ifdef DTLAB_HAVE_GUI
 namespace {
 
 bool have_display() {
@@ -19,6 +20,7 @@ bool have_display() {
 }
 
 }  // namespace
+#endif
 
 lab::RunConfig gui_default_config() {
   lab::RunConfig c;

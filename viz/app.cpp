@@ -364,10 +364,10 @@ void draw_views_window(AppState& app, Commands& cmd) {
     heading(view_title(*app.solo));
     ImGui::SameLine();
     const RunData& d = app.data;
-    ImGui::TextDisabled("  %s, world_size %d, batch_size %d per rank, bn %s%s, %lld iterations done | %s", d.cfg.model.c_str(),
-                        d.cfg.world_size, static_cast<int>(d.cfg.batch_size), d.cfg.bn.c_str(),
+    ImGui::TextDisabled("  %s, world_size %d, batch_size %d per rank, bn %s%s, %lld iteration%s done | %s",
+                        d.cfg.model.c_str(), d.cfg.world_size, static_cast<int>(d.cfg.batch_size), d.cfg.bn.c_str(),
                         app.twin ? fmt(" (twin: bn %s)", app.twin_data.cfg.bn.c_str()).c_str() : "",
-                        static_cast<long long>(d.steps_done()), run_phase_name(d.phase));
+                        static_cast<long long>(d.steps_done()), d.steps_done() == 1 ? "" : "s", run_phase_name(d.phase));
     ImGui::Separator();
     draw_view(app, *app.solo, cmd);
     return;
@@ -636,7 +636,6 @@ int run_app(const lab::RunConfig& cfg_in, const AppOptions& opts) {
     app.controls.pending = cfg_in;
     start_live(app, cfg, opts.paused || (sc.active && opts.ring_steps >= 0), t0);
   }
-  if (opts.frame_stats.empty() && sc.active) app.log.add(LogLevel::Info, "screenshot mode: " + opts.screenshot, 0);
   if (!raised)
     app.log.add(LogLevel::Info, "the window runs at the ranks' priority (raising it is not permitted here)", 0);
 

@@ -103,7 +103,7 @@ void draw_grid(const RunData& d, const EpochLayout& l, int64_t current_step_in_e
   const float gap = fs * 0.45f;
   const float avail = ImGui::GetContentRegionAvail().x - label_w - gap * static_cast<float>(R) - fs;
   const float cell = std::clamp(avail / static_cast<float>(R * B), 3.0f, fs * 2.6f);
-  const float row_h = std::max(cell, fs * 0.9f) + 3;
+  const float row_h = std::max(cell, fs * 1.3f) + 3;
   ImFont* small = font(FontId::Small);
   const std::string widest = fmt("%lld", static_cast<long long>(std::max<int64_t>(l.dataset_size - 1, 1)));
   const bool numbers = small->CalcTextSizeA(small->FontSize, FLT_MAX, 0, widest.c_str()).x + 2 <= cell;
