@@ -9,6 +9,7 @@
 //
 // Sections: 1. choosing the collective and the step  2. the ring  3. the side panel
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 
 #include "draw.h"
@@ -142,7 +143,10 @@ void draw_ring(const RunData& d, const RingViewState& st, const Shown& sh, ImVec
   const CollectiveTrace& t = st.trace;
   const int n = std::max(1, t.world > 0 ? t.world : d.world());
   const ImVec2 center(origin.x + size / 2, origin.y + size / 2);
-  const float radius = size * 0.36f;
+  // room around the circle for the "owns cK" labels beside the nodes
+  ImFont* label_font = font(FontId::Small);
+  const float label_w = label_font->CalcTextSizeA(label_font->FontSize, FLT_MAX, 0, "owns c00").x;
+  const float radius = std::max(size * 0.2f, std::min(size * 0.36f, size / 2 - ImGui::GetFontSize() * 1.7f - label_w - 8));
   const float node_r = std::clamp(radius * 0.55f * std::sin(kPi / static_cast<float>(std::max(n, 3))), 12.0f,
                                   ImGui::GetFontSize() * 1.7f);
   std::vector<ImVec2> pos(static_cast<size_t>(n));
@@ -470,13 +474,17 @@ void draw_ring_view(const RunData& d, RingViewState& st, const FrameClock& clock
     return;
   }
   const ImVec2 avail = ImGui::GetContentRegionAvail();
-  const float ring_size = std::max(120.0f, std::min(avail.x * 0.55f, avail.y));
+  const float ring_size = std::max(120.0f, std::min(avail.x * 0.55f, avail.y - ImGui::GetFontSize() * 1.6f));
   const ImVec2 origin = ImGui::GetCursorScreenPos();
   ImGui::Dummy(ImVec2(ring_size, ring_size));
+  ImGui::GetWindowDrawList()->PushClipRect(origin, ImVec2(origin.x + ring_size, origin.y + ring_size), true);
   draw_ring(d, st, sh, origin, ring_size);
-  ImGui::GetWindowDrawList()->AddText(ImVec2(origin.x, origin.y + ring_size - ImGui::GetFontSize()), col::kFaint,
+  ImGui::GetWindowDrawList()->PopClipRect();
+  ImGui::GetWindowDrawList()->PushClipRect(origin, ImVec2(origin.x + avail.x, origin.y + ring_size + ImGui::GetFontSize() * 1.6f), true);
+  ImGui::GetWindowDrawList()->AddText(ImVec2(origin.x, origin.y + ring_size + ImGui::GetFontSize() * 0.3f), col::kFaint,
                                       "arrows: every transfer of this collective; boxes: chunks in flight (stripes: "
                                       "whose data they carry); labels: bytes per link so far");
+  ImGui::GetWindowDrawList()->PopClipRect();
   ImGui::SameLine();
   ImGui::BeginChild("ring_side", ImVec2(0, ring_size), false);
   draw_side(d, st, sh);
