@@ -226,17 +226,20 @@ bool open_run_dir(AppState& app, const std::string& dir, double t0) {
 
 // ---- 3. commands and keys ----
 
-void handle_keys(AppState& app, Commands& cmd) {
-  const ImGuiIO& io = ImGui::GetIO();
-  if (io.WantTextInput) return;  // typing into a field
-  if (ImGui::IsKeyPressed(GLFW_KEY_SPACE, false)) cmd.toggle_play = true;
-  if (ImGui::IsKeyPressed(GLFW_KEY_RIGHT)) (io.KeyShift ? cmd.step_iteration : cmd.step_ring) = true;
-  if (ImGui::IsKeyPressed(GLFW_KEY_R, false)) cmd.reset = true;
-  if (ImGui::IsKeyPressed(GLFW_KEY_S, false)) cmd.screenshot = true;
-  if (ImGui::IsKeyPressed(GLFW_KEY_F1, false)) cmd.toggle_help = true;
-  for (int i = 0; i < kViewCount; ++i)
-    if (ImGui::IsKeyPressed(GLFW_KEY_1 + i, false)) cmd.show_view = static_cast<ViewId>(i);
-  (void)app;
+// Shortcuts, from the platform layer's queue of presses: holding Right keeps stepping, the other
+// keys act once per press. Not while the user types into a field.
+void handle_keys(const std::vector<GlfwWindow::KeyPress>& keys, Commands& cmd) {
+  if (ImGui::GetIO().WantTextInput) return;
+  for (const GlfwWindow::KeyPress& k : keys) {
+    const bool shift = (k.mods & GLFW_MOD_SHIFT) != 0;
+    if (k.key == GLFW_KEY_RIGHT) (shift ? cmd.step_iteration : cmd.step_ring) = true;
+    if (k.repeat) continue;
+    if (k.key == GLFW_KEY_SPACE) cmd.toggle_play = !cmd.toggle_play;
+    if (k.key == GLFW_KEY_R) cmd.reset = true;
+    if (k.key == GLFW_KEY_S) cmd.screenshot = true;
+    if (k.key == GLFW_KEY_F1) cmd.toggle_help = !cmd.toggle_help;
+    if (k.key >= GLFW_KEY_1 && k.key < GLFW_KEY_1 + kViewCount) cmd.show_view = static_cast<ViewId>(k.key - GLFW_KEY_1);
+  }
 }
 
 void apply_commands(AppState& app, Commands& cmd, double t0) {
@@ -673,7 +676,7 @@ int run_app(const lab::RunConfig& cfg_in, const AppOptions& opts) {
         cio.InputQueueCharacters.Size > 0)
       app.last_input = app.clock.now;
     Commands cmd;
-    handle_keys(app, cmd);
+    handle_keys(win.take_key_presses(), cmd);
     draw_windows(app, cmd);
     // a few frames before a scripted capture, so that layouts settle (ImGui sizes some windows
     // from the previous frame)

@@ -75,6 +75,11 @@ std::string GlfwWindow::open(const char* title, int width, int height, float sca
   glfwSetWindowRefreshCallback(m_window, [](GLFWwindow* w) {
     static_cast<GlfwWindow*>(glfwGetWindowUserPointer(w))->m_refresh = true;
   });
+  // Installed before ImGui's backend, which chains to it.
+  glfwSetKeyCallback(m_window, [](GLFWwindow* w, int key, int, int action, int mods) {
+    if (action == GLFW_PRESS || action == GLFW_REPEAT)
+      static_cast<GlfwWindow*>(glfwGetWindowUserPointer(w))->m_keys.push_back({key, mods, action == GLFW_REPEAT});
+  });
   // Frames are paced by the app (wait_events); no vsync wait inside swap, so a frame's time is
   // its work.
   glfwSwapInterval(0);
@@ -253,6 +258,12 @@ std::string GlfwWindow::save_png(const std::string& path) const {
   if (!stbi_write_png(path.c_str(), w, h, 3, flipped.data(), static_cast<int>(row)))
     return "cannot write " + path;
   return "";
+}
+
+std::vector<GlfwWindow::KeyPress> GlfwWindow::take_key_presses() {
+  std::vector<KeyPress> out;
+  out.swap(m_keys);
+  return out;
 }
 
 std::string GlfwWindow::renderer() const {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "damage.h"
 
@@ -51,6 +52,14 @@ class GlfwWindow {
   // The back buffer as a PNG (rows flipped: OpenGL's origin is bottom-left). "" or the error.
   std::string save_png(const std::string& path) const;
   std::string renderer() const;  // GL_RENDERER, e.g. "llvmpipe (LLVM 15.0.6, 256 bits)"
+  // Key presses (and repeats) since the last call, as GLFW key codes with their modifiers. Dear
+  // ImGui 1.86 sees only which keys are down when a frame starts, so a tap whose press and release
+  // arrive between two frames would be lost to it; shortcuts read this queue instead.
+  struct KeyPress {
+    int key = 0, mods = 0;
+    bool repeat = false;  // the key is held down
+  };
+  std::vector<KeyPress> take_key_presses();
   void framebuffer_size(int& w, int& h) const;
 
  private:
@@ -66,6 +75,7 @@ class GlfwWindow {
   int m_fb_w = 0, m_fb_h = 0;
   double m_drawn_pixels = 0;
   DamageTracker m_damage;
+  std::vector<KeyPress> m_keys;
 };
 
 }  // namespace viz

@@ -21,12 +21,14 @@ void draw_help_window(bool* open) {
                            {"S", "screenshot of the window (PNG in the current directory)"},
                            {"1 2 3 4", "ring, BatchNorm, batching, train vs eval view"},
                            {"F1", "this help"}};
-  if (ImGui::BeginTable("keys", 2)) {
+  if (ImGui::BeginTable("keys", 2, ImGuiTableFlags_SizingFixedFit)) {
+    ImGui::TableSetupColumn("key", ImGuiTableColumnFlags_WidthFixed);
+    ImGui::TableSetupColumn("what", ImGuiTableColumnFlags_WidthStretch);
     for (const auto& k : keys) {
       ImGui::TableNextColumn();
       ImGui::TextUnformatted(k[0]);
       ImGui::TableNextColumn();
-      ImGui::TextUnformatted(k[1]);
+      ImGui::TextWrapped("%s", k[1]);
     }
     ImGui::EndTable();
   }

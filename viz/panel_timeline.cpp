@@ -12,6 +12,9 @@ namespace viz {
 
 namespace {
 
+// single chunk transfers: thin white bars (their length includes waiting for the peer)
+constexpr ImU32 kChunkColor = IM_COL32(250, 250, 250, 230);
+
 ImU32 event_color(const lab::Event& e) {
   if (e.kind == lab::EventKind::Compute) {
     switch (e.phase) {
@@ -60,7 +63,7 @@ void draw_timeline_panel(const RunData& d, TimelineState& st) {
   } legend[] = {{"forward", IM_COL32(86, 180, 233, 255)},   {"backward", IM_COL32(40, 130, 220, 255)},
                 {"optimizer", IM_COL32(0, 158, 115, 255)},  {"eval", IM_COL32(150, 150, 150, 255)},
                 {"allreduce", IM_COL32(230, 159, 0, 255)},  {"broadcast", IM_COL32(204, 121, 167, 255)},
-                {"allgather", IM_COL32(240, 228, 66, 255)}};
+                {"allgather", IM_COL32(240, 228, 66, 255)}, {"one chunk (incl. waiting)", kChunkColor}};
   ImDrawList* dl = ImGui::GetWindowDrawList();
   for (const auto& l : legend) {
     // wrap the legend when the next entry would not fit
@@ -111,12 +114,12 @@ void draw_timeline_panel(const RunData& d, TimelineState& st) {
         ya = y + lane_h * 0.5f + 1;
         yb = y + lane_h - 2;
       } else if (e.kind == lab::EventKind::Chunk) {
-        ya = y + lane_h * 0.78f;
+        ya = y + lane_h * 0.86f;
         yb = y + lane_h - 2;
       }
       const float xa = std::max(X(e.t_start), p0.x + label_w), xb = std::max(X(e.t_end), xa + 1);
       if (e.kind == lab::EventKind::Chunk && xb - xa < 2) continue;
-      dl->AddRectFilled(ImVec2(xa, ya), ImVec2(xb, yb), e.kind == lab::EventKind::Chunk ? IM_COL32(255, 255, 255, 90) : event_color(e));
+      dl->AddRectFilled(ImVec2(xa, ya), ImVec2(xb, yb), e.kind == lab::EventKind::Chunk ? kChunkColor : event_color(e));
       if (hovered && mouse.x >= xa && mouse.x <= xb && mouse.y >= ya && mouse.y <= yb) hit = &e;
     }
   }
