@@ -201,3 +201,23 @@ TEST(Gui, PartialRedrawsEqualFullOnes) {
     EXPECT_LT(j["drawn_fraction_mean"].get<double>(), 1.0);
   }
 }
+
+// Real key presses (xdotool) reach the shortcuts: Space pauses, S saves a screenshot.
+TEST(Gui, KeysPauseAndTakeAScreenshot) {
+  DTLAB_REQUIRE_GUI();
+  DTLAB_REQUIRE_DATASET();
+  if (std::system("command -v xdotool > /dev/null 2>&1") != 0) GTEST_SKIP() << "xdotool is not installed";
+  testutil::TempDir d;
+  const std::string gui = std::string(DTLAB_BINARY) + " gui --limit-test 200 --epochs 20 --exit-after 7 --frame-stats " +
+                          d.file("frames.json");
+  const std::string script = "cd " + d.path() + " && (" + gui + " & sleep 4; xdotool key space; sleep 1; xdotool key s; wait)";
+  const auto r = testutil::run_shell("XDG_CONFIG_HOME=" + d.file("config") +
+                                     " xvfb-run -a -s \"-screen 0 1600x1000x24\" sh -c '" + script + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto j = nlohmann::json::parse(testutil::read_file(d.file("frames.json")));
+  EXPECT_EQ(j["run_phase"].get<std::string>(), "paused") << "Space pauses the run";
+  bool shot = false;
+  for (const auto& e : std::filesystem::directory_iterator(d.path()))
+    shot = shot || e.path().filename().string().rfind("dtlab-", 0) == 0;
+  EXPECT_TRUE(shot) << "S saves dtlab-<time>.png in the current directory";
+}

@@ -11,7 +11,7 @@ packages=(
   libopenblas-dev               # fast sgemm (the build falls back to a reference kernel without it)
   dataset-fashion-mnist         # the data: /usr/share/datasets/fashion-mnist
   libimgui-dev libglfw3-dev libstb-dev fonts-dejavu-core   # the lab window, dtlab gui (optional)
-  xvfb xauth libgl1-mesa-dri    # its tests on a virtual display (skipped without xvfb-run)
+  xvfb xauth libgl1-mesa-dri xdotool   # its tests on a virtual display (skipped without xvfb-run)
 )
 missing=()
 for p in "${packages[@]}"; do
