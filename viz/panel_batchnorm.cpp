@@ -38,9 +38,12 @@ ChannelStats channel_stats(const RunData& d, int64_t step, int layer, int ch) {
     const lab::StepRecord* rec = d.record(step, r);
     if (!rec || layer >= static_cast<int>(rec->bn.size())) return ChannelStats{};
     const lab::BnLayerRecord& b = rec->bn[static_cast<size_t>(layer)];
-    if (ch >= static_cast<int>(b.local_mean.size())) return ChannelStats{};
-    s.mean.push_back(b.local_mean[static_cast<size_t>(ch)]);
-    s.var.push_back(b.local_var[static_cast<size_t>(ch)]);
+    // RunData keeps the rank's own statistics only where they differ from those used (SyncBN)
+    const std::vector<float>& own_mean = b.local_mean.empty() ? b.batch_mean : b.local_mean;
+    const std::vector<float>& own_var = b.local_var.empty() ? b.batch_var : b.local_var;
+    if (ch >= static_cast<int>(own_mean.size()) || ch >= static_cast<int>(own_var.size())) return ChannelStats{};
+    s.mean.push_back(own_mean[static_cast<size_t>(ch)]);
+    s.var.push_back(own_var[static_cast<size_t>(ch)]);
     s.used_mean.push_back(b.batch_mean[static_cast<size_t>(ch)]);
     // With SyncBN `count` is the global count: this rank's share is proportional to its samples.
     const double n = d.cfg.bn == "sync" && total_bs > 0

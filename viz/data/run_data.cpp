@@ -48,18 +48,35 @@ void RunData::add_steps(const std::vector<lab::StepRecord>& recs) {
     lab::StepRecord& slot = by_step[static_cast<size_t>(r.step)][static_cast<size_t>(r.rank)];
     if (slot.rank < 0 && !r.bn.empty() && r.rank == 0) ++m_bn_steps;
     slot = r;
+    // local BN: the rank's own statistics are the ones used; keep one copy
+    for (lab::BnLayerRecord& b : slot.bn)
+      if (b.local_mean == b.batch_mean && b.local_var == b.batch_var) {
+        b.local_mean.clear();
+        b.local_var.clear();
+      }
+    if (m_bn_record_bytes == 0)
+      for (const lab::BnLayerRecord& b : slot.bn)
+        m_bn_record_bytes += 4 * (b.batch_mean.size() + b.batch_var.size() + b.local_mean.size() +
+                                  b.local_var.size() + b.running_mean.size() + b.running_var.size());
   }
-  if (m_bn_steps > kMaxBnSteps) thin_bn();
+  if (m_bn_steps > bn_step_cap()) thin_bn();
+}
+
+size_t RunData::bn_step_cap() const {
+  const size_t per_step = m_bn_record_bytes * static_cast<size_t>(std::max(1, world()));
+  if (per_step == 0) return kMaxBnSteps;
+  return std::max<size_t>(64, std::min(kMaxBnSteps, kBnBudgetBytes / per_step));
 }
 
 // Keeps the BatchNorm arrays of the newest kMaxBnSteps/2 steps and of every stride-th older step,
 // stride a power of two: long runs keep their shape in the charts at a bounded memory cost (a few
 // KB per rank and step).
 void RunData::thin_bn() {
-  const size_t recent = kMaxBnSteps / 2;
+  const size_t cap = bn_step_cap();
+  const size_t recent = cap / 2;
   const size_t older = by_step.size() > recent ? by_step.size() - recent : 0;
   size_t stride = 1;
-  while (older / stride > kMaxBnSteps / 4) stride *= 2;
+  while (older / stride > cap / 4) stride *= 2;
   size_t kept = 0;
   for (size_t s = 0; s < by_step.size(); ++s) {
     bool has = !by_step[s].empty() && !by_step[s][0].bn.empty();

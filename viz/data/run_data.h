@@ -29,11 +29,13 @@ struct RunSummaryView {
 
 class RunData {
  public:
-  // Keep every step's scalars; keep BatchNorm arrays for at most this many steps (older ones
-  // are thinned to every other step as the run grows).
+  // Keep every step's scalars; keep BatchNorm arrays within a memory budget (older steps are
+  // thinned as the run grows): at most kMaxBnSteps steps, fewer when the world is large.
   static constexpr size_t kMaxBnSteps = 3000;
-  // Keep at most this many events per rank (the oldest half is dropped when exceeded).
-  static constexpr size_t kMaxEvents = 200000;
+  static constexpr size_t kBnBudgetBytes = size_t{64} << 20;
+  // Keep at most this many events per rank (the oldest half is dropped when exceeded): about
+  // 5 MB per rank, a few thousand iterations of the mlp.
+  static constexpr size_t kMaxEvents = 60000;
 
   std::string source;             // "live" or the run directory
   bool live = false;
@@ -48,7 +50,8 @@ class RunData {
   std::vector<uint8_t> probe_pixels;      // (28, 28) test sample 0, for the train/eval view
   RunSummaryView summary;
 
-  // History: by_step[s][r] is rank r's record of iteration s (rank == -1 where missing).
+  // History: by_step[s][r] is rank r's record of iteration s (rank == -1 where missing). A
+  // BatchNorm record's local_mean/local_var are empty where they equal batch_mean/batch_var.
   std::vector<std::vector<lab::StepRecord>> by_step;
   std::vector<lab::EpochRecord> epochs;
   std::vector<lab::EvalPoint> evals;
@@ -75,7 +78,9 @@ class RunData {
 
  private:
   void thin_bn();
+  size_t bn_step_cap() const;
   size_t m_bn_steps = 0;
+  size_t m_bn_record_bytes = 0;  // BatchNorm bytes of one rank's record
   std::vector<size_t> m_event_pos;        // per rank: events copied from the host so far
   std::deque<std::string> m_strings;
   std::vector<lab::Event> m_scratch;
