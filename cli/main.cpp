@@ -5,6 +5,7 @@
 //   mpirun -np N dtlab run --comm mpi [flags]   the same with one process per rank
 //   dtlab bench train [flags]  training throughput (samples/s) on a fixed batch
 //   dtlab bench allreduce [flags]  allreduce time and bandwidth per size, nccl-tests style
+//   dtlab gui   [flags]        the lab window (gui_command.cpp); also `dtlab` alone on a display
 //   dtlab version
 #include <unistd.h>
 
@@ -23,6 +24,7 @@
 #include "config.h"
 #include "errors.h"
 #include "gemm.h"
+#include "gui_command.h"
 #include "cpu/openblas_env.h"
 #include "run.h"
 
@@ -101,6 +103,10 @@ void add_run_flags(CLI::App& app, lab::RunConfig& c, std::string& bn_momentum) {
   app.add_option("--out", c.out_dir, "run directory to write (config, metrics, trace, weights, summary)");
   app.add_option("--init", c.init, "start from these weights (safetensors with PyTorch state_dict names)");
   app.add_option("--trace-steps", c.trace_steps, "iterations written to trace.json (-1: all)")->capture_default_str();
+  app.add_option("--eval-every", c.eval_every,
+                 "evaluate a copy of rank 0's model in eval and train mode every N iterations (0: off)")
+      ->capture_default_str();
+  app.add_option("--eval-samples", c.eval_samples, "test samples used by --eval-every")->capture_default_str();
   app.add_option("--fail-rank", c.fail_rank, "teaching aid: make this rank fail ...")->capture_default_str();
   app.add_option("--fail-step", c.fail_step, "... at this iteration (default 0) ...")->capture_default_str();
   app.add_option("--fail-at", c.fail_at, "... in forward, backward or allreduce, or hang (stop answering)")->capture_default_str();
@@ -268,7 +274,8 @@ int main(int argc, char** argv) {
   lab::ensure_openblas_coretype(argc, argv);
   CLI::App app{"dtlab: the Distributed Training Lab. Data-parallel training, exactly as PyTorch does it, made visible.\n"
                "Exit codes: 0 ok, 1 internal error, 2 bad flag or value, 3 dataset problem, 4 file I/O,\n"
-               "5 training error (e.g. BatchNorm batch of one), 6 communication failure or timeout, 130 interrupted.",
+               "5 training error (e.g. BatchNorm batch of one), 6 communication failure or timeout,\n"
+               "7 no display for `dtlab gui` (or a build without the GUI), 130 interrupted.",
                "dtlab"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "show help for every command");
@@ -312,6 +319,15 @@ int main(int argc, char** argv) {
 
   app.add_subcommand("version", "print the version and the backends of this build");
 
+  // The gui takes the run flags (its starting configuration, with the lab's defaults) plus its own.
+  lab::RunConfig gui_cfg = gui_default_config();
+  std::string gui_bn_momentum = "0.1";
+  GuiOptions gui_opt;
+  CLI::App* gui_cmd = app.add_subcommand("gui", "the lab window: watch, pause, step and compare a training run");
+  add_run_flags(*gui_cmd, gui_cfg, gui_bn_momentum);
+  add_gui_flags(*gui_cmd, gui_opt);
+
+  if (argc == 1 && gui_available()) return cmd_gui(gui_cfg, gui_opt);
   if (argc == 1) {
     std::printf("%s\nRun `dtlab run --help` for the training flags, `dtlab --help-all` for everything.\n",
                 app.help().c_str());
@@ -341,6 +357,9 @@ int main(int argc, char** argv) {
       code = lab::bench_train(bopt);
     } else if (bench_allreduce->parsed()) {
       code = lab::bench_allreduce(aopt);
+    } else if (gui_cmd->parsed()) {
+      gui_cfg.bn_momentum = parse_bn_momentum(gui_bn_momentum);
+      code = cmd_gui(gui_cfg, gui_opt);
     }
   } catch (const lab::Error& e) {
     std::fprintf(stderr, "dtlab: error: %s\n", e.what());

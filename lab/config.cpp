@@ -80,6 +80,8 @@ void validate(const RunConfig& c) {
                       "--batch-size is the per-rank batch size; the global batch is world_size x batch_size");
   if (c.eval_batch_size <= 0)
     throw ConfigError("--eval-batch-size must be positive, got " + std::to_string(c.eval_batch_size));
+  if (c.eval_every < 0) throw ConfigError("--eval-every must be >= 0 (0: off), got " + std::to_string(c.eval_every));
+  if (c.eval_samples < 1) throw ConfigError("--eval-samples must be at least 1, got " + std::to_string(c.eval_samples));
   if (c.bn != "local" && c.bn != "sync")
     throw ConfigError("--bn: unknown mode '" + c.bn + "'", "local: per-rank statistics (DDP with BatchNorm); "
                                                            "sync: SyncBatchNorm (global statistics)");
@@ -189,6 +191,8 @@ std::string to_toml(const RunConfig& c, const std::vector<std::pair<std::string,
   o << "out_dir = " << q(c.out_dir) << "\n";
   o << "init = " << q(c.init) << "\n";
   o << "trace_steps = " << c.trace_steps << "\n";
+  o << "eval_every = " << c.eval_every << "\n";
+  o << "eval_samples = " << c.eval_samples << "\n";
   o << "\n[failure_injection]\n";
   o << "fail_rank = " << c.fail_rank << "\n";
   o << "fail_step = " << c.fail_step << "\n";
@@ -277,6 +281,8 @@ RunConfig config_from_toml_file(const std::string& path) {
       else if (key == "output.out_dir") str(c.out_dir);
       else if (key == "output.init") str(c.init);
       else if (key == "output.trace_steps") i64(c.trace_steps);
+      else if (key == "output.eval_every") i64(c.eval_every);
+      else if (key == "output.eval_samples") i64(c.eval_samples);
       else if (key == "failure_injection.fail_rank") i32(c.fail_rank);
       else if (key == "failure_injection.fail_step") i64(c.fail_step);
       else if (key == "failure_injection.fail_at") str(c.fail_at);

@@ -54,6 +54,10 @@ struct RunConfig {
   std::string init;                    // safetensors file to start from
   int64_t trace_steps = 100;           // steps written to trace.json; -1: all
   int64_t eval_batch_size = 1000;
+  // periodic evaluation of a copy of rank 0's model in both BatchNorm modes (the GUI's train vs
+  // eval view): after every eval_every iterations (0: off), on the first eval_samples test samples
+  int64_t eval_every = 0;
+  int64_t eval_samples = 1000;
   // teaching / testing: make one rank fail at a given step
   int fail_rank = -1;
   int64_t fail_step = -1;

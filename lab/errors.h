@@ -16,6 +16,7 @@ enum ExitCode : int {
   kExitIo = 4,            // cannot write the run directory or read a weights file
   kExitTraining = 5,      // a training-time error, e.g. the BatchNorm batch-of-one error
   kExitCommunication = 6, // a rank failed or a collective timed out
+  kExitNoDisplay = 7,     // dtlab gui: no display to open a window on, or a build without the GUI
   kExitInterrupted = 130, // stopped by SIGINT
 };
 

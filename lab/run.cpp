@@ -52,13 +52,41 @@ struct StopRequested {};
 }  // namespace
 
 RunControl::RunControl(int world_size) : m_ring_tokens(static_cast<size_t>(world_size), 0),
-                                         m_iter_tokens(static_cast<size_t>(world_size), 0) {}
+                                         m_iter_tokens(static_cast<size_t>(world_size), 0),
+                                         m_iteration(static_cast<size_t>(world_size), -1) {}
 
 void RunControl::pause() {
   std::lock_guard<std::mutex> lock(m_mu);
   m_paused = true;
   std::fill(m_ring_tokens.begin(), m_ring_tokens.end(), 0);
   std::fill(m_iter_tokens.begin(), m_iter_tokens.end(), 0);
+  m_until = nullptr;
+}
+
+void RunControl::run_until(StopFn stop) {
+  {
+    std::lock_guard<std::mutex> lock(m_mu);
+    m_until = std::move(stop);
+  }
+  m_cv.notify_all();
+}
+
+void RunControl::set_delay(double seconds) {
+  {
+    std::lock_guard<std::mutex> lock(m_mu);
+    m_delay = seconds > 0 ? seconds : 0;
+  }
+  m_cv.notify_all();
+}
+
+double RunControl::delay() const {
+  std::lock_guard<std::mutex> lock(m_mu);
+  return m_delay;
+}
+
+std::vector<int64_t> RunControl::iterations() const {
+  std::lock_guard<std::mutex> lock(m_mu);
+  return m_iteration;
 }
 
 void RunControl::resume() {
@@ -95,36 +123,49 @@ void RunControl::stop() {
 
 // A paused rank blocks at every gate. A ring token lets it pass one ring gate (and any iteration
 // gates on the way to it); an iteration token lets it pass one iteration gate (and the ring gates
-// inside that iteration).
-void RunControl::wait_gate(int rank, bool ring) {
+// inside that iteration); a run_until predicate lets it pass every gate it does not stop at.
+// A rank that passes waits the slow-motion delay first (interrupted only by stop()).
+void RunControl::wait_gate(int rank, const Event* next) {
   std::unique_lock<std::mutex> lock(m_mu);
   const size_t r = static_cast<size_t>(rank);
+  const bool ring = next != nullptr;
   for (;;) {
     if (m_stop) throw StopRequested{};
-    if (!m_paused) return;
+    if (!m_paused) break;
+    if (m_until && !m_until(rank, m_iteration[r], next)) break;
     if (ring) {
       if (m_ring_tokens[r] > 0) {
         --m_ring_tokens[r];
-        return;
+        break;
       }
-      if (m_iter_tokens[r] > 0) return;
+      if (m_iter_tokens[r] > 0) break;
     } else {
       if (m_iter_tokens[r] > 0) {
         --m_iter_tokens[r];
-        return;
+        break;
       }
-      if (m_ring_tokens[r] > 0) return;
+      if (m_ring_tokens[r] > 0) break;
     }
     m_cv.wait(lock);
+  }
+  if (m_delay > 0) {
+    m_cv.wait_for(lock, std::chrono::duration<double>(m_delay), [&] { return m_stop; });
+    if (m_stop) throw StopRequested{};
   }
 }
 
 void RunControl::before_step(int rank, const Event& next) {
   if (on_ring_step) on_ring_step(rank, next);
-  wait_gate(rank, true);
+  wait_gate(rank, &next);
 }
 
-void RunControl::before_iteration(int rank) { wait_gate(rank, false); }
+void RunControl::before_iteration(int rank, int64_t step) {
+  {
+    std::lock_guard<std::mutex> lock(m_mu);
+    m_iteration[static_cast<size_t>(rank)] = step;
+  }
+  wait_gate(rank, nullptr);
+}
 
 // ---- 2. per-rank state ----
 
@@ -243,6 +284,7 @@ Run::Run(const RunConfig& cfg, const WorldFactory& make_world) : m_cfg(cfg) {
     m_dir = std::make_unique<RunDir>(m_cfg.out_dir);
     m_dir->write_text("config.toml", to_toml(m_cfg, backends()));
   }
+  if (m_cfg.eval_every > 0) m_eval_model = build_model(model_options(m_cfg), m_cfg.seed);
   m_errors.assign(static_cast<size_t>(world), "");
   m_control = std::make_unique<RunControl>(world);
   for (int r : m_local) {
@@ -388,7 +430,7 @@ void Run::rank_main(int rank) {
       auto batches = dp ? dp_loader.next_epoch() : make_batches(sampler.indices(), c.batch_size, c.drop_last);
       if (c.uneven_data) batches.resize(batches.size() - static_cast<size_t>(rank));  // rank r drops r batches
       for (size_t bi = 0; bi < batches.size() && step < m_steps_total; ++bi, ++step) {
-        m_control->before_iteration(rank);
+        m_control->before_iteration(rank, step);
         comm.set_train_step(step);
         const auto& idx = batches[bi];
         const int64_t n = static_cast<int64_t>(idx.size());
@@ -515,13 +557,27 @@ void Run::rank_main(int rank) {
           rs.latest = std::make_shared<const StepRecord>(rec);
           rs.pending.push_back(std::move(rec));
         }
+        if (rank == 0 && eval_due(step + 1)) {
+          Event pe;
+          pe.kind = EventKind::Compute;
+          pe.rank = rank;
+          pe.train_step = step;
+          pe.phase = Phase::Eval;
+          pe.op = "periodic eval";
+          pe.t_start = now_seconds();
+          EvalPoint p = evaluate_point(model, step + 1, epoch);
+          pe.t_end = now_seconds();
+          comm.record(pe);
+          std::lock_guard<std::mutex> lock(m_epoch_mu);
+          m_evals.push_back(std::move(p));
+        }
       }
       if (c.join) {
         // DDP join (join.h): out of data (or at the end of the epoch), shadow the collectives of
         // the ranks still training until every rank has joined; then take the last joiner's model.
         bool last_joiner = true;
         for (;; ++step) {
-          m_control->before_iteration(rank);
+          m_control->before_iteration(rank, step);
           comm.set_train_step(step);
           if (!join.shadow_iteration(require_forward_param_sync)) break;
           last_joiner = false;
@@ -621,7 +677,31 @@ void Run::fail_rank(int rank, const std::exception& e, bool is_comm) {
   m_world->transport(rank).abort(full);
 }
 
-EvalResult Run::evaluate(Model& model, Mode mode, int64_t batch_size, int64_t begin, int64_t end) {
+// Periodic evaluation points: after every eval_every iterations, after 1, 2, 4, ... iterations
+// before the first of those (running statistics change fastest at the start), and after the last.
+bool Run::eval_due(int64_t steps_done) const {
+  const int64_t k = m_cfg.eval_every;
+  if (k <= 0 || steps_done <= 0) return false;
+  if (steps_done % k == 0 || steps_done == m_steps_total) return true;
+  return steps_done < k && (steps_done & (steps_done - 1)) == 0;
+}
+
+EvalPoint Run::evaluate_point(Model& model, int64_t steps_done, int64_t epoch) {
+  EvalPoint p;
+  p.steps = steps_done;
+  p.epoch = epoch;
+  const int64_t n = std::min(m_cfg.eval_samples, m_test.size);
+  copy_state(model, *m_eval_model);
+  // Eval mode first: train mode then updates the copy's running statistics, never the model's.
+  p.eval_mode = evaluate(*m_eval_model, Mode::Eval, m_cfg.eval_batch_size, 0, n, &p.probe_eval);
+  p.train_mode = evaluate(*m_eval_model, Mode::Train, m_cfg.batch_size, 0, n, &p.probe_train);
+  p.samples = n;
+  p.probe_label = n > 0 ? m_test.labels[0] : -1;
+  return p;
+}
+
+EvalResult Run::evaluate(Model& model, Mode mode, int64_t batch_size, int64_t begin, int64_t end,
+                         std::vector<float>* first_probs) {
   EvalResult r;
   Tensor x, dummy;
   std::vector<int> labels;
@@ -636,6 +716,18 @@ EvalResult Run::evaluate(Model& model, Mode mode, int64_t batch_size, int64_t be
     std::memcpy(x.ptr(), m_test.images.data() + s * 784, static_cast<size_t>(n) * 784 * sizeof(float));
     for (int64_t i = 0; i < n; ++i) labels[static_cast<size_t>(i)] = m_test.labels[static_cast<size_t>(s + i)];
     const Tensor& logits = model.forward(x, mode);
+    if (first_probs && s == begin) {
+      // softmax of the first sample's logits: (10,)
+      const float* z = logits.ptr();
+      const int64_t k = logits.shape.back();
+      float zmax = z[0];
+      for (int64_t j = 1; j < k; ++j) zmax = std::max(zmax, z[j]);
+      first_probs->assign(static_cast<size_t>(k), 0.0f);
+      double sum = 0;
+      for (int64_t j = 0; j < k; ++j) sum += std::exp(static_cast<double>(z[j] - zmax));
+      for (int64_t j = 0; j < k; ++j)
+        (*first_probs)[static_cast<size_t>(j)] = static_cast<float>(std::exp(static_cast<double>(z[j] - zmax)) / sum);
+    }
     int correct = 0;
     const float loss = cross_entropy(logits, labels, nullptr, &correct);
     loss_sum += static_cast<double>(loss) * static_cast<double>(n);
@@ -663,6 +755,7 @@ void Run::publish() {
   {
     std::lock_guard<std::mutex> lock(m_epoch_mu);
     s->epochs = m_epochs;
+    s->evals = m_evals;
   }
   // Progress figure for display: full global batches per second since start.
   double elapsed = now_seconds() - m_t0;
@@ -685,7 +778,7 @@ bool Run::poll() {
   // Write every step that all ranks have finished, in (step, rank) order, so metrics.jsonl is
   // identical from run to run whatever the thread scheduling.
   std::vector<std::deque<StepRecord>> taken(m_ranks.size());
-  if (m_dir) {
+  {
     int64_t complete = INT64_MAX;
     for (auto& rs : m_ranks) {
       std::lock_guard<std::mutex> lock(rs->mu);
@@ -706,7 +799,8 @@ bool Run::poll() {
           out.push_back(std::move(taken[r].front()));
           taken[r].pop_front();
         }
-    if (!out.empty()) m_dir->append_steps(out);
+    if (!out.empty() && m_dir) m_dir->append_steps(out);
+    if (!out.empty() && m_step_sink) m_step_sink(out);
   }
   publish();
   return m_running.load() == 0;
@@ -771,16 +865,20 @@ const RunSummary& Run::finish() {
     if (t.joinable()) t.join();
   m_finished = true;
   // Whatever is left (a failed run leaves ranks at different steps): in (step, rank) order.
-  if (m_dir) {
+  {
     std::vector<StepRecord> rest;
     for (auto& rs : m_ranks)
       for (auto& r : rs->pending) rest.push_back(std::move(r));
     std::stable_sort(rest.begin(), rest.end(), [](const StepRecord& a, const StepRecord& b) {
       return a.step != b.step ? a.step < b.step : a.rank < b.rank;
     });
-    if (!rest.empty()) m_dir->append_steps(rest);
+    if (!rest.empty() && m_dir) m_dir->append_steps(rest);
+    if (!rest.empty() && m_step_sink) m_step_sink(rest);
     for (auto& rs : m_ranks) rs->pending.clear();
+  }
+  if (m_dir) {
     for (const EpochRecord& e : m_epochs) m_dir->append_epoch(e);
+    for (const EvalPoint& p : m_evals) m_dir->append_eval(p);
   }
   const double t_end = now_seconds();
   std::vector<std::vector<Event>> events(m_logs.size());
@@ -790,7 +888,9 @@ const RunSummary& Run::finish() {
                            {"format_version", kRunDirFormatVersion},
                            {"world_size", m_cfg.world_size},
                            {"model", m_cfg.model},
-                           {"trace_steps", m_cfg.trace_steps}};
+                           {"trace_steps", m_cfg.trace_steps},
+                           {"train_samples", m_train.size},
+                           {"test_samples", m_test.size}};
     m_dir->write_trace(events, m_cfg.trace_steps, meta);
   }
   publish();
@@ -934,6 +1034,9 @@ const RunSummary& Run::finish() {
       j["ranks_with_different_buffers"] = differing;
     }
     j["steps"] = m_summary.steps;
+    j["steps_per_epoch"] = m_steps_per_epoch;
+    j["train_samples"] = m_train.size;
+    j["test_samples"] = m_test.size;
     j["epochs"] = m_summary.epochs_completed;
     j["samples"] = m_summary.samples;
     j["train_seconds"] = m_summary.train_seconds;

@@ -10,8 +10,9 @@
 //
 // Observing: snapshot() returns an immutable Snapshot published by pointer swap; readers never
 // lock the training threads. Driving: control() pauses, resumes and single-steps the world at the
-// granularity of one ring step (every rank sends one chunk) or one iteration. Paused time does not
-// count towards collective timeouts.
+// granularity of one ring step (every rank sends one chunk), one iteration, or any gate a front end
+// chooses (run_until), and slows it down (set_delay). Paused time does not count towards
+// collective timeouts.
 #pragma once
 
 #include <atomic>
@@ -84,6 +85,19 @@ struct EvalResult {
   int64_t samples = 0;
 };
 
+// One periodic evaluation (RunConfig::eval_every) of a copy of rank 0's model on the first
+// `samples` test samples, in eval mode (running statistics) and in train mode (batch statistics of
+// test batches of batch_size; the copy's buffers change, the model's do not).
+struct EvalPoint {
+  int64_t steps = 0;                  // iterations done when it was taken
+  int64_t epoch = 0;
+  int64_t samples = 0;
+  EvalResult eval_mode, train_mode;
+  int probe_label = -1;               // test sample 0, the same input in both modes:
+  std::vector<float> probe_eval;      // (10,) its softmax output in eval mode
+  std::vector<float> probe_train;     // (10,) in train mode, inside the first test batch
+};
+
 struct RunSummary {
   EvalResult eval_mode;    // rank 0's final model, running statistics
   EvalResult train_mode;   // rank 0's final model, batch statistics (batches of batch_size)
@@ -110,6 +124,7 @@ struct Snapshot {
   int64_t steps_per_epoch = 0;
   std::vector<StepRecord> latest;   // per rank: the last completed step (rank == index)
   std::vector<EpochRecord> epochs;
+  std::vector<EvalPoint> evals;     // periodic evaluations (eval_every > 0)
   double samples_per_s = 0;         // over the run so far
   std::string error;
 };
@@ -128,18 +143,33 @@ class RunControl : public StepGate {
   bool paused() const { return m_paused.load(); }
   const std::atomic<bool>* hold_flag() const { return &m_paused; }
 
+  // While paused: every rank passes its gates until stop(rank, iteration, next) says true (it is
+  // asked again whenever the rank is woken, so it must give the same answer for the same gate).
+  // next: the ring step about to happen, or nullptr at the gate before iteration `iteration`.
+  // Front ends build "one allreduce", "one epoch" and "up to step k" from it. pause() clears it.
+  using StopFn = std::function<bool(int rank, int64_t iteration, const Event* next)>;
+  void run_until(StopFn stop);
+  // Slow motion: every rank waits this long before passing each gate (0: full speed).
+  void set_delay(double seconds);
+  double delay() const;
+  // Per rank: the iteration whose gate it passed or waits at last (-1 before the first).
+  std::vector<int64_t> iterations() const;
+
   void before_step(int rank, const Event& next) override;  // ring-step gate
-  void before_iteration(int rank);                          // iteration gate
+  void before_iteration(int rank, int64_t step);            // iteration gate
   // Failure injection hook (set by the run).
   std::function<void(int rank, const Event&)> on_ring_step;
 
  private:
-  void wait_gate(int rank, bool ring);
-  std::mutex m_mu;
+  void wait_gate(int rank, const Event* next);
+  mutable std::mutex m_mu;
   std::condition_variable m_cv;
   std::atomic<bool> m_paused{false};
   bool m_stop = false;
   std::vector<int> m_ring_tokens, m_iter_tokens;
+  StopFn m_until;
+  double m_delay = 0;
+  std::vector<int64_t> m_iteration;
 };
 
 class Run {
@@ -158,6 +188,9 @@ class Run {
   const RunSummary& finish();
   // start + poll loop + finish; tick is called about every 100 ms with the latest snapshot.
   const RunSummary& run(const std::function<void(const Snapshot&)>& tick = {});
+  // Receives every finished step of every rank, in (step, rank) order, on the thread that calls
+  // poll() and finish() (the same records as metrics.jsonl). Set before start().
+  void set_step_sink(std::function<void(const std::vector<StepRecord>&)> sink) { m_step_sink = std::move(sink); }
 
   const RunConfig& config() const { return m_cfg; }
   RunControl& control() { return *m_control; }
@@ -184,7 +217,10 @@ class Run {
   EpochCounters epoch_counters(int rank, Transport& transport);
   void gather_to_rank0(int rank, Transport& transport, Model& model);
   const char* intern(const std::string& name);
-  EvalResult evaluate(Model& model, Mode mode, int64_t batch_size, int64_t begin, int64_t end);
+  EvalResult evaluate(Model& model, Mode mode, int64_t batch_size, int64_t begin, int64_t end,
+                      std::vector<float>* first_probs = nullptr);
+  bool eval_due(int64_t steps_done) const;
+  EvalPoint evaluate_point(Model& model, int64_t steps_done, int64_t epoch);
   void fail_rank(int rank, const std::exception& e, bool is_comm);
   // --uneven-data without --join: when ranks ran out of data, replaces a timeout by an error that
   // says which ranks waited in which collective and which had finished.
@@ -218,6 +254,9 @@ class Run {
 
   std::mutex m_epoch_mu;
   std::vector<EpochRecord> m_epochs;
+  std::vector<EvalPoint> m_evals;           // under m_epoch_mu
+  std::unique_ptr<Model> m_eval_model;      // rank 0's copy for periodic evaluation
+  std::function<void(const std::vector<StepRecord>&)> m_step_sink;
   RunSummary m_summary;
   bool m_finished = false;
 };

@@ -121,6 +121,19 @@ void RunDir::append_epoch(const EpochRecord& e) {
   m_metrics.flush();
 }
 
+void RunDir::append_eval(const EvalPoint& p) {
+  nlohmann::json j = {{"kind", "eval"},
+                      {"steps", p.steps},
+                      {"epoch", p.epoch},
+                      {"samples", p.samples},
+                      {"eval_mode", {{"accuracy", p.eval_mode.acc}, {"loss", p.eval_mode.loss}}},
+                      {"train_mode", {{"accuracy", p.train_mode.acc}, {"loss", p.train_mode.loss}}},
+                      {"probe", {{"test_index", 0}, {"label", p.probe_label}, {"eval_mode", p.probe_eval},
+                                 {"train_mode", p.probe_train}}}};
+  m_metrics << j.dump() << '\n';
+  m_metrics.flush();
+}
+
 void RunDir::write_trace(const std::vector<std::vector<Event>>& events_per_rank, int64_t max_step,
                          const nlohmann::json& metadata) {
   std::ofstream f(file("trace.json"), std::ios::trunc);
@@ -150,10 +163,14 @@ void RunDir::write_trace(const std::vector<std::vector<Event>>& events_per_rank,
         j["tid"] = 0;
         j["name"] = phase_name(e.phase);
         j["cat"] = "compute";
+        if (std::strcmp(e.op, phase_name(e.phase)) != 0) args["op"] = e.op;
       } else if (e.kind == EventKind::Collective) {
         j["tid"] = 1;
         j["name"] = std::string(e.op) + " " + e.what + (e.tag >= 0 ? " " + std::to_string(e.tag) : "");
         j["cat"] = "collective";
+        args["op"] = e.op;
+        args["what"] = e.what;
+        args["tag"] = e.tag;
         args["op_seq"] = e.op_seq;
         args["bytes"] = e.bytes;
       } else {
@@ -162,6 +179,8 @@ void RunDir::write_trace(const std::vector<std::vector<Event>>& events_per_rank,
         j["cat"] = "chunk";
         args["op"] = e.op;
         args["what"] = e.what;
+        args["tag"] = e.tag;
+        args["phase"] = phase_name(e.phase);
         args["op_seq"] = e.op_seq;
         args["ring_step"] = e.ring_step;
         args["src"] = e.src;

@@ -3,6 +3,8 @@
 //   config.toml         the resolved configuration (config.h), written before training starts
 //   metrics.jsonl       one JSON object per line: {"kind":"step", rank, step, ...} per step and
 //                       rank in (step, rank) order, and {"kind":"epoch", ...} after each epoch.
+//                       With eval_every > 0, {"kind":"eval", ...} per periodic evaluation (test
+//                       accuracy and loss in eval and train mode, one probe input's outputs).
 //                       BatchNorm arrays per layer: batch_mean/batch_var (used to normalize),
 //                       local_mean/local_var (the rank's own batch; only when they differ, i.e.
 //                       SyncBN), running_mean/running_var/num_batches_tracked (when tracked).
@@ -33,6 +35,7 @@ namespace lab {
 
 struct StepRecord;
 struct EpochRecord;
+struct EvalPoint;
 
 constexpr int kRunDirFormatVersion = 1;
 
@@ -47,6 +50,8 @@ class RunDir {
   void write_json(const std::string& name, const nlohmann::json& j);
   void append_steps(const std::vector<StepRecord>& records);
   void append_epoch(const EpochRecord& e);
+  // {"kind":"eval", steps, epoch, samples, eval_mode:{accuracy,loss}, train_mode:{...}, probe}
+  void append_eval(const EvalPoint& p);
   // events_per_rank[r]: rank r's events; only those with train_step < max_step (or all when
   // max_step < 0, plus those outside training) are written.
   void write_trace(const std::vector<std::vector<Event>>& events_per_rank, int64_t max_step,

@@ -66,16 +66,25 @@ struct CliResult {
   std::string out;  // stdout and stderr together
 };
 
-// Runs the dtlab executable with args (a shell-quoted string).
-inline CliResult run_cli(const std::string& args) {
+// Runs a shell command line, stdout and stderr together.
+inline CliResult run_shell(const std::string& command) {
   TempDir tmp;
   const std::string out = tmp.file("out.txt");
-  const std::string cmd = std::string(DTLAB_BINARY) + " " + args + " > " + out + " 2>&1";
+  const std::string cmd = "(" + command + ") > " + out + " 2>&1";
   const int status = std::system(cmd.c_str());
   CliResult r;
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   r.out = read_file(out);
   return r;
 }
+
+// Runs the dtlab executable with args (a shell-quoted string), after `prefix` (e.g. environment
+// settings or a wrapper such as xvfb-run).
+inline CliResult run_cli_with_prefix(const std::string& prefix, const std::string& args) {
+  return run_shell(prefix + " " + std::string(DTLAB_BINARY) + " " + args);
+}
+
+// Runs the dtlab executable with args (a shell-quoted string).
+inline CliResult run_cli(const std::string& args) { return run_cli_with_prefix("", args); }
 
 }  // namespace testutil

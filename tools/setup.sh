@@ -11,6 +11,8 @@ packages=(
   libopenblas-dev               # fast sgemm (the build falls back to a reference kernel without it)
   openmpi-bin libopenmpi-dev    # --comm mpi: ranks as processes (the build leaves it out without them)
   dataset-fashion-mnist         # the data: /usr/share/datasets/fashion-mnist
+  libimgui-dev libglfw3-dev libstb-dev fonts-dejavu-core   # the lab window, dtlab gui (optional)
+  xvfb xauth libgl1-mesa-dri xdotool   # its tests on a virtual display (skipped without xvfb-run)
 )
 missing=()
 for p in "${packages[@]}"; do

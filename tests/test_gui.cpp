@@ -1,0 +1,223 @@
+// The lab window, end to end through `dtlab gui` under Xvfb (xvfb-run -a): every view renders
+// with an empty run (no dataset) and a busy one, a run directory opens, screenshots are not blank
+// and differ per view, a corrupt layout file is ignored with a warning, and without a display
+// the command says so in one line and exits with code 7. Skipped where xvfb-run is missing.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "errors.h"
+#include "paths.h"
+#include "test_util.h"
+
+#ifdef DTLAB_HAVE_GUI
+#include <stb_image.h>
+#endif
+
+namespace {
+
+bool contains(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
+
+bool have_xvfb() { return std::system("command -v xvfb-run > /dev/null 2>&1") == 0; }
+
+#define DTLAB_REQUIRE_GUI()                                                               \
+  do {                                                                                    \
+    if (!kHaveGui) GTEST_SKIP() << "this build has no GUI";                                \
+    if (!have_xvfb()) GTEST_SKIP() << "xvfb-run is not installed (apt-get install xvfb)"; \
+  } while (0)
+
+#ifdef DTLAB_HAVE_GUI
+constexpr bool kHaveGui = true;
+#else
+constexpr bool kHaveGui = false;
+#endif
+
+// dtlab gui ARGS under a fresh virtual display of 1600x1000, with its own config directory.
+testutil::CliResult run_gui(const std::string& args, const std::string& config_home) {
+  return testutil::run_cli_with_prefix("XDG_CONFIG_HOME=" + config_home + " xvfb-run -a -s \"-screen 0 1600x1000x24\"",
+                                       "gui " + args);
+}
+
+struct Png {
+  int w = 0, h = 0;
+  double variance = 0;
+  std::vector<unsigned char> px;
+};
+
+Png load_png(const std::string& path) {
+  Png p;
+#ifdef DTLAB_HAVE_GUI
+  int n = 0;
+  unsigned char* data = stbi_load(path.c_str(), &p.w, &p.h, &n, 3);
+  if (!data) return p;
+  p.px.assign(data, data + static_cast<size_t>(p.w) * p.h * 3);
+  stbi_image_free(data);
+  double sum = 0, sq = 0;
+  for (unsigned char v : p.px) {
+    sum += v;
+    sq += static_cast<double>(v) * v;
+  }
+  const double m = sum / static_cast<double>(p.px.size());
+  p.variance = sq / static_cast<double>(p.px.size()) - m * m;
+#else
+  (void)path;
+#endif
+  return p;
+}
+
+// Fraction of pixels that differ between two images of the same size.
+double differing(const Png& a, const Png& b) {
+  if (a.px.size() != b.px.size() || a.px.empty()) return 1.0;
+  size_t diff = 0;
+  for (size_t i = 0; i < a.px.size(); i += 3)
+    diff += a.px[i] != b.px[i] || a.px[i + 1] != b.px[i + 1] || a.px[i + 2] != b.px[i + 2];
+  return static_cast<double>(diff) / static_cast<double>(a.px.size() / 3);
+}
+
+const char* kViews[] = {"ring", "batchnorm", "batching", "traineval", "layout"};
+
+// Every view's screenshot exists, is not blank, and differs from the others.
+void expect_views(const std::string& stem) {
+  std::vector<Png> shots;
+  for (const char* v : kViews) {
+    const std::string f = stem + "-" + v + ".png";
+    ASSERT_TRUE(std::filesystem::exists(f)) << f;
+    Png p = load_png(f);
+    EXPECT_EQ(p.w, 1600) << f;
+    EXPECT_EQ(p.h, 1000) << f;
+    EXPECT_GT(p.variance, 100.0) << f << " looks blank";
+    shots.push_back(std::move(p));
+  }
+  for (size_t i = 0; i < shots.size(); ++i)
+    for (size_t j = i + 1; j < shots.size(); ++j)
+      EXPECT_GT(differing(shots[i], shots[j]), 0.02) << kViews[i] << " and " << kViews[j] << " look the same";
+}
+
+}  // namespace
+
+TEST(GuiNoDisplay, OneLineAndExitCodeSeven) {
+  const auto r = testutil::run_cli_with_prefix("env -u DISPLAY -u WAYLAND_DISPLAY", "gui");
+  EXPECT_EQ(r.exit_code, lab::kExitNoDisplay) << r.out;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
+  EXPECT_TRUE(contains(r.out, "dtlab run")) << r.out;
+  EXPECT_TRUE(contains(r.out, kHaveGui ? "no display" : "no GUI")) << r.out;
+  // dtlab alone without a display still prints the help and exits 2
+  const auto h = testutil::run_cli_with_prefix("env -u DISPLAY -u WAYLAND_DISPLAY", "");
+  EXPECT_EQ(h.exit_code, lab::kExitUsage);
+  EXPECT_TRUE(contains(h.out, "gui")) << h.out;
+}
+
+TEST(GuiNoDisplay, BadSettingsAreRefusedBeforeAnyWindow) {
+  const auto r = testutil::run_cli("gui --batch-size 0");
+  EXPECT_EQ(r.exit_code, lab::kExitUsage) << r.out;
+  EXPECT_TRUE(contains(r.out, "batch_size should be a positive integer value, but got batch_size=0")) << r.out;
+}
+
+TEST(Gui, EveryViewRendersWithAnEmptyRun) {
+  DTLAB_REQUIRE_GUI();
+  testutil::TempDir d;
+  // no dataset: the run fails to load, the window says so and every view renders empty
+  const auto r = run_gui("--data-dir " + d.file("nowhere") + " --view ring,batchnorm,batching,traineval,layout "
+                         "--screenshot " + d.file("empty.png"), d.file("config"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  expect_views(d.file("empty"));
+  EXPECT_TRUE(contains(r.out, "nowhere")) << "the missing dataset is named:\n" << r.out;
+}
+
+TEST(Gui, EveryViewRendersWithABusyRun) {
+  DTLAB_REQUIRE_GUI();
+  DTLAB_REQUIRE_DATASET();
+  testutil::TempDir d;
+  const auto r = run_gui("--model mlp --world-size 4 --batch-size 16 --limit-train 1000 --limit-test 200 --steps 20 "
+                         "--eval-every 5 --eval-samples 100 --compare-bn --frame-stats " + d.file("frames.json") +
+                         " --view ring,batchnorm,batching,traineval,layout --screenshot " + d.file("busy.png"),
+                         d.file("config"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  expect_views(d.file("busy"));
+  const auto j = nlohmann::json::parse(testutil::read_file(d.file("frames.json")));
+  EXPECT_GT(j["frames"].get<int>(), 5);
+  for (const char* k : {"p50", "p95", "p99", "max"}) EXPECT_GT(j["frame_ms"][k].get<double>(), 0) << k;
+  EXPECT_GT(j["samples_per_s"].get<double>(), 0);
+  EXPECT_FALSE(std::filesystem::exists(d.file("config/dtlab/layout.ini"))) << "scripted runs never save a layout";
+}
+
+TEST(Gui, StopsMidRingAllreduce) {
+  DTLAB_REQUIRE_GUI();
+  DTLAB_REQUIRE_DATASET();
+  testutil::TempDir d;
+  const auto r = run_gui("--world-size 4 --limit-train 1000 --limit-test 200 --steps 3 --ring-steps 2 --view ring "
+                         "--screenshot " + d.file("ring.png"), d.file("config"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_GT(load_png(d.file("ring.png")).variance, 100.0);
+}
+
+TEST(Gui, OpensARunDirectory) {
+  DTLAB_REQUIRE_GUI();
+  DTLAB_REQUIRE_DATASET();
+  testutil::TempDir d;
+  const auto run = testutil::run_cli("run --model mlp --world-size 2 --batch-size 16 --limit-train 320 --limit-test 64 "
+                                     "--steps 10 --eval-every 5 --threads 1 --out " + d.file("run"));
+  ASSERT_EQ(run.exit_code, 0) << run.out;
+  const auto r = run_gui("--open " + d.file("run") + " --view ring,batchnorm,batching,traineval,layout --screenshot " +
+                         d.file("open.png"), d.file("config"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  expect_views(d.file("open"));
+  const auto bad = run_gui("--open " + d.file("nothing-here"), d.file("config"));
+  EXPECT_EQ(bad.exit_code, lab::kExitIo) << bad.out;
+  EXPECT_TRUE(contains(bad.out, "config.toml")) << bad.out;
+}
+
+TEST(Gui, CorruptLayoutFileIsIgnoredWithAWarning) {
+  DTLAB_REQUIRE_GUI();
+  testutil::TempDir d;
+  std::filesystem::create_directories(d.file("config/dtlab"));
+  std::ofstream(d.file("config/dtlab/layout.ini")) << "this is not a layout\n\x01\x02";
+  const auto r = run_gui("--data-dir " + d.file("nowhere") + " --exit-after 1.5", d.file("config"));
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "ignoring the window layout file")) << r.out;
+  std::string saved;
+  ASSERT_TRUE(viz::read_text_file(d.file("config/dtlab/layout.ini"), saved));
+  EXPECT_EQ(viz::check_layout_ini(saved), "") << "replaced by a valid layout:\n" << saved;
+  EXPECT_TRUE(contains(saved, "[Window][Views]")) << saved;
+}
+
+TEST(Gui, PartialRedrawsEqualFullOnes) {
+  DTLAB_REQUIRE_GUI();
+  DTLAB_REQUIRE_DATASET();
+  testutil::TempDir d;
+  // slow motion keeps frames coming; every partial frame is compared with a full redraw
+  const auto r = testutil::run_cli_with_prefix(
+      "DTLAB_VERIFY_REDRAW=1 XDG_CONFIG_HOME=" + d.file("config") + " xvfb-run -a -s \"-screen 0 1600x1000x24\"",
+      "gui --world-size 4 --limit-train 1000 --limit-test 200 --eval-every 5 --eval-samples 100 --delay-ms 20 "
+      "--exit-after 4 --frame-stats " + d.file("frames.json"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_FALSE(contains(r.out, "partial redraw differs")) << r.out;
+  const auto j = nlohmann::json::parse(testutil::read_file(d.file("frames.json")));
+  EXPECT_GT(j["frames"].get<int>(), 2);
+  if (j["partial_redraw"].get<bool>()) {
+    EXPECT_LT(j["drawn_fraction_mean"].get<double>(), 1.0);
+  }
+}
+
+// Real key presses (xdotool) reach the shortcuts: Space pauses, S saves a screenshot.
+TEST(Gui, KeysPauseAndTakeAScreenshot) {
+  DTLAB_REQUIRE_GUI();
+  DTLAB_REQUIRE_DATASET();
+  if (std::system("command -v xdotool > /dev/null 2>&1") != 0) GTEST_SKIP() << "xdotool is not installed";
+  testutil::TempDir d;
+  const std::string gui = std::string(DTLAB_BINARY) + " gui --limit-test 200 --epochs 20 --exit-after 7 --frame-stats " +
+                          d.file("frames.json");
+  const std::string script = "cd " + d.path() + " && (" + gui + " & sleep 4; xdotool key space; sleep 1; xdotool key s; wait)";
+  const auto r = testutil::run_shell("XDG_CONFIG_HOME=" + d.file("config") +
+                                     " xvfb-run -a -s \"-screen 0 1600x1000x24\" sh -c '" + script + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto j = nlohmann::json::parse(testutil::read_file(d.file("frames.json")));
+  EXPECT_EQ(j["run_phase"].get<std::string>(), "paused") << "Space pauses the run";
+  bool shot = false;
+  for (const auto& e : std::filesystem::directory_iterator(d.path()))
+    shot = shot || e.path().filename().string().rfind("dtlab-", 0) == 0;
+  EXPECT_TRUE(shot) << "S saves dtlab-<time>.png in the current directory";
+}

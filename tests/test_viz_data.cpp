@@ -1,0 +1,346 @@
+// What the lab window shows, checked without a window: the ring model rebuilt from real chunk
+// events, the epoch layout, the settings checks, the layout-file check, frame percentiles, the run
+// host's stepping, and a run directory read back (viz/data: no GUI headers).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "batching_model.h"
+#include "errors.h"
+#include "frame_stats.h"
+#include "paths.h"
+#include "rank_threads.h"
+#include "ring_allreduce.h"
+#include "ring_model.h"
+#include "run_data.h"
+#include "run_host.h"
+#include "settings_check.h"
+#include "test_util.h"
+
+namespace {
+
+// Events of one real ring allreduce of `count` floats on n ranks.
+std::vector<std::vector<lab::Event>> allreduce_events(int n, size_t count) {
+  labtest::RankWorld w(n);
+  auto errors = w.run([&](int, lab::Communicator& comm) {
+    std::vector<float> data(count, 1.0f);
+    comm.allreduce_sum(data.data(), data.size(), lab::CollectiveInfo{"grad bucket", 0});
+  });
+  for (auto& e : errors) EXPECT_FALSE(e);
+  std::vector<std::vector<lab::Event>> ev(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) ev[static_cast<size_t>(r)] = w.events(r);
+  return ev;
+}
+
+template <class F>
+bool wait_for(F&& ok, double seconds) {
+  const auto t0 = std::chrono::steady_clock::now();
+  while (!ok()) {
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > seconds) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST(VizRing, TraceOfARingAllreduceFollowsTheRule) {
+  for (int n : {2, 3, 4, 7}) {
+    const size_t count = 1000;
+    const auto ev = allreduce_events(n, count);
+    uint64_t seq = 0;
+    ASSERT_TRUE(viz::latest_collective(ev, viz::CollectiveFilter{}, true, seq));
+    const viz::CollectiveTrace t = viz::collect_trace(ev, seq);
+    EXPECT_TRUE(t.complete());
+    EXPECT_EQ(t.steps, 2 * (n - 1));
+    EXPECT_EQ(t.chunks, n);
+    EXPECT_EQ(t.bytes, count * 4);
+    EXPECT_EQ(t.transfers.size(), static_cast<size_t>(n * 2 * (n - 1)));
+    for (int r = 0; r < n; ++r) {
+      EXPECT_EQ(viz::owned_chunk(t, r), (r + 1) % n) << "rank " << r << " of " << n;
+      EXPECT_EQ(t.rank_messages[static_cast<size_t>(r)], 2 * (n - 1));
+    }
+    // after reduce-scatter: only the owned chunk is complete on each rank
+    const viz::BufferState half = viz::buffer_state(t, n - 1);
+    for (int r = 0; r < n; ++r)
+      for (int c = 0; c < n; ++c) EXPECT_EQ(half.full(r, c), c == (r + 1) % n) << r << " " << c;
+    // after allgather: everything everywhere
+    const viz::BufferState all = viz::buffer_state(t, 2 * (n - 1));
+    for (int r = 0; r < n; ++r)
+      for (int c = 0; c < n; ++c) EXPECT_TRUE(all.full(r, c));
+    // links: ring neighbours only, each carrying 2(N-1)/N of S when N divides the count
+    const auto links = viz::link_bytes(t, t.steps);
+    EXPECT_EQ(links.size(), static_cast<size_t>(n));
+    uint64_t total = 0;
+    for (const auto& l : links) {
+      EXPECT_EQ(l.dst, (l.src + 1) % n);
+      EXPECT_EQ(l.messages, 2 * (n - 1));
+      total += l.bytes;
+    }
+    if (count % static_cast<size_t>(n) == 0) {
+      for (const auto& l : links) EXPECT_EQ(l.bytes, 2 * (n - 1) * count * 4 / static_cast<size_t>(n));
+    }
+    EXPECT_EQ(total, static_cast<uint64_t>(2 * (n - 1)) * count * 4) << "every chunk travels 2(N-1) links";
+    const viz::Bandwidth bw = viz::allreduce_bandwidth(t);
+    ASSERT_TRUE(bw.valid);
+    EXPECT_NEAR(bw.busbw, bw.algbw * 2.0 * (n - 1) / n, 1e-6 * bw.busbw);
+  }
+}
+
+TEST(VizRing, IncompleteTraceKnowsItsBufferSize) {
+  const auto full = allreduce_events(4, 1000);
+  // keep only the first reduce-scatter step of every rank
+  std::vector<std::vector<lab::Event>> part(4);
+  for (int r = 0; r < 4; ++r)
+    for (const auto& e : full[static_cast<size_t>(r)])
+      if (e.kind == lab::EventKind::Chunk && e.phase == lab::Phase::ReduceScatter && e.ring_step == 0)
+        part[static_cast<size_t>(r)].push_back(e);
+  uint64_t seq = 0;
+  ASSERT_TRUE(viz::latest_collective(part, viz::CollectiveFilter{}, false, seq));
+  EXPECT_FALSE(viz::latest_collective(part, viz::CollectiveFilter{}, true, seq)) << "nothing finished";
+  const viz::CollectiveTrace t = viz::collect_trace(part, seq);
+  EXPECT_FALSE(t.complete());
+  EXPECT_EQ(t.bytes, 4000u);
+  EXPECT_EQ(t.steps, 1);
+  const viz::BufferState s = viz::buffer_state(t, 1);
+  // rank 1 received chunk 0 from rank 0 and added it: {0, 1}
+  EXPECT_EQ(s.at(1, 0), 0b11u);
+  EXPECT_EQ(s.at(1, 1), 0b10u);
+}
+
+TEST(VizBatching, PaddingCutAndShortBatchesAsTorchDoesThem) {
+  lab::RunConfig c;
+  c.world_size = 4;
+  c.batch_size = 2;
+  c.shuffle = false;
+  // SEMANTICS.md: L = 10, R = 4, no shuffle -> [0,4,8] [1,5,9] [2,6,0] [3,7,1]
+  viz::EpochLayout l = viz::layout_epoch(c, 10, 0);
+  EXPECT_EQ(l.num_samples, 3);
+  EXPECT_EQ(l.total_size, 12);
+  EXPECT_EQ(l.padding, 2);
+  EXPECT_EQ(l.global, (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1}));
+  EXPECT_TRUE(l.is_padding(10));
+  EXPECT_EQ(l.rank_of(10), 2);
+  EXPECT_EQ(l.steps, 2);
+  EXPECT_EQ(l.last_batch, 1);
+  EXPECT_EQ(l.position(2, 1, 0), 10) << "rank 2's batch 1 is the padded sample 0";
+  EXPECT_FALSE(viz::batch_of_one_problem(l, c).empty()) << "local BN, last batch of one";
+  c.bn = "sync";
+  EXPECT_TRUE(viz::batch_of_one_problem(l, c).empty()) << "sync BN counts 4 samples";
+  c.bn = "local";
+  c.drop_last = true;
+  l = viz::layout_epoch(c, 10, 0);
+  EXPECT_EQ(l.steps, 1);
+  EXPECT_EQ(l.loader_dropped, 1);
+  EXPECT_TRUE(l.is_loader_dropped(l.position(0, 1, 0)));
+  EXPECT_TRUE(viz::batch_of_one_problem(l, c).empty());
+  c.drop_last = false;
+  c.sampler_drop_last = true;
+  l = viz::layout_epoch(c, 10, 0);
+  EXPECT_EQ(l.global, (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(l.cut_tail, (std::vector<int64_t>{8, 9}));
+  EXPECT_EQ(l.padding, 0);
+}
+
+TEST(VizSettings, ChecksNameTheSettingAndTheReason) {
+  lab::RunConfig c;
+  c.world_size = 1;
+  c.bn = "sync";
+  auto checks = viz::check_settings(c, 60000);
+  const viz::SettingCheck* note = viz::find_check(checks, "bn", viz::Severity::Note);
+  ASSERT_NE(note, nullptr);
+  EXPECT_NE(note->message.find("no effect"), std::string::npos);
+
+  c = lab::RunConfig{};
+  c.world_size = 4;
+  c.batch_size = 62;
+  checks = viz::check_settings(c, 250);  // 63 per rank: 62 + 1
+  const viz::SettingCheck* warn = viz::find_check(checks, "batch_size", viz::Severity::Warning);
+  ASSERT_NE(warn, nullptr);
+  EXPECT_NE(warn->message.find("Expected more than 1 value per channel"), std::string::npos) << warn->message;
+  EXPECT_NE(viz::find_check(checks, "sampler_drop_last", viz::Severity::Note), nullptr) << "250 = 4 x 63 - 2: padding";
+
+  c.batch_size = 0;
+  checks = viz::check_settings(c, 250);
+  ASSERT_FALSE(checks.empty());
+  EXPECT_EQ(checks[0].severity, viz::Severity::Error);
+  EXPECT_NE(checks[0].message.find("batch_size should be a positive integer value, but got batch_size=0"), std::string::npos);
+
+  c.batch_size = 100;
+  c.drop_last = true;
+  checks = viz::check_settings(c, 250);
+  const viz::SettingCheck* err = viz::find_check(checks, "batch_size", viz::Severity::Error);
+  ASSERT_NE(err, nullptr) << "63 samples per rank, batch 100 with drop_last: no step at all";
+}
+
+TEST(VizPaths, ConfigDirFollowsXdgThenHome) {
+  const char* old_xdg = std::getenv("XDG_CONFIG_HOME");
+  const std::string saved = old_xdg ? old_xdg : "";
+  setenv("XDG_CONFIG_HOME", "/tmp/xdg-test", 1);
+  EXPECT_EQ(viz::config_dir(), "/tmp/xdg-test/dtlab");
+  unsetenv("XDG_CONFIG_HOME");
+  if (const char* home = std::getenv("HOME")) {
+    EXPECT_EQ(viz::config_dir(), std::string(home) + "/.config/dtlab");
+  }
+  if (old_xdg) setenv("XDG_CONFIG_HOME", saved.c_str(), 1);
+}
+
+TEST(VizPaths, LayoutFileCheck) {
+  EXPECT_EQ(viz::check_layout_ini(""), "");
+  EXPECT_EQ(viz::check_layout_ini("[Window][Views]\nPos=360,19\nSize=1240,640\nCollapsed=0\n\n[Table][0x1,2]\n"), "");
+  EXPECT_NE(viz::check_layout_ini("garbage\n"), "");
+  EXPECT_NE(viz::check_layout_ini("[Window][Views]\nPos 360 19\n"), "");
+  EXPECT_NE(viz::check_layout_ini("[Window][A]\nPos=1,2\n\x01\x02\x03"), "");
+  EXPECT_NE(viz::check_layout_ini("[Window\nPos=1,2\n"), "");
+}
+
+TEST(VizFrameStats, NearestRankPercentiles) {
+  std::vector<double> v;
+  for (int i = 1; i <= 100; ++i) v.push_back(i);
+  const viz::Percentiles p = viz::percentiles(v);
+  EXPECT_EQ(p.p50, 50);
+  EXPECT_EQ(p.p95, 95);
+  EXPECT_EQ(p.p99, 99);
+  EXPECT_EQ(p.max, 100);
+  EXPECT_EQ(viz::percentiles({}).max, 0);
+}
+
+TEST(VizRunData, StepsByIterationAndRankWithBoundedBatchNormHistory) {
+  viz::RunData d;
+  d.cfg.world_size = 2;
+  std::vector<lab::StepRecord> recs;
+  const size_t steps = viz::RunData::kMaxBnSteps * 3;
+  for (size_t s = 0; s < steps; ++s)
+    for (int r = 0; r < 2; ++r) {
+      lab::StepRecord rec;
+      rec.rank = r;
+      rec.step = static_cast<int64_t>(s);
+      rec.bn.resize(1);
+      rec.bn[0].batch_mean = {1.0f};
+      recs.push_back(rec);
+    }
+  d.add_steps(recs);
+  EXPECT_EQ(d.steps_done(), static_cast<int64_t>(steps));
+  EXPECT_EQ(d.last_complete_step(), static_cast<int64_t>(steps) - 1);
+  ASSERT_NE(d.record(5, 1), nullptr);
+  EXPECT_EQ(d.record(5, 1)->rank, 1);
+  size_t with_bn = 0;
+  for (const auto& row : d.by_step) with_bn += !row[0].bn.empty();
+  EXPECT_LE(with_bn, viz::RunData::kMaxBnSteps);
+  EXPECT_FALSE(d.by_step.back()[0].bn.empty()) << "the newest steps keep their statistics";
+  EXPECT_FALSE(d.by_step.front()[0].bn.empty()) << "thinning keeps every stride-th step, the first included";
+}
+
+TEST(VizRunHost, StepsOneIterationOneAllreduceThenFinishes) {
+  DTLAB_REQUIRE_DATASET();
+  lab::RunConfig c;
+  c.model = "mlp";
+  c.world_size = 3;
+  c.batch_size = 16;
+  c.limit_train = 480;  // 160 per rank: 10 iterations per epoch
+  c.limit_test = 64;
+  c.steps = 6;
+  c.threads = 1;
+  c.timeout_s = 20;
+  viz::RunHost host(c, /*start_paused=*/true);
+  viz::RunData d;
+  d.reset_live(c);
+  ASSERT_TRUE(wait_for([&] { return host.status().phase == viz::RunPhase::Paused; }, 30)) << host.status().error;
+  auto allreduces = [&] {
+    d.update_from(host);
+    int n = 0;
+    for (const auto& e : d.events[0]) n += e.kind == lab::EventKind::Collective && std::strcmp(e.op, "allreduce") == 0;
+    return n;
+  };
+  host.step_iteration();
+  ASSERT_TRUE(wait_for([&] {
+    const auto it = host.iterations();
+    return it.size() == 3 && it[0] == 1 && it[1] == 1 && it[2] == 1;
+  }, 30));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  d.update_from(host);
+  EXPECT_EQ(d.steps_done(), 1) << "exactly one iteration";
+  const int before = allreduces();
+  host.step_allreduce();
+  ASSERT_TRUE(wait_for([&] { return allreduces() > before; }, 30));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(allreduces(), before + 1) << "exactly one allreduce";
+  host.resume();
+  ASSERT_TRUE(wait_for([&] { return host.done(); }, 60));
+  d.update_from(host);
+  EXPECT_EQ(host.status().phase, viz::RunPhase::Finished) << host.status().error;
+  EXPECT_EQ(d.steps_done(), 6);
+  EXPECT_TRUE(d.summary.valid);
+}
+
+TEST(VizRunHost, StoppingARunningRunDoesNotWaitForIt) {
+  DTLAB_REQUIRE_DATASET();
+  lab::RunConfig c;
+  c.model = "mlp";
+  c.world_size = 2;
+  c.limit_train = 2000;
+  c.limit_test = 64;
+  c.epochs = 50;
+  c.threads = 1;
+  auto host = std::make_unique<viz::RunHost>(c, false);
+  ASSERT_TRUE(wait_for([&] { return host->status().phase == viz::RunPhase::Running; }, 30));
+  const auto t0 = std::chrono::steady_clock::now();
+  host->request_stop();
+  const double asked = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(asked, 0.5);
+  ASSERT_TRUE(wait_for([&] { return host->done(); }, 30));
+  EXPECT_EQ(host->status().phase, viz::RunPhase::Stopped);
+}
+
+TEST(VizRunHost, MissingDatasetIsAFailedRunWithAHint) {
+  testutil::TempDir dir;
+  lab::RunConfig c;
+  c.data_dir = dir.file("nowhere");
+  viz::RunHost host(c, false);
+  ASSERT_TRUE(wait_for([&] { return host.done(); }, 30));
+  const viz::HostStatus s = host.status();
+  EXPECT_EQ(s.phase, viz::RunPhase::Failed);
+  EXPECT_EQ(s.error_code, lab::kExitData);
+  EXPECT_NE(s.error.find("nowhere"), std::string::npos) << s.error;
+}
+
+TEST(VizRunDir, ARunDirectoryReadsBackIntoTheSameData) {
+  DTLAB_REQUIRE_DATASET();
+  testutil::TempDir dir;
+  const auto r = testutil::run_cli("run --model mlp --world-size 4 --batch-size 16 --limit-train 640 --limit-test 100 "
+                                   "--epochs 2 --eval-every 4 --eval-samples 50 --threads 1 --out " + dir.file("run"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const viz::RunData d = viz::load_run_dir(dir.file("run"));
+  EXPECT_EQ(d.world(), 4);
+  EXPECT_EQ(d.steps_done(), 20);  // 640 / 4 / 16 = 10 per epoch
+  EXPECT_EQ(d.steps_per_epoch, 10);
+  EXPECT_EQ(d.train_size, 640);
+  EXPECT_EQ(d.epochs.size(), 2u);
+  ASSERT_GE(d.evals.size(), 5u);  // after 1, 2, 4, 8, 12, 16, 20
+  EXPECT_EQ(d.evals[0].steps, 1);
+  EXPECT_EQ(d.evals.back().steps, 20);
+  EXPECT_EQ(d.evals.back().probe_eval.size(), 10u);
+  EXPECT_TRUE(d.summary.valid);
+  ASSERT_NE(d.record(19, 3), nullptr);
+  EXPECT_FALSE(d.record(19, 3)->bn.empty());
+  // the trace's chunk events rebuild the last gradient allreduce
+  uint64_t seq = 0;
+  ASSERT_TRUE(viz::latest_collective(d.events, viz::CollectiveFilter{}, true, seq));
+  const viz::CollectiveTrace t = viz::collect_trace(d.events, seq);
+  EXPECT_EQ(t.steps, 6);
+  EXPECT_EQ(t.what, "grad bucket");
+  for (int rank = 0; rank < 4; ++rank) EXPECT_EQ(viz::owned_chunk(t, rank), (rank + 1) % 4);
+}
+
+TEST(VizRunDir, MissingConfigIsAnErrorNamingTheFile) {
+  testutil::TempDir dir;
+  try {
+    viz::load_run_dir(dir.path());
+    FAIL() << "expected an error";
+  } catch (const lab::IoError& e) {
+    EXPECT_NE(std::string(e.what()).find("config.toml"), std::string::npos) << e.what();
+  }
+}

@@ -1,0 +1,797 @@
+// The lab window: sections
+//   1. names of the views, fonts and style
+//   2. runs: start, reset, twin, retire; their news in the log
+//   3. commands and keys
+//   4. windows and their default layout
+//   5. the screenshot / benchmark script (--screenshot, --frame-stats with --steps)
+//   6. layout persistence (layout.ini under the user's config directory)
+//   7. run_app: the frame loop
+#include "app.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <sstream>
+
+#include <GLFW/glfw3.h>
+#include <imgui.h>
+#include <imgui_stdlib.h>
+
+#include "app_glfw.h"
+#include "app_state.h"
+#include "draw.h"
+#include "errors.h"
+#include "panels.h"
+#include "paths.h"
+
+namespace viz {
+
+// ---- 1. names, fonts, style ----
+
+const char* view_key(ViewId v) {
+  switch (v) {
+    case ViewId::Ring: return "ring";
+    case ViewId::BatchNorm: return "batchnorm";
+    case ViewId::Batching: return "batching";
+    case ViewId::TrainEval: return "traineval";
+  }
+  return "?";
+}
+
+const char* view_title(ViewId v) {
+  switch (v) {
+    case ViewId::Ring: return "Ring allreduce";
+    case ViewId::BatchNorm: return "BatchNorm";
+    case ViewId::Batching: return "Batching & drop_last";
+    case ViewId::TrainEval: return "Train vs eval";
+  }
+  return "?";
+}
+
+namespace {
+
+// Latin-1, Greek, punctuation, super/subscripts, arrows, maths, box drawing and geometric
+// shapes, dingbats: what the labels use (x, ->, play and pause symbols).
+constexpr ImWchar kGlyphRanges[] = {0x0020, 0x00FF, 0x0370, 0x03FF, 0x2000, 0x206F, 0x2070, 0x209F, 0x2190,
+                                    0x21FF, 0x2200, 0x22FF, 0x2500, 0x25FF, 0x2700, 0x27BF, 0};
+
+double since_start(double t0) { return lab::now_seconds() - t0; }
+
+// Share of the wall clock the GUI's frames may take while a run trains and nobody interacts.
+constexpr double kWatchDuty = 0.10;
+
+void setup_fonts(float scale, LogBuffer& log) {
+  ImGuiIO& io = ImGui::GetIO();
+  const std::string regular = find_font("DejaVuSans.ttf");
+  const std::string bold = find_font("DejaVuSans-Bold.ttf");
+  const std::string mono = find_font("DejaVuSansMono.ttf");
+  // The order is FontId's: regular, bold, small, mono.
+  auto add = [&](const std::string& path, float px) {
+    if (!path.empty()) {
+      ImFontConfig c;
+      c.OversampleH = 2;
+      if (io.Fonts->AddFontFromFileTTF(path.c_str(), std::round(px * scale), &c, kGlyphRanges)) return;
+    }
+    ImFontConfig c;
+    c.SizePixels = std::round(13.0f * scale * px / 16.0f);
+    io.Fonts->AddFontDefault(&c);
+  };
+  if (regular.empty())
+    log.add(LogLevel::Warning,
+            "DejaVu Sans not found (apt-get install fonts-dejavu-core): using ImGui's built-in bitmap font", 0);
+  add(regular, 16);
+  add(bold.empty() ? regular : bold, 16);
+  add(regular, 13);
+  add(mono.empty() ? regular : mono, 14);
+}
+
+void setup_style(float scale) {
+  ImGui::StyleColorsDark();
+  ImGuiStyle& s = ImGui::GetStyle();
+  s.WindowRounding = 4;
+  s.FrameRounding = 3;
+  s.GrabRounding = 3;
+  s.TabRounding = 3;
+  s.ItemSpacing = ImVec2(8, 5);
+  s.Colors[ImGuiCol_WindowBg] = ImVec4(kClearColor[0], kClearColor[1], kClearColor[2], 1.0f);
+  s.Colors[ImGuiCol_TitleBgActive] = ImVec4(0.16f, 0.22f, 0.32f, 1.0f);
+  s.Colors[ImGuiCol_Tab] = ImVec4(0.16f, 0.2f, 0.27f, 1.0f);
+  s.Colors[ImGuiCol_TabActive] = ImVec4(0.2f, 0.36f, 0.56f, 1.0f);
+  s.ScaleAllSizes(scale);
+}
+
+std::string other_bn(const std::string& bn) { return bn == "sync" ? "local" : "sync"; }
+
+// ---- 2. runs ----
+
+void retire(AppState& app, std::unique_ptr<RunHost>& h) {
+  if (!h) return;
+  h->request_stop();  // the host's own thread lets go of the run; we never wait for it here
+  app.retiring.push_back(std::move(h));
+}
+
+void reap(AppState& app) {
+  app.retiring.erase(std::remove_if(app.retiring.begin(), app.retiring.end(),
+                                    [](const std::unique_ptr<RunHost>& h) { return h->done(); }),
+                     app.retiring.end());
+}
+
+// View caches describe the old run; the user's choices (layer, channel, filters) stay.
+void reset_view_caches(AppState& app) {
+  RingViewState ring;
+  ring.filter = app.ring.filter;
+  ring.follow = app.ring.follow;
+  app.ring = ring;
+  for (auto& c : app.bn.cache) c = BnViewState::Series{};
+  app.ranks.cache = RanksViewState::Cache{};
+  app.train_eval.cache = TrainEvalViewState::Cache{};
+}
+
+void start_live(AppState& app, const lab::RunConfig& cfg, bool paused, double t0) {
+  retire(app, app.host);
+  retire(app, app.twin);
+  app.live_cfg = cfg;
+  app.data.reset_live(cfg);
+  app.data.gate_delay_s = app.controls.delay_ms / 1000.0;
+  app.host = std::make_unique<RunHost>(cfg, paused);
+  app.host->set_delay(app.data.gate_delay_s);
+  app.twin_data = RunData();
+  if (app.compare_bn && cfg.world_size > 1) {
+    lab::RunConfig t = cfg;
+    t.bn = other_bn(cfg.bn);
+    t.out_dir.clear();  // one run directory per run
+    app.twin_data.reset_live(t);
+    app.twin_data.gate_delay_s = app.data.gate_delay_s;
+    app.twin = std::make_unique<RunHost>(t, paused);
+    app.twin->set_delay(app.data.gate_delay_s);
+  }
+  reset_view_caches(app);
+  app.train_eval.eval_index = -1;
+  app.last_status = HostStatus{};
+  app.last_twin_phase = RunPhase::Loading;
+  app.log.add(LogLevel::Info,
+              fmt("new run: %s, world_size %d, batch_size %d per rank, bn %s%s, seed %llu%s", cfg.model.c_str(),
+                  cfg.world_size, static_cast<int>(cfg.batch_size), cfg.bn.c_str(),
+                  cfg.broadcast_buffers ? "" : ", broadcast_buffers off", static_cast<unsigned long long>(cfg.seed),
+                  app.twin ? fmt(" (+ twin with bn %s)", other_bn(cfg.bn).c_str()).c_str() : ""),
+              since_start(t0));
+}
+
+// Tells the log what changed in the live run's life: started, failed (with the hint), finished.
+void log_run_news(AppState& app, double t0) {
+  if (!app.host) return;
+  const HostStatus st = app.host->status();
+  const double t = since_start(t0);
+  if (st.phase != app.last_status.phase) {
+    if ((st.phase == RunPhase::Running || st.phase == RunPhase::Paused) && app.last_status.phase == RunPhase::Loading)
+      app.log.add(LogLevel::Info,
+                  fmt("data loaded: %lld training and %lld test samples", static_cast<long long>(st.train_size),
+                      static_cast<long long>(st.test_size)),
+                  t);
+    if (st.phase == RunPhase::Failed) {
+      app.log.add(LogLevel::Error, "run failed: " + st.error, t);
+      if (!st.hint.empty()) app.log.add(LogLevel::Warning, "hint: " + st.hint, t);
+      app.log.add(LogLevel::Info, "the lab keeps working: change the settings and press Reset (R)", t);
+    }
+    if (st.phase == RunPhase::Finished && st.summary.valid)
+      app.log.add(LogLevel::Info,
+                  fmt("run finished: %lld iterations, %.0f samples/s; test accuracy %.4f eval mode, %.4f train mode",
+                      static_cast<long long>(st.summary.steps), st.summary.samples_per_s, st.summary.eval_acc,
+                      st.summary.train_acc),
+                  t);
+    app.last_status = st;
+  }
+  if (app.twin) {
+    const RunPhase p = app.twin_data.phase;
+    if (p != app.last_twin_phase && p == RunPhase::Failed)
+      app.log.add(LogLevel::Error, "twin run failed: " + app.twin_data.error, t);
+    app.last_twin_phase = p;
+  }
+}
+
+// Warnings and errors also go to stderr: someone who started the app from a terminal (or a
+// test) sees them without the log panel.
+void echo_log(AppState& app) {
+  if (app.log.size() == app.log_echoed) return;
+  const std::vector<LogEntry> entries = app.log.entries();
+  for (size_t i = app.log_echoed; i < entries.size(); ++i)
+    if (entries[i].level != LogLevel::Info)
+      std::fprintf(stderr, "dtlab gui: %s: %s\n", entries[i].level == LogLevel::Error ? "error" : "warning",
+                   entries[i].text.c_str());
+  app.log_echoed = entries.size();
+}
+
+bool open_run_dir(AppState& app, const std::string& dir, double t0) {
+  try {
+    RunData d = load_run_dir(dir);
+    retire(app, app.host);
+    retire(app, app.twin);
+    app.data = std::move(d);
+    app.twin_data = RunData();
+    app.controls.pending = app.data.cfg;
+    reset_view_caches(app);
+    app.log.add(LogLevel::Info,
+                fmt("opened %s: %lld iterations, %zu events of rank 0", dir.c_str(),
+                    static_cast<long long>(app.data.steps_done()), app.data.events.empty() ? size_t{0} : app.data.events[0].size()),
+                since_start(t0));
+    return true;
+  } catch (const lab::Error& e) {
+    app.log.add(LogLevel::Error, fmt("cannot open %s: %s", dir.c_str(), e.what()), since_start(t0));
+    if (!e.hint().empty()) app.log.add(LogLevel::Warning, "hint: " + e.hint(), since_start(t0));
+    return false;
+  }
+}
+
+// ---- 3. commands and keys ----
+
+// Shortcuts, from the platform layer's queue of presses: holding Right keeps stepping, the other
+// keys act once per press. Not while the user types into a field.
+void handle_keys(const std::vector<GlfwWindow::KeyPress>& keys, Commands& cmd) {
+  if (ImGui::GetIO().WantTextInput) return;
+  for (const GlfwWindow::KeyPress& k : keys) {
+    const bool shift = (k.mods & GLFW_MOD_SHIFT) != 0;
+    if (k.key == GLFW_KEY_RIGHT) (shift ? cmd.step_iteration : cmd.step_ring) = true;
+    if (k.repeat) continue;
+    if (k.key == GLFW_KEY_SPACE) cmd.toggle_play = !cmd.toggle_play;
+    if (k.key == GLFW_KEY_R) cmd.reset = true;
+    if (k.key == GLFW_KEY_S) cmd.screenshot = true;
+    if (k.key == GLFW_KEY_F1) cmd.toggle_help = !cmd.toggle_help;
+    if (k.key >= GLFW_KEY_1 && k.key < GLFW_KEY_1 + kViewCount) cmd.show_view = static_cast<ViewId>(k.key - GLFW_KEY_1);
+  }
+}
+
+void apply_commands(AppState& app, Commands& cmd, double t0) {
+  auto both = [&](void (RunHost::*f)()) {
+    if (app.host) (app.host.get()->*f)();
+    if (app.twin) (app.twin.get()->*f)();
+  };
+  if (cmd.toggle_play) {
+    if (app.data.phase == RunPhase::Paused) cmd.play = true;
+    else if (app.data.phase == RunPhase::Running) cmd.pause = true;
+  }
+  if (cmd.play) both(&RunHost::resume);
+  if (cmd.pause) both(&RunHost::pause);
+  if (cmd.step_ring) both(&RunHost::step_ring);
+  if (cmd.step_allreduce) both(&RunHost::step_allreduce);
+  if (cmd.step_iteration) both(&RunHost::step_iteration);
+  if (cmd.step_epoch) both(&RunHost::step_epoch);
+  if (cmd.delay_s) {
+    if (app.host) app.host->set_delay(*cmd.delay_s);
+    if (app.twin) app.twin->set_delay(*cmd.delay_s);
+    app.data.gate_delay_s = app.twin_data.gate_delay_s = *cmd.delay_s;
+  }
+  if (cmd.compare_bn) {
+    app.compare_bn = *cmd.compare_bn;
+    if (app.data.live) {
+      app.log.add(LogLevel::Info,
+                  app.compare_bn ? "twin run on: both runs restart, so they see the same data in the same order"
+                                 : "twin run off",
+                  since_start(t0));
+      start_live(app, app.live_cfg, false, t0);
+    }
+  }
+  if (cmd.reset || cmd.apply_settings) {
+    const std::vector<SettingCheck>& checks = app.controls.checks;
+    const auto err = std::find_if(checks.begin(), checks.end(), [](const SettingCheck& c) { return c.severity == Severity::Error; });
+    if (err != checks.end()) app.log.add(LogLevel::Error, "cannot start a run with these settings: " + err->message, since_start(t0));
+    else start_live(app, app.controls.pending, false, t0);
+  }
+  if (!cmd.open_dir.empty()) open_run_dir(app, cmd.open_dir, t0);
+  if (cmd.show_view) {
+    app.view = *cmd.show_view;
+    app.select_view = true;
+  }
+  if (cmd.toggle_help) app.show_help = !app.show_help;
+  if (cmd.reset_layout) app.layout_reset = true;
+}
+
+// ---- 4. windows ----
+
+void draw_menu(AppState& app, Commands& cmd) {
+  bool open_popup = false;
+  if (ImGui::BeginMainMenuBar()) {
+    if (ImGui::BeginMenu("File")) {
+      if (ImGui::MenuItem("Open run directory...")) open_popup = true;
+      if (ImGui::MenuItem("New live run", "R")) cmd.reset = true;
+      if (ImGui::MenuItem("Screenshot", "S")) cmd.screenshot = true;
+      ImGui::Separator();
+      if (ImGui::MenuItem("Quit")) app.quit = true;
+      ImGui::EndMenu();
+    }
+    if (ImGui::BeginMenu("View")) {
+      for (int i = 0; i < kViewCount; ++i)
+        if (ImGui::MenuItem(view_title(static_cast<ViewId>(i)), fmt("%d", i + 1).c_str(), app.view == static_cast<ViewId>(i)))
+          cmd.show_view = static_cast<ViewId>(i);
+      ImGui::Separator();
+      ImGui::MenuItem("Controls", nullptr, &app.show_controls);
+      ImGui::MenuItem("Timeline", nullptr, &app.show_timeline);
+      ImGui::MenuItem("Ranks", nullptr, &app.show_ranks);
+      ImGui::MenuItem("Log", nullptr, &app.show_log);
+      ImGui::Separator();
+      if (ImGui::MenuItem("Reset layout")) cmd.reset_layout = true;
+      ImGui::EndMenu();
+    }
+    if (ImGui::BeginMenu("Help")) {
+      if (ImGui::MenuItem("Keys and views", "F1")) cmd.toggle_help = true;
+      ImGui::EndMenu();
+    }
+    const RunData& d = app.data;
+    ImGui::TextDisabled("  %s | %s, %d ranks, batch %d/rank, bn %s | %s", d.live ? "live" : d.source.c_str(),
+                        d.cfg.model.c_str(), d.cfg.world_size, static_cast<int>(d.cfg.batch_size), d.cfg.bn.c_str(),
+                        run_phase_name(d.phase));
+    ImGui::EndMainMenuBar();
+  }
+  if (open_popup) ImGui::OpenPopup("Open run directory");
+  if (ImGui::BeginPopupModal("Open run directory", nullptr, ImGuiWindowFlags_AlwaysAutoResize)) {
+    ImGui::TextUnformatted("A directory written by `dtlab run --out DIR`:");
+    ImGui::SetNextItemWidth(ImGui::GetFontSize() * 28);
+    const bool enter = ImGui::InputText("##dir", &app.open_input, ImGuiInputTextFlags_EnterReturnsTrue);
+    if (ImGui::Button("Open") || enter) {
+      cmd.open_dir = app.open_input;
+      ImGui::CloseCurrentPopup();
+    }
+    ImGui::SameLine();
+    if (ImGui::Button("Cancel")) ImGui::CloseCurrentPopup();
+    ImGui::EndPopup();
+  }
+}
+
+void draw_view(AppState& app, ViewId v, Commands& cmd) {
+  switch (v) {
+    case ViewId::Ring: draw_ring_view(app.data, app.ring, app.clock); break;
+    case ViewId::BatchNorm: draw_batchnorm_view(app.data, app.twin ? &app.twin_data : nullptr, app.bn, cmd); break;
+    case ViewId::Batching: draw_batching_view(app.data, app.batching); break;
+    case ViewId::TrainEval: draw_train_eval_view(app.data, app.train_eval, app.bn); break;
+  }
+}
+
+// The views' shared header: what runs, and a missing dataset said plainly.
+void draw_views_header(const AppState& app) {
+  const RunData& d = app.data;
+  if (d.phase == RunPhase::Failed && d.error_code == lab::kExitData) {
+    heading("The Fashion-MNIST dataset is missing");
+    text_wrapped_colored(col::kError, d.error);
+    text_wrapped_colored(col::kWarn, d.error_hint.empty() ? "Install it: apt-get install dataset-fashion-mnist, or "
+                                                            "point --data-dir at the four .gz files."
+                                                          : "hint: " + d.error_hint);
+    ImGui::TextDisabled("The views below stay empty until a run has data. Reset (R) after installing it.");
+    ImGui::Separator();
+  }
+}
+
+void draw_views_window(AppState& app, Commands& cmd) {
+  draw_views_header(app);
+  if (app.solo) {
+    heading(view_title(*app.solo));
+    ImGui::SameLine();
+    const RunData& d = app.data;
+    ImGui::TextDisabled("  %s, world_size %d, batch_size %d per rank, bn %s%s, %lld iteration%s done | %s",
+                        d.cfg.model.c_str(), d.cfg.world_size, static_cast<int>(d.cfg.batch_size), d.cfg.bn.c_str(),
+                        app.twin ? fmt(" (twin: bn %s)", app.twin_data.cfg.bn.c_str()).c_str() : "",
+                        static_cast<long long>(d.steps_done()), d.steps_done() == 1 ? "" : "s", run_phase_name(d.phase));
+    ImGui::Separator();
+    draw_view(app, *app.solo, cmd);
+    return;
+  }
+  if (ImGui::BeginTabBar("views")) {
+    for (int i = 0; i < kViewCount; ++i) {
+      const ViewId v = static_cast<ViewId>(i);
+      const ImGuiTabItemFlags f = app.select_view && app.view == v ? ImGuiTabItemFlags_SetSelected : 0;
+      if (ImGui::BeginTabItem(view_title(v), nullptr, f)) {
+        if (!app.select_view) app.view = v;
+        draw_view(app, v, cmd);
+        ImGui::EndTabItem();
+      }
+    }
+    app.select_view = false;
+    ImGui::EndTabBar();
+  }
+}
+
+// Tiled windows draw no background (the clear colour shows through, at no cost); one that
+// overlaps another of them (the user moved it) gets its background back.
+ImGuiWindowFlags tiled_flags(const AppState& app, int self) {
+  const AppState::WindowRect& me = app.window_rects[static_cast<size_t>(self)];
+  for (size_t i = 0; i < app.window_rects.size(); ++i) {
+    const AppState::WindowRect& o = app.window_rects[i];
+    if (static_cast<int>(i) == self || !o.visible || !me.visible) continue;
+    const bool overlap = me.min.x < o.max.x - 1 && o.min.x < me.max.x - 1 && me.min.y < o.max.y - 1 && o.min.y < me.max.y - 1;
+    if (overlap) return 0;
+  }
+  return me.visible ? ImGuiWindowFlags_NoBackground : 0;
+}
+
+void remember_rect(AppState& app, int self) {
+  AppState::WindowRect& r = app.window_rects[static_cast<size_t>(self)];
+  r.min = ImGui::GetWindowPos();
+  r.max = ImVec2(r.min.x + ImGui::GetWindowSize().x, r.min.y + ImGui::GetWindowSize().y);
+  r.visible = true;
+}
+
+void draw_windows(AppState& app, Commands& cmd) {
+  for (auto& r : app.window_rects) r.visible = false;
+  const ImGuiViewport* vp = ImGui::GetMainViewport();
+  if (app.solo) {
+    ImGui::SetNextWindowPos(vp->WorkPos, ImGuiCond_Always);
+    ImGui::SetNextWindowSize(vp->WorkSize, ImGuiCond_Always);
+    ImGui::Begin("##solo", nullptr,
+                 ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_NoMove | ImGuiWindowFlags_NoSavedSettings |
+                     ImGuiWindowFlags_NoBringToFrontOnFocus | ImGuiWindowFlags_NoBackground);
+    draw_views_window(app, cmd);
+    ImGui::End();
+    return;
+  }
+  draw_menu(app, cmd);
+  // Default layout (first start, or View > Reset layout): controls on the left, the views in the
+  // middle, timeline / ranks / log below them. The user's arrangement is kept in layout.ini.
+  const ImVec2 o = vp->WorkPos, s = vp->WorkSize;
+  const ImGuiCond cond = app.layout_reset ? ImGuiCond_Always : ImGuiCond_FirstUseEver;
+  const float left = std::round(std::max(s.x * 0.235f, std::min(s.x * 0.4f, ImGui::GetFontSize() * 22)));
+  const float top_h = std::round(s.y * 0.66f);
+  const float rest_w = s.x - left;
+  auto place = [&](float x, float y, float w, float h) {
+    ImGui::SetNextWindowPos(ImVec2(o.x + x, o.y + y), cond);
+    ImGui::SetNextWindowSize(ImVec2(w, h), cond);
+  };
+  // index into app.window_rects: 0 controls, 1 views, 2 timeline, 3 ranks, 4 log
+  if (app.show_controls) {
+    place(0, 0, left, s.y);
+    if (ImGui::Begin("Controls", &app.show_controls, tiled_flags(app, 0)))
+      draw_controls_panel(app.data, app.controls, app.compare_bn, app.data.gate_delay_s, cmd);
+    remember_rect(app, 0);
+    ImGui::End();
+  }
+  place(left, 0, rest_w, top_h);
+  if (ImGui::Begin("Views", nullptr, tiled_flags(app, 1))) draw_views_window(app, cmd);
+  remember_rect(app, 1);
+  ImGui::End();
+  const float bw = rest_w;
+  if (app.show_timeline) {
+    place(left, top_h, bw * 0.46f, s.y - top_h);
+    if (ImGui::Begin("Timeline", &app.show_timeline, tiled_flags(app, 2))) draw_timeline_panel(app.data, app.timeline);
+    remember_rect(app, 2);
+    ImGui::End();
+  }
+  if (app.show_ranks) {
+    place(left + bw * 0.46f, top_h, bw * 0.29f, s.y - top_h);
+    if (ImGui::Begin("Ranks", &app.show_ranks, tiled_flags(app, 3))) draw_ranks_panel(app.data, app.ranks);
+    remember_rect(app, 3);
+    ImGui::End();
+  }
+  if (app.show_log) {
+    place(left + bw * 0.75f, top_h, bw * 0.25f, s.y - top_h);
+    if (ImGui::Begin("Log", &app.show_log, tiled_flags(app, 4))) draw_log_panel(app.log, app.log_view);
+    remember_rect(app, 4);
+    ImGui::End();
+  }
+  draw_help_window(&app.show_help);
+  app.layout_reset = false;
+}
+
+// The checks of the settings being edited, recomputed only when they change.
+void update_checks(AppState& app) {
+  ControlsState& c = app.controls;
+  const std::string key = lab::to_toml(c.pending, {});
+  if (key == c.checks_key) return;
+  c.checks_key = key;
+  const int64_t full = app.data.live && app.data.train_size > 0 && app.data.cfg.limit_train == 0 ? app.data.train_size
+                                                                                                : kFashionTrainSize;
+  c.checks = check_settings(c.pending, train_samples(c.pending, full));
+}
+
+// ---- 5. the script ----
+
+std::vector<std::pair<std::string, std::optional<ViewId>>> parse_views(const std::string& list) {
+  std::vector<std::pair<std::string, std::optional<ViewId>>> out;
+  std::stringstream in(list);
+  std::string name;
+  while (std::getline(in, name, ',')) {
+    if (name.empty()) continue;
+    if (name == "layout" || name == "all-panels") {
+      out.push_back({"layout", std::nullopt});
+      continue;
+    }
+    bool found = false;
+    for (int i = 0; i < kViewCount; ++i)
+      if (name == view_key(static_cast<ViewId>(i))) {
+        out.push_back({name, static_cast<ViewId>(i)});
+        found = true;
+      }
+    if (!found)
+      throw lab::ConfigError("--view: unknown view '" + name + "'",
+                             "choose ring, batchnorm, batching, traineval or layout (a comma list for several)");
+  }
+  return out;
+}
+
+bool terminal(RunPhase p) { return p == RunPhase::Finished || p == RunPhase::Failed || p == RunPhase::Stopped; }
+
+// Whether what the script waits for has happened.
+bool script_ready(AppState& app) {
+  Script& sc = app.script;
+  const RunData& d = app.data;
+  if (!d.live) return true;
+  if (d.phase == RunPhase::Failed) return true;
+  if (sc.ring_steps >= 0) {
+    if (!sc.staged && app.host && (d.phase == RunPhase::Running || d.phase == RunPhase::Paused)) {
+      app.host->run_into_allreduce(sc.target_steps, sc.ring_steps);
+      if (app.twin) app.twin->run_into_allreduce(sc.target_steps, sc.ring_steps);
+      sc.staged = true;
+    }
+    if (!sc.staged) return false;
+    auto staged_in = [&](const RunData& r) {
+      uint64_t seq = 0;
+      if (!latest_collective(r.events, CollectiveFilter{}, false, seq)) return false;
+      const CollectiveTrace t = collect_trace(r.events, seq);
+      if (t.train_step != sc.target_steps) return false;
+      int done = 0;
+      for (const Transfer& x : t.transfers) done += x.global_step < sc.ring_steps;
+      return done >= r.world() * sc.ring_steps;
+    };
+    return staged_in(d) && (!app.twin || staged_in(app.twin_data) || app.twin_data.phase == RunPhase::Failed);
+  }
+  if (!app.opts.steps_given) {
+    if (app.opts.paused) return d.phase == RunPhase::Paused;
+    return d.phase != RunPhase::Loading;
+  }
+  return terminal(d.phase) && (!app.twin || terminal(app.twin_data.phase));
+}
+
+std::string shot_path(const Script& sc, const std::string& key, size_t count) {
+  if (count <= 1) return sc.base;
+  std::string stem = sc.base;
+  if (stem.size() > 4 && stem.compare(stem.size() - 4, 4, ".png") == 0) stem.resize(stem.size() - 4);
+  return stem + "-" + key + ".png";
+}
+
+// ---- 6. layout persistence ----
+
+std::string layout_path(const AppState& app) { return app.config_dir.empty() ? "" : app.config_dir + "/layout.ini"; }
+
+void load_layout(AppState& app) {
+  const std::string path = layout_path(app);
+  std::string text;
+  if (path.empty() || !read_text_file(path, text)) return;
+  const std::string problem = check_layout_ini(text);
+  if (!problem.empty()) {
+    app.log.add(LogLevel::Warning,
+                "ignoring the window layout file " + path + " (" + problem + "): using the default layout; the file "
+                "is replaced when the layout is saved",
+                0);
+    return;
+  }
+  ImGui::LoadIniSettingsFromMemory(text.data(), text.size());
+  app.layout_loaded = true;
+}
+
+void save_layout(AppState& app) {
+  const std::string path = layout_path(app);
+  if (path.empty()) return;
+  size_t n = 0;
+  const char* ini = ImGui::SaveIniSettingsToMemory(&n);
+  const std::string err = write_text_file_atomic(path, std::string(ini, n));
+  if (!err.empty()) app.log.add(LogLevel::Warning, "cannot save the window layout: " + err, 0);
+}
+
+}  // namespace
+
+// ---- 7. run_app ----
+
+int run_app(const lab::RunConfig& cfg_in, const AppOptions& opts) {
+  const auto shots = parse_views(opts.view);  // throws before any window for a bad --view
+  RunData opened;
+  if (!opts.open_dir.empty()) opened = load_run_dir(opts.open_dir);
+
+  // The GUI thread asks for a higher priority than the ranks (before GL starts its rasterizer
+  // threads, which inherit it): a frame takes the same CPU either way, but it is drawn when it is
+  // due instead of queueing behind eight busy ranks. The run hosts' threads go back to the
+  // normal priority (RunHost), so training competes as it does headless. Not permitted (most
+  // desktops without rtkit): frames just take longer while the ranks train.
+  const bool raised = raise_ui_priority();
+  GlfwWindow win;
+  std::string err = win.init();
+  const float scale = err.empty() ? (opts.ui_scale > 0 ? static_cast<float>(opts.ui_scale) : win.monitor_scale()) : 1.0f;
+  if (err.empty()) err = win.open("dtlab: the Distributed Training Lab", opts.width, opts.height, scale);
+  if (!err.empty()) {
+    std::fprintf(stderr, "dtlab gui: cannot open a window (%s); train headless with `dtlab run` (see `dtlab run --help`)\n",
+                 err.c_str());
+    return lab::kExitNoDisplay;
+  }
+  const double t0 = lab::now_seconds();
+  AppState app;
+  app.opts = opts;
+  ImGuiIO& io = ImGui::GetIO();
+  io.IniFilename = nullptr;  // saved by us, under the config directory, never the current one
+  setup_fonts(scale, app.log);
+  setup_style(scale);
+
+  // The script: screenshots and benchmark runs use the default layout and never save one.
+  Script& sc = app.script;
+  sc.active = !opts.screenshot.empty() || (!opts.frame_stats.empty() && (opts.steps_given || !opts.open_dir.empty()));
+  sc.base = opts.screenshot;
+  sc.ring_steps = opts.ring_steps;
+  sc.target_steps = cfg_in.steps;
+  sc.started = 0;
+  const bool persist = !sc.active;
+  if (persist) {
+    app.config_dir = config_dir();
+    load_layout(app);
+  }
+  if (!shots.empty() && !sc.active && shots.front().second) app.solo = shots.front().second;  // --view alone
+  if (!shots.empty() && shots.front().second) {
+    app.view = *shots.front().second;
+    app.select_view = true;
+  }
+
+  app.compare_bn = opts.compare_bn;
+  app.controls.delay_ms = static_cast<float>(opts.delay_ms);
+  if (!opts.open_dir.empty()) {
+    app.data = std::move(opened);
+    app.controls.pending = app.data.cfg;
+    app.log.add(LogLevel::Info, "opened " + opts.open_dir, 0);
+  } else {
+    lab::RunConfig cfg = cfg_in;
+    // Staging a mid-allreduce picture: the run must go on past --steps, and must not pass the
+    // gate before the staging predicate is in place.
+    if (sc.active && opts.ring_steps >= 0) cfg.steps = cfg_in.steps + 1;
+    app.controls.pending = cfg_in;
+    start_live(app, cfg, opts.paused || (sc.active && opts.ring_steps >= 0), t0);
+  }
+  if (!raised)
+    app.log.add(LogLevel::Info, "the window runs at the ranks' priority (raising it is not permitted here)", 0);
+
+  double prev_start = 0;
+  while (!app.quit && !win.should_close()) {
+    const double frame_start = lab::now_seconds();
+    app.clock.now = frame_start - t0;
+    app.clock.frozen = sc.active;
+
+    // the script picks what to show before the frame is drawn
+    const bool ready = sc.active && script_ready(app);
+    if (ready && !shots.empty() && sc.next_shot < shots.size()) {
+      const auto& want = shots[sc.next_shot].second;
+      if (app.solo != want) {
+        app.solo = want;
+        sc.settle_frames = 0;
+      }
+      if (want && app.view != *want) {
+        app.view = *want;
+        app.select_view = true;
+      }
+    }
+
+    // news from the runs: incremental copies, never a wait on training
+    if (app.host) app.data.update_from(*app.host);
+    if (app.twin) app.twin_data.update_from(*app.twin);
+    log_run_news(app, t0);
+    echo_log(app);
+    reap(app);
+    update_checks(app);
+
+    win.new_frame(sc.active);
+    const ImGuiIO& cio = ImGui::GetIO();
+    if (cio.MouseDelta.x != 0 || cio.MouseDelta.y != 0 || cio.MouseWheel != 0 || ImGui::IsAnyMouseDown() ||
+        cio.InputQueueCharacters.Size > 0)
+      app.last_input = app.clock.now;
+    Commands cmd;
+    handle_keys(win.take_key_presses(), cmd);
+    draw_windows(app, cmd);
+    // a few frames before a scripted capture, so that layouts settle (ImGui sizes some windows
+    // from the previous frame)
+    const bool capture = ready && sc.settle_frames + 1 >= 4;
+    const bool drawn = win.render(cmd.screenshot || capture);
+
+    if (cmd.screenshot) {
+      char name[64];
+      const std::time_t now = std::time(nullptr);
+      std::strftime(name, sizeof name, "dtlab-%Y%m%d-%H%M%S.png", std::localtime(&now));
+      const std::string e = win.save_png(name);
+      app.log.add(e.empty() ? LogLevel::Info : LogLevel::Error, e.empty() ? std::string("screenshot saved: ") + name : e,
+                  app.clock.now);
+    }
+    if (ready) {
+      ++sc.settle_frames;
+      if (capture) {
+        if (!opts.screenshot.empty()) {
+          const size_t count = std::max<size_t>(1, shots.size());
+          const std::string key = shots.empty() ? "layout" : shots[sc.next_shot].first;
+          const std::string path = shot_path(sc, key, count);
+          const std::string e = win.save_png(path);
+          if (!e.empty()) {
+            std::fprintf(stderr, "dtlab gui: %s\n", e.c_str());
+            app.exit_code = lab::kExitIo;
+            app.quit = true;
+          } else {
+            std::printf("screenshot: %s\n", path.c_str());
+          }
+        }
+        ++sc.next_shot;
+        sc.settle_frames = 0;
+        if (sc.next_shot >= std::max<size_t>(1, shots.size())) app.quit = true;
+      }
+    }
+    if (opts.exit_after > 0 && app.clock.now >= opts.exit_after) app.quit = true;
+    if (sc.active && app.clock.now > 1800) {
+      std::fprintf(stderr, "dtlab gui: the script did not finish within 30 minutes (run phase: %s)\n",
+                   run_phase_name(app.data.phase));
+      app.exit_code = lab::kExitFailure;
+      app.quit = true;
+    }
+    if (drawn) win.swap();
+    apply_commands(app, cmd, t0);
+    if (persist && io.WantSaveIniSettings) {
+      save_layout(app);
+      io.WantSaveIniSettings = false;
+    }
+
+    const double end = lab::now_seconds();
+    if (drawn) {
+      int fw = 0, fh = 0;
+      win.framebuffer_size(fw, fh);
+      app.drawn_fraction_sum += fw > 0 && fh > 0 ? win.drawn_pixels() / (static_cast<double>(fw) * fh) : 1.0;
+      app.frames.add((end - frame_start) * 1e3, prev_start > 0 ? (frame_start - prev_start) * 1e3 : 0);
+      prev_start = frame_start;
+    } else {
+      ++app.frames_skipped;
+    }
+    // Frame pacing: the GUI must not take the ranks' CPU. Full rate while the user interacts,
+    // 15 fps while a run moves (what changes then is numbers and curves), 10 when nothing does
+    // (and then identical frames are not drawn at all); input wakes the loop at once.
+    const bool moving = app.data.phase == RunPhase::Running || app.data.phase == RunPhase::Loading ||
+                        app.data.phase == RunPhase::Finishing || (app.data.live && app.data.gate_delay_s > 0);
+    // While the user only watches a moving run, the GUI keeps within a budget: its frames may
+    // take at most kWatchDuty of the wall clock (a frame that took 20 ms waits 180 ms).
+    const bool interacting = app.clock.now - app.last_input < 1.0;
+    double fps = interacting ? opts.fps : moving ? 15 : 10;
+    if (win.iconified()) fps = 4;
+    fps = std::min<double>(fps, opts.fps);
+    double interval = 1.0 / fps;
+    if (drawn) app.frame_work_ema = 0.8 * app.frame_work_ema + 0.2 * (end - frame_start);
+    if (!interacting && moving) interval = std::max(interval, app.frame_work_ema / kWatchDuty);
+    const double wait = interval - (lab::now_seconds() - frame_start);
+    win.wait_events(wait > 0 ? wait : 0);
+  }
+  if (persist) save_layout(app);
+
+  if (!opts.frame_stats.empty()) {
+    int fw = 0, fh = 0;
+    win.framebuffer_size(fw, fh);
+    const RunData& d = app.data;
+    nlohmann::json extra = {
+        {"samples_per_s", d.summary.valid ? d.summary.samples_per_s : d.samples_per_s},
+        {"samples_per_s_source", d.summary.valid ? "summary (as dtlab run reports it)" : "snapshot"},
+        {"steps", d.steps_done()},
+        {"seconds", lab::now_seconds() - t0},
+        {"model", d.cfg.model},
+        {"world_size", d.cfg.world_size},
+        {"batch_size", d.cfg.batch_size},
+        {"window", fmt("%dx%d", fw, fh)},
+        {"renderer", win.renderer()},
+        {"run_phase", run_phase_name(d.phase)},
+        {"frames_skipped", app.frames_skipped},
+        {"partial_redraw", win.partial_redraw()},
+        {"ui_priority_raised", raised},
+        {"drawn_fraction_mean", app.frames.frames() ? app.drawn_fraction_sum / static_cast<double>(app.frames.frames()) : 0.0},
+        {"note", "frame_ms: work of each drawn frame (input, UI, rendering, swap); frames identical to the one on "
+                 "screen are not drawn (frames_skipped); drawn_fraction_mean: share of the window's pixels a drawn "
+                 "frame painted (partial redraws paint only what changed)"}};
+    std::ofstream f(opts.frame_stats, std::ios::trunc);
+    f << app.frames.to_json(extra).dump(2) << "\n";
+    if (!f) {
+      std::fprintf(stderr, "dtlab gui: cannot write %s\n", opts.frame_stats.c_str());
+      if (app.exit_code == 0) app.exit_code = lab::kExitIo;
+    }
+  }
+  // Stop every run, then wait for them (their threads end at the next gate).
+  if (app.host) app.host->request_stop();
+  if (app.twin) app.twin->request_stop();
+  for (auto& h : app.retiring) h->request_stop();
+  app.host.reset();
+  app.twin.reset();
+  app.retiring.clear();
+  return app.exit_code;
+}
+
+}  // namespace viz

@@ -1,0 +1,195 @@
+// AppState: everything the lab window remembers between frames, outside the draw functions
+// (Dear ImGui's lesson: no function-local static UI state). Panels get the parts they need: the
+// run data as const, their own view state, and a Commands object to ask for changes, which the
+// app carries out after drawing (panels never own runs, and the GUI never blocks on training).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <imgui.h>
+
+#include "app_options.h"
+#include "batching_model.h"
+#include "frame_stats.h"
+#include "log.h"
+#include "ring_model.h"
+#include "run_data.h"
+#include "run_host.h"
+#include "settings_check.h"
+
+namespace viz {
+
+enum class ViewId { Ring = 0, BatchNorm, Batching, TrainEval };
+constexpr int kViewCount = 4;
+const char* view_key(ViewId v);    // "ring", "batchnorm", "batching", "traineval"
+const char* view_title(ViewId v);  // tab titles
+
+// Time and animation for one frame.
+struct FrameClock {
+  double now = 0;       // seconds since the app started
+  bool frozen = false;  // screenshots: animations hold a fixed phase
+};
+
+// What panels ask the app to do; carried out after the frame is drawn.
+struct Commands {
+  bool play = false, pause = false, toggle_play = false, reset = false;
+  bool step_ring = false, step_allreduce = false, step_iteration = false, step_epoch = false;
+  bool screenshot = false, toggle_help = false, apply_settings = false;
+  std::optional<double> delay_s;
+  std::optional<bool> compare_bn;
+  std::string open_dir;
+  bool back_to_live = false;
+  bool reset_layout = false;
+  std::optional<ViewId> show_view;
+};
+
+struct RingViewState {
+  int filter = 0;            // 0: gradient buckets, 1: every allreduce, 2: every collective
+  bool follow = true;        // show the newest collective (live) / replay the newest finished one
+  bool have_shown = false;
+  uint64_t shown_seq = 0;
+  double anim_t0 = 0;        // when the shown step's animation started
+  int anim_step = -1;        // global step being animated
+  double replay_t0 = 0;      // replay of a finished collective: when it started
+  int scrub_step = -1;       // user-chosen step (not following)
+  // cache of the shown collective, rebuilt when new events arrive
+  CollectiveTrace trace;
+  uint64_t trace_version = ~uint64_t{0};
+  uint64_t trace_seq = ~uint64_t{0};
+};
+
+struct BnViewState {
+  int layer = 0;             // index into StepRecord::bn
+  int channel = 0;
+  bool follow = true;        // show the newest step
+  int64_t step = 0;          // when not following
+  bool show_var = false;     // the over-time charts: running_var instead of running_mean
+  // series caches (rebuilt incrementally): per run (0: this run, 1: twin), per rank
+  struct Series {
+    int layer = -1, channel = -1, world = 0;
+    size_t built = 0;        // steps appended so far
+    std::vector<float> x;    // (steps,) iteration
+    std::vector<std::vector<float>> running_mean, running_var, local_mean, global_mean;  // [rank][step]
+  };
+  Series cache[2];
+};
+
+struct BatchingViewState {
+  bool follow = true;        // the epoch the run is in
+  int64_t epoch = 0;
+  bool by_rank = true;       // each row: rank 0's batch, rank 1's, ... (else global order)
+  // cache
+  EpochLayout layout;
+  std::string layout_key;    // what the cached layout was computed for
+  std::string layout_error;
+};
+
+struct TrainEvalViewState {
+  int eval_index = -1;       // which periodic evaluation the probe shows (-1: newest)
+  bool log_x = true;         // iterations on a log scale: the first evaluations get room
+  struct Cache {             // rank 0's running and batch mean of the BN view's channel
+    int layer = -1, channel = -1;
+    size_t built = 0;
+    std::vector<float> x, running, batch;
+  } cache;
+};
+
+struct TimelineState {
+  float window_s = 0.5f;     // seconds shown
+  bool follow = true;
+  double t_end = 0;          // right edge when not following
+};
+
+struct RanksViewState {
+  int smooth = 10;           // moving average over this many iterations
+  struct Cache {
+    int world = 0, smooth = 0;
+    size_t built = 0;
+    std::vector<float> x;
+    std::vector<std::vector<float>> loss, acc;        // [rank][step], raw
+    std::vector<std::vector<float>> loss_s, acc_s;    // moving averages over `smooth` iterations
+  } cache;
+};
+
+struct LogViewState {
+  bool auto_scroll = true;
+  size_t seen = 0;
+};
+
+struct ControlsState {
+  lab::RunConfig pending;    // the settings being edited (applied by Reset/Apply)
+  float delay_ms = 0;
+  std::vector<SettingCheck> checks;
+  std::string checks_key;    // the pending config the checks were made for
+};
+
+// The screenshot / benchmark script: what `--steps N --screenshot FILE` waits for.
+struct Script {
+  bool active = false;
+  bool staged = false;       // run_into_allreduce sent
+  int64_t target_steps = 0;
+  int ring_steps = -1;
+  std::vector<ViewId> views;   // views to capture, in order; empty: the whole layout
+  bool layout_shot = false;
+  size_t next_shot = 0;
+  int settle_frames = 0;     // frames drawn since the view was switched
+  double started = 0;
+  std::string base;          // screenshot path
+};
+
+struct AppState {
+  AppOptions opts;
+  LogBuffer log;
+  size_t log_echoed = 0;     // log entries already echoed to stderr
+  FrameClock clock;
+  std::string config_dir;    // where layout.ini lives ("" : not persisted)
+  bool layout_loaded = false;
+
+  // the live run, its twin (the other BN mode) and runs being stopped in the background
+  std::unique_ptr<RunHost> host, twin;
+  std::vector<std::unique_ptr<RunHost>> retiring;
+  RunData data, twin_data;
+  bool compare_bn = false;
+  lab::RunConfig live_cfg;   // configuration of the live run
+  HostStatus last_status;    // to log changes once
+  RunPhase last_twin_phase = RunPhase::Empty;
+
+  // windows and views
+  ViewId view = ViewId::Ring;
+  bool select_view = true;   // make `view` the selected tab next frame
+  bool show_help = false;
+  bool show_controls = true, show_timeline = true, show_ranks = true, show_log = true;
+  std::optional<ViewId> solo;  // --view: one view fills the window
+  bool layout_reset = false;
+  std::string open_input;    // File > Open text field
+
+  ControlsState controls;
+  RingViewState ring;
+  BnViewState bn;
+  BatchingViewState batching;
+  TrainEvalViewState train_eval;
+  TimelineState timeline;
+  RanksViewState ranks;
+  LogViewState log_view;
+
+  Script script;
+  FrameStats frames;
+  int64_t frames_skipped = 0;
+  double drawn_fraction_sum = 0;  // over drawn frames: painted pixels / window pixels
+  double frame_work_ema = 0;  // seconds a drawn frame takes (moving average)
+  struct WindowRect {
+    ImVec2 min{0, 0}, max{0, 0};
+    bool visible = false;
+  };
+  std::array<WindowRect, 5> window_rects;  // last frame's tiled windows (controls, views, ...)
+  double last_input = 0;     // clock.now of the last key or mouse event
+  int exit_code = 0;
+  bool quit = false;
+};
+
+}  // namespace viz

@@ -1,0 +1,26 @@
+// AppOptions: what `dtlab gui` was asked to do, besides the run configuration. Plain data, no GUI
+// headers: the CLI fills it in every build, with or without the GUI.
+#pragma once
+
+#include <string>
+
+namespace viz {
+
+struct AppOptions {
+  std::string open_dir;        // --open RUN_DIR: show a finished run instead of training
+  std::string screenshot;      // --screenshot FILE.png: save the window, then exit 0
+  std::string frame_stats;     // --frame-stats FILE.json: frame times and samples/s, at exit
+  std::string view;            // --view ring|batchnorm|batching|traineval|layout (comma list)
+  double ui_scale = 0;         // --ui-scale: 0 means the monitor's content scale
+  int ring_steps = -1;         // --ring-steps K: with --screenshot, K ring steps into the next
+                               //   gradient allreduce after --steps iterations
+  bool paused = false;         // --paused: open with the run paused before its first step
+  bool compare_bn = false;     // --compare-bn: also run the other BatchNorm mode (same seed)
+  double delay_ms = 0;         // --delay-ms: slow motion, wait per gate (ring step, iteration)
+  int fps = 60;                // --fps: frame-rate cap while interacting
+  int width = 1600, height = 1000;  // --window-size WxH (logical pixels before scaling)
+  double exit_after = 0;       // --exit-after S: close the window after S seconds (benchmarks)
+  bool steps_given = false;    // --steps was on the command line (screenshots wait for it)
+};
+
+}  // namespace viz

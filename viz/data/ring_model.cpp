@@ -1,0 +1,235 @@
+#include "ring_model.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+namespace viz {
+
+namespace {
+
+// Order of phases within one collective: combining phases first.
+int phase_rank(lab::Phase p) {
+  switch (p) {
+    case lab::Phase::ReduceScatter: return 0;
+    case lab::Phase::Gather: return 1;
+    case lab::Phase::Allgather: return 2;
+    case lab::Phase::Broadcast: return 3;
+    default: return 4;
+  }
+}
+
+bool combines(lab::Phase p) { return p == lab::Phase::ReduceScatter || p == lab::Phase::Gather; }
+
+uint64_t bit(int r) { return uint64_t{1} << (r & 63); }
+
+}  // namespace
+
+bool CollectiveFilter::matches(const lab::Event& e) const {
+  if (e.kind == lab::EventKind::Compute) return false;
+  if (!op.empty() && op != e.op) return false;
+  if (!what.empty() && what != e.what) return false;
+  return true;
+}
+
+bool latest_collective(const std::vector<std::vector<lab::Event>>& events, const CollectiveFilter& f,
+                       bool complete_only, uint64_t& op_seq) {
+  const int world = static_cast<int>(events.size());
+  bool found = false;
+  uint64_t best = 0;
+  if (!complete_only) {
+    for (const auto& log : events)
+      for (auto it = log.rbegin(); it != log.rend(); ++it)
+        if (f.matches(*it)) {
+          if (!found || it->op_seq > best) best = it->op_seq;
+          found = true;
+          break;  // logs are in recording order: the last match is the newest on this rank
+        }
+    op_seq = best;
+    return found;
+  }
+  // Complete: the newest op_seq whose Collective event is on every rank. Op numbers are the same
+  // on all ranks, so the smallest "newest finished" over ranks is finished everywhere.
+  for (const auto& log : events) {
+    bool rank_found = false;
+    uint64_t rank_best = 0;
+    for (auto it = log.rbegin(); it != log.rend(); ++it)
+      if (it->kind == lab::EventKind::Collective && f.matches(*it)) {
+        rank_best = it->op_seq;
+        rank_found = true;
+        break;
+      }
+    if (!rank_found) return false;
+    best = found ? std::min(best, rank_best) : rank_best;
+    found = true;
+  }
+  op_seq = best;
+  return found && world > 0;
+}
+
+bool previous_collective(const std::vector<std::vector<lab::Event>>& events, const CollectiveFilter& f,
+                         uint64_t op_seq, uint64_t& out) {
+  bool found = false;
+  if (events.empty()) return false;
+  for (auto it = events[0].rbegin(); it != events[0].rend(); ++it)
+    if (it->kind == lab::EventKind::Collective && f.matches(*it) && it->op_seq < op_seq) {
+      out = it->op_seq;
+      found = true;
+      break;
+    }
+  return found;
+}
+
+CollectiveTrace collect_trace(const std::vector<std::vector<lab::Event>>& events, uint64_t op_seq) {
+  CollectiveTrace t;
+  t.op_seq = op_seq;
+  t.world = static_cast<int>(events.size());
+  t.rank_seconds.assign(events.size(), -1.0);
+  t.rank_start.assign(events.size(), 0.0);
+  t.rank_bytes_sent.assign(events.size(), 0);
+  t.rank_messages.assign(events.size(), 0);
+  for (size_t r = 0; r < events.size(); ++r) {
+    const auto& log = events[r];
+    // Events of one collective sit together near the end: search backwards until an older op.
+    for (auto it = log.rbegin(); it != log.rend(); ++it) {
+      const lab::Event& e = *it;
+      if (e.kind == lab::EventKind::Compute) continue;
+      if (e.op_seq < op_seq && e.kind == lab::EventKind::Collective) break;
+      if (e.op_seq != op_seq) continue;
+      if (t.op.empty()) {
+        t.op = e.op;
+        t.what = e.what;
+        t.tag = e.tag;
+        t.train_step = e.train_step;
+      }
+      if (e.kind == lab::EventKind::Collective) {
+        t.bytes = e.bytes;
+        ++t.ranks_done;
+        t.rank_seconds[r] = e.t_end - e.t_start;
+        t.rank_start[r] = e.t_start;
+      } else {
+        Transfer x;
+        x.src = e.src;
+        x.dst = e.dst;
+        x.chunk = e.chunk;
+        x.phase = e.phase;
+        x.ring_step = e.ring_step;
+        x.bytes = e.bytes;
+        x.t_start = e.t_start;
+        x.t_end = e.t_end;
+        t.transfers.push_back(x);
+        t.rank_bytes_sent[r] += e.bytes;
+        t.rank_messages[r] += 1;
+      }
+    }
+  }
+  // Global steps: phases in order, each phase's ring steps after the previous phase's last one.
+  std::map<int, int> phase_len;  // phase_rank -> max ring_step + 1
+  for (const Transfer& x : t.transfers) {
+    int& len = phase_len[phase_rank(x.phase)];
+    len = std::max(len, x.ring_step + 1);
+    t.chunks = std::max(t.chunks, x.chunk + 1);
+  }
+  std::map<int, int> offset;
+  int total = 0;
+  for (const auto& kv : phase_len) {
+    offset[kv.first] = total;
+    total += kv.second;
+  }
+  for (Transfer& x : t.transfers) x.global_step = offset[phase_rank(x.phase)] + x.ring_step;
+  t.steps = total;
+  if (t.op == "allreduce" && t.world > 1) t.chunks = std::max(t.chunks, t.world);
+  if (t.bytes == 0 && t.op == "allreduce") {
+    // still running (no Collective event yet): S is the sum of the chunks' sizes, every chunk
+    // having been sent by some rank in the first step
+    std::map<int, uint64_t> chunk_bytes;
+    for (const Transfer& x : t.transfers) chunk_bytes[x.chunk] = std::max(chunk_bytes[x.chunk], x.bytes);
+    for (const auto& kv : chunk_bytes) t.bytes += kv.second;
+  }
+  std::sort(t.transfers.begin(), t.transfers.end(), [](const Transfer& a, const Transfer& b) {
+    return a.global_step != b.global_step ? a.global_step < b.global_step : a.src < b.src;
+  });
+  return t;
+}
+
+bool BufferState::full(int r, int c) const {
+  const uint64_t all = world >= 64 ? ~uint64_t{0} : (uint64_t{1} << world) - 1;
+  return (at(r, c) & all) == all;
+}
+
+BufferState buffer_state(const CollectiveTrace& t, int steps_done) {
+  BufferState s;
+  s.world = t.world;
+  s.chunks = std::max(1, t.chunks);
+  s.contrib.assign(static_cast<size_t>(s.world * s.chunks), 0);
+  int root = -1;
+  for (const Transfer& x : t.transfers)
+    if (x.phase == lab::Phase::Broadcast && x.ring_step == 0) root = x.src;
+  for (int r = 0; r < s.world; ++r)
+    for (int c = 0; c < s.chunks; ++c) {
+      uint64_t v = 0;
+      if (t.op == "allgather") v = c == r ? bit(r) : 0;
+      else if (t.op == "broadcast") v = r == root ? bit(r) : 0;
+      else v = bit(r);
+      s.contrib[static_cast<size_t>(r * s.chunks + c)] = v;
+    }
+  size_t i = 0;
+  for (int step = 0; step < steps_done; ++step) {
+    const std::vector<uint64_t> before = s.contrib;
+    for (; i < t.transfers.size() && t.transfers[i].global_step == step; ++i) {
+      const Transfer& x = t.transfers[i];
+      if (x.src < 0 || x.dst < 0 || x.src >= s.world || x.dst >= s.world || x.chunk < 0 || x.chunk >= s.chunks)
+        continue;
+      const uint64_t v = before[static_cast<size_t>(x.src * s.chunks + x.chunk)];
+      uint64_t& d = s.contrib[static_cast<size_t>(x.dst * s.chunks + x.chunk)];
+      d = combines(x.phase) ? (d | v) : v;
+    }
+    while (i < t.transfers.size() && t.transfers[i].global_step <= step) ++i;
+  }
+  return s;
+}
+
+int owned_chunk(const CollectiveTrace& t, int rank) {
+  int combine_steps = 0;
+  for (const Transfer& x : t.transfers)
+    if (combines(x.phase)) combine_steps = std::max(combine_steps, x.global_step + 1);
+  if (combine_steps == 0 || rank < 0 || rank >= t.world) return -1;
+  const BufferState s = buffer_state(t, combine_steps);
+  int owned = -1;
+  for (int c = 0; c < s.chunks; ++c)
+    if (s.full(rank, c)) {
+      if (owned >= 0) return -1;
+      owned = c;
+    }
+  return owned;
+}
+
+std::vector<LinkBytes> link_bytes(const CollectiveTrace& t, int steps_done) {
+  std::map<std::pair<int, int>, LinkBytes> m;
+  for (const Transfer& x : t.transfers) {
+    if (x.global_step >= steps_done) continue;
+    LinkBytes& l = m[{x.src, x.dst}];
+    l.src = x.src;
+    l.dst = x.dst;
+    l.bytes += x.bytes;
+    l.messages += 1;
+  }
+  std::vector<LinkBytes> out;
+  for (const auto& kv : m) out.push_back(kv.second);
+  return out;
+}
+
+Bandwidth allreduce_bandwidth(const CollectiveTrace& t) {
+  Bandwidth b;
+  double best = -1;
+  for (double s : t.rank_seconds)
+    if (s > 0 && (best < 0 || s < best)) best = s;
+  if (best <= 0 || t.world < 1) return b;
+  b.seconds = best;
+  b.algbw = static_cast<double>(t.bytes) / best;
+  b.busbw = b.algbw * 2.0 * (t.world - 1) / t.world;
+  b.valid = true;
+  return b;
+}
+
+}  // namespace viz

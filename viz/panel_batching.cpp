@@ -1,0 +1,267 @@
+// View 3, batching and drop_last. One epoch of DistributedSampler + per-rank DataLoader as a grid:
+// a row per iteration, in each row every rank's batch (cells coloured by rank, the dataset index
+// written in when there is room). Padded positions (the sampler repeating the head of the list),
+// samples the sampler's or the loader's drop_last removes, and each rank's short last batch are
+// marked; the formulas above the grid give the same numbers. A configuration that runs into the
+// BatchNorm batch-of-one failure says so here, and a run that failed with it shows the error.
+#include <algorithm>
+#include <cmath>
+
+#include "draw.h"
+#include "panels.h"
+
+namespace viz {
+
+namespace {
+
+constexpr ImU32 kPadMark = IM_COL32(213, 94, 0, 255);   // vermillion: padding, the single sample
+
+std::string layout_key(const lab::RunConfig& c, int64_t L, int64_t epoch) {
+  return fmt("%lld/%d/%lld/%d/%llu/%d/%d/%lld", static_cast<long long>(L), c.world_size, static_cast<long long>(c.batch_size),
+             c.shuffle, static_cast<unsigned long long>(c.seed), c.sampler_drop_last, c.drop_last, static_cast<long long>(epoch));
+}
+
+void draw_formulas(const EpochLayout& l) {
+  const long long L = l.dataset_size, R = l.world, B = l.batch_size, n = l.num_samples;
+  if (l.sampler_drop_last)
+    labeled_value("samples per rank", fmt("%lld", n),
+                  fmt("DistributedSampler(drop_last=True): num_samples = ceil((L - R) / R) = ceil((%lld - %lld) / %lld) "
+                      "= %lld when L is not a multiple of R, else L / R",
+                      L, R, R, n));
+  else
+    labeled_value("samples per rank", fmt("ceil(L / R) = ceil(%lld / %lld) = %lld", L, R, n),
+                  "DistributedSampler(drop_last=False): every rank gets ceil(L / R) samples; the list is padded to "
+                  "R x that by repeating its head.");
+  ImGui::SameLine(0, ImGui::GetFontSize() * 2);
+  if (l.padding > 0)
+    labeled_value("padding", fmt("%lld x %lld - %lld = %lld repeated", n, R, L, static_cast<long long>(l.padding)),
+                  fmt("total_size = num_samples x R = %lld; the last %lld position(s) repeat the first sample(s) of the "
+                      "(shuffled) list, so those samples are seen twice this epoch.",
+                      n * R, static_cast<long long>(l.padding)));
+  else if (!l.cut_tail.empty())
+    labeled_value("cut", fmt("%zu sample(s)", l.cut_tail.size()),
+                  fmt("drop_last=True: the last L - total_size = %lld - %lld sample(s) of the shuffled list are not used "
+                      "this epoch.",
+                      L, static_cast<long long>(l.total_size)));
+  else
+    labeled_value("padding", "none", fmt("L = %lld is a multiple of R = %lld.", L, R));
+  if (l.loader_drop_last)
+    labeled_value("iterations per epoch", fmt("floor(%lld / %lld) = %lld", n, B, static_cast<long long>(l.steps)),
+                  "DataLoader(drop_last=True): floor(samples per rank / batch_size) full batches; the rest is dropped.");
+  else
+    labeled_value("iterations per epoch", fmt("ceil(%lld / %lld) = %lld", n, B, static_cast<long long>(l.steps)),
+                  "DataLoader(drop_last=False): ceil(samples per rank / batch_size) batches, the last one possibly "
+                  "shorter.");
+  ImGui::SameLine(0, ImGui::GetFontSize() * 2);
+  labeled_value("last batch", fmt("%lld per rank", static_cast<long long>(l.last_batch)),
+                fmt("The last batch of every rank holds %lld - (%lld - 1) x %lld = %lld sample(s)%s. Global samples in "
+                    "that iteration: R x %lld = %lld instead of %lld.",
+                    n, static_cast<long long>(l.steps), B, static_cast<long long>(l.last_batch),
+                    l.loader_dropped ? fmt(" (the loader drops %lld more)", static_cast<long long>(l.loader_dropped)).c_str() : "",
+                    static_cast<long long>(l.last_batch), R * l.last_batch, R * B));
+  if (l.loader_dropped > 0) {
+    ImGui::SameLine(0, ImGui::GetFontSize() * 2);
+    labeled_value("dropped by the loader", fmt("%lld per rank", static_cast<long long>(l.loader_dropped)),
+                  fmt("n mod B = %lld mod %lld = %lld sample(s) of every rank are not trained on this epoch.", n, B,
+                      static_cast<long long>(l.loader_dropped)));
+  }
+}
+
+void legend(int world) {
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const float fs = ImGui::GetFontSize();
+  for (int r = 0; r < world; ++r) {
+    const ImVec2 p = ImGui::GetCursorScreenPos();
+    dl->AddRectFilled(ImVec2(p.x, p.y + 3), ImVec2(p.x + fs * 0.8f, p.y + fs - 1), rank_color(r));
+    ImGui::Dummy(ImVec2(fs * 0.9f, fs));
+    ImGui::SameLine();
+    ImGui::Text("rank %d", r);
+    ImGui::SameLine();
+  }
+  const ImVec2 p = ImGui::GetCursorScreenPos();
+  dl->AddRect(ImVec2(p.x, p.y + 2), ImVec2(p.x + fs * 0.8f, p.y + fs - 1), kPadMark, 0, 0, 2.5f);
+  ImGui::Dummy(ImVec2(fs * 0.9f, fs));
+  ImGui::SameLine();
+  ImGui::TextUnformatted("padding (a repeat; thin frame: its original)");
+  ImGui::SameLine();
+  const ImVec2 q = ImGui::GetCursorScreenPos();
+  dl->AddRect(ImVec2(q.x, q.y + 2), ImVec2(q.x + fs * 0.8f, q.y + fs - 1), col::kFaint);
+  ImGui::Dummy(ImVec2(fs * 0.9f, fs));
+  ImGui::SameLine();
+  ImGui::TextUnformatted("no sample (short batch)");
+  ImGui::SameLine();
+  ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(col::kDim), "faded: dropped");
+}
+
+// The grid: one row per iteration, only the visible rows are drawn (ImGuiListClipper).
+void draw_grid(const RunData& d, const EpochLayout& l, int64_t current_step_in_epoch, bool one_problem, bool by_rank) {
+  const float fs = ImGui::GetFontSize();
+  const int64_t rows = l.steps + (l.loader_dropped > 0 ? 1 : 0);
+  const int R = l.world;
+  const int64_t B = l.batch_size;
+  const float label_w = fs * 3.2f;
+  const float gap = fs * 0.45f;
+  const float avail = ImGui::GetContentRegionAvail().x - label_w - gap * static_cast<float>(R) - fs;
+  const float cell = std::clamp(avail / static_cast<float>(R * B), 3.0f, fs * 2.6f);
+  const float row_h = std::max(cell, fs * 1.3f) + 3;
+  ImFont* small = font(FontId::Small);
+  const std::string widest = fmt("%lld", static_cast<long long>(std::max<int64_t>(l.dataset_size - 1, 1)));
+  const bool numbers = small->CalcTextSizeA(small->FontSize, FLT_MAX, 0, widest.c_str()).x + 2 <= cell;
+  ImGui::BeginChild("batching_grid", ImVec2(0, 0), false);
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  ImGuiListClipper clip;
+  clip.Begin(static_cast<int>(rows), row_h);
+  const ImVec2 mouse = ImGui::GetIO().MousePos;
+  while (clip.Step()) {
+    for (int b = clip.DisplayStart; b < clip.DisplayEnd; ++b) {
+      const ImVec2 p0 = ImGui::GetCursorScreenPos();
+      const bool dropped_row = b >= l.steps;
+      const bool cur = b == current_step_in_epoch;
+      dl->AddText(small, small->FontSize, ImVec2(p0.x, p0.y + (row_h - small->FontSize) / 2), cur ? col::kText : col::kDim,
+                  dropped_row ? "dropped" : fmt("it %d", b).c_str());
+      const int64_t len = dropped_row ? l.loader_dropped : l.batch_len(b);
+      for (int r = 0; r < R; ++r) {
+        const float x0 = p0.x + label_w + static_cast<float>(r) * (static_cast<float>(B) * cell + gap);
+        for (int64_t j = 0; j < B; ++j) {
+          const ImVec2 a(x0 + static_cast<float>(j) * cell, p0.y + 1);
+          const ImVec2 c(a.x + cell - 1, a.y + row_h - 3);
+          // by rank: rank r's j-th sample of batch b; global order: the row's positions in order
+          const int64_t pos = by_rank ? l.position(r, b, j) : (static_cast<int64_t>(b) * R * B + static_cast<int64_t>(r) * B + j);
+          const bool empty = by_rank ? j >= len : pos >= std::min(l.total_size, (static_cast<int64_t>(b) * B + len) * R);
+          if (empty || pos >= l.total_size) {
+            dl->AddRect(a, c, col::kFaint);
+            continue;
+          }
+          const int owner = l.rank_of(pos);
+          const bool pad = l.is_padding(pos);
+          ImU32 fill = rank_color(owner, dropped_row ? 0.25f : 1.0f);
+          dl->AddRectFilled(a, c, fill);
+          if (pad) dl->AddRect(a, c, kPadMark, 0, 0, std::max(1.5f, cell * 0.12f));
+          // the original of a padded sample: seen again at the end of the epoch
+          if (l.padding > 0 && l.dataset_size > 0 && pos < std::min(l.padding, l.dataset_size))
+            dl->AddRect(ImVec2(a.x + 1, a.y + 1), ImVec2(c.x - 1, c.y - 1), kPadMark, 0, 0, 1.0f);
+          if (one_problem && !dropped_row && len == 1 && b == l.steps - 1)
+            dl->AddRect(ImVec2(a.x - 2, a.y - 2), ImVec2(c.x + 2, c.y + 2), col::kError, 0, 0, 2.5f);
+          if (numbers) {
+            const std::string t = fmt("%lld", static_cast<long long>(l.global[static_cast<size_t>(pos)]));
+            const ImVec2 ts = small->CalcTextSizeA(small->FontSize, FLT_MAX, 0, t.c_str());
+            dl->AddText(small, small->FontSize, ImVec2((a.x + c.x - ts.x) / 2, (a.y + c.y - ts.y) / 2),
+                        text_on(fill), t.c_str());
+          }
+          if (mouse.x >= a.x && mouse.x < c.x && mouse.y >= a.y && mouse.y < c.y && ImGui::IsWindowHovered()) {
+            ImGui::BeginTooltip();
+            ImGui::Text("dataset index %lld", static_cast<long long>(l.global[static_cast<size_t>(pos)]));
+            ImGui::Text("position %lld of the %s list -> rank %lld mod %d = %d, its sample %lld", static_cast<long long>(pos),
+                        l.padding ? "padded" : "global", static_cast<long long>(pos), R, owner,
+                        static_cast<long long>(l.sample_of(pos)));
+            ImGui::Text("batch %lld, slot %lld%s", static_cast<long long>(l.batch_of(pos)),
+                        static_cast<long long>(l.sample_of(pos) % B), dropped_row ? " (dropped by the loader)" : "");
+            if (pad)
+              ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(kPadMark),
+                                 "padding: a repeat of position %lld (the head of the list)",
+                                 static_cast<long long>((pos - l.dataset_size) % std::max<int64_t>(1, l.dataset_size)));
+            ImGui::EndTooltip();
+          }
+        }
+      }
+      if (cur) dl->AddRect(ImVec2(p0.x + label_w - 3, p0.y - 1),
+                           ImVec2(p0.x + label_w + static_cast<float>(R) * (static_cast<float>(B) * cell + gap), p0.y + row_h - 1),
+                           col::kText, 0, 0, 1.5f);
+      ImGui::Dummy(ImVec2(label_w + static_cast<float>(R) * (static_cast<float>(B) * cell + gap), row_h));
+    }
+  }
+  clip.End();
+  if (!l.cut_tail.empty()) {
+    ImGui::TextDisabled("cut by DistributedSampler(drop_last=True), not used this epoch:");
+    std::string s;
+    for (size_t i = 0; i < l.cut_tail.size() && i < 64; ++i) s += fmt("%lld ", static_cast<long long>(l.cut_tail[i]));
+    if (l.cut_tail.size() > 64) s += "...";
+    ImGui::TextWrapped("%s", s.c_str());
+  }
+  (void)d;
+  ImGui::EndChild();
+}
+
+}  // namespace
+
+void draw_batching_view(const RunData& d, BatchingViewState& st) {
+  const lab::RunConfig& c = d.cfg;
+  const int64_t L = d.train_size > 0 ? d.train_size : train_samples(c, kFashionTrainSize);
+  // the epoch the run is in, and the iteration within it
+  int64_t run_epoch = 0, in_epoch = -1;
+  const int64_t last = d.steps_done() - 1;
+  if (const lab::StepRecord* r = d.record(last, 0)) {
+    run_epoch = r->epoch;
+    in_epoch = r->batch;
+  }
+  ImGui::Checkbox("epoch of the run", &st.follow);
+  tooltip("Show the epoch the run is in and highlight its newest iteration; off: choose an epoch. With shuffle, "
+          "every epoch has its own order (the sampler's seed is seed + epoch).");
+  if (!st.follow) {
+    ImGui::SameLine();
+    int e = static_cast<int>(st.epoch);
+    ImGui::SetNextItemWidth(ImGui::GetFontSize() * 6);
+    if (ImGui::InputInt("epoch", &e)) st.epoch = std::max(0, e);
+  }
+  ImGui::SameLine();
+  ImGui::Checkbox("group by rank", &st.by_rank);
+  tooltip("On: each row shows rank 0's batch, then rank 1's, ... Off: the positions of the global list in order "
+          "(rank = position mod world_size: the sampler deals them out like cards).");
+  const int64_t epoch = st.follow ? run_epoch : st.epoch;
+  const std::string key = layout_key(c, L, epoch);
+  if (key != st.layout_key) {
+    st.layout_key = key;
+    st.layout_error.clear();
+    try {
+      st.layout = layout_epoch(c, L, epoch);
+    } catch (const std::exception& e) {
+      st.layout_error = e.what();
+    }
+  }
+  if (!st.layout_error.empty()) {
+    text_wrapped_colored(col::kError, st.layout_error);
+    return;
+  }
+  const EpochLayout& l = st.layout;
+  ImGui::SameLine();
+  ImGui::TextDisabled("epoch %lld: L = %lld samples, R = %d ranks, B = %lld per rank%s", static_cast<long long>(epoch),
+                      static_cast<long long>(L), l.world, static_cast<long long>(l.batch_size),
+                      c.shuffle ? fmt(", shuffled with seed %llu + %lld", static_cast<unsigned long long>(c.seed),
+                                      static_cast<long long>(epoch)).c_str()
+                                : ", in order (shuffle off)");
+  draw_formulas(l);
+
+  // the batch-of-one BatchNorm failure: predicted, and as it happened
+  const std::string problem = batch_of_one_problem(l, c);
+  const bool failed_one = d.phase == RunPhase::Failed && d.error.find("Expected more than 1 value per channel") != std::string::npos;
+  if (failed_one) {
+    text_wrapped_colored(col::kError, "TrainingError: " + d.error);
+    if (!d.error_hint.empty()) text_wrapped_colored(col::kWarn, "why: " + d.error_hint);
+  } else if (!problem.empty()) {
+    text_wrapped_colored(col::kWarn, "warning: " + problem);
+  }
+  legend(l.world);
+  ImGui::NewLine();
+  // the point of the picture, in words
+  std::string words = fmt("Each of the %d ranks runs %lld iterations this epoch", l.world, static_cast<long long>(l.steps));
+  if (l.last_batch < l.batch_size && l.steps > 0)
+    words += fmt("; the last one is short: %lld sample(s) per rank, %lld in all instead of %lld",
+                 static_cast<long long>(l.last_batch), static_cast<long long>(l.last_batch) * l.world,
+                 static_cast<long long>(l.batch_size) * l.world);
+  words += ".";
+  if (l.padding > 0) {
+    std::string idx;
+    for (int64_t p = l.dataset_size; p < l.total_size && p < l.dataset_size + 8; ++p)
+      idx += fmt("%s%lld", idx.empty() ? "" : ", ", static_cast<long long>(l.global[static_cast<size_t>(p)]));
+    words += fmt(" The sampler padded %lld position(s) with dataset index(es) %s (the head of this epoch's order), so "
+                 "that every rank gets %lld: those samples are trained on twice.",
+                 static_cast<long long>(l.padding), idx.c_str(), static_cast<long long>(l.num_samples));
+  }
+  if (l.loader_dropped > 0)
+    words += fmt(" The loader's drop_last drops each rank's last %lld sample(s) (faded row).", static_cast<long long>(l.loader_dropped));
+  ImGui::TextWrapped("%s", words.c_str());
+  const int64_t cur = st.follow && d.live ? in_epoch : -1;
+  draw_grid(d, l, cur, !problem.empty() || failed_one, st.by_rank);
+}
+
+}  // namespace viz

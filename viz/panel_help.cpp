@@ -1,0 +1,51 @@
+// Help (F1): the keys, and what each view is for.
+#include "draw.h"
+#include "panels.h"
+
+namespace viz {
+
+void draw_help_window(bool* open) {
+  if (!*open) return;
+  const ImVec2 c = ImGui::GetMainViewport()->GetCenter();
+  ImGui::SetNextWindowPos(c, ImGuiCond_Appearing, ImVec2(0.5f, 0.5f));
+  ImGui::SetNextWindowSize(ImVec2(ImGui::GetFontSize() * 40, 0), ImGuiCond_Appearing);
+  if (!ImGui::Begin("Help", open, ImGuiWindowFlags_NoCollapse)) {
+    ImGui::End();
+    return;
+  }
+  heading("Keys");
+  const char* keys[][2] = {{"Space", "play / pause"},
+                           {"Right arrow", "one ring step (every rank sends one chunk)"},
+                           {"Shift + Right", "one iteration"},
+                           {"R", "reset: a new run with the settings in the Controls panel"},
+                           {"S", "screenshot of the window (PNG in the current directory)"},
+                           {"1 2 3 4", "ring, BatchNorm, batching, train vs eval view"},
+                           {"F1", "this help"}};
+  if (ImGui::BeginTable("keys", 2, ImGuiTableFlags_SizingFixedFit)) {
+    ImGui::TableSetupColumn("key", ImGuiTableColumnFlags_WidthFixed);
+    ImGui::TableSetupColumn("what", ImGuiTableColumnFlags_WidthStretch);
+    for (const auto& k : keys) {
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(k[0]);
+      ImGui::TableNextColumn();
+      ImGui::TextWrapped("%s", k[1]);
+    }
+    ImGui::EndTable();
+  }
+  ImGui::Separator();
+  heading("Views");
+  ImGui::TextWrapped("Ring allreduce: how DDP's gradient buckets are summed. Each rank sends 2(N-1)/N of the buffer, "
+                     "in 2(N-1) steps; hover any number for its formula.");
+  ImGui::TextWrapped("BatchNorm: each rank's batch statistics next to the global ones, and the running statistics "
+                     "over time. 'twin run' trains the other BN mode on the same data to compare.");
+  ImGui::TextWrapped("Batching: the epoch as DistributedSampler and the DataLoader cut it: padding, drop_last, the "
+                     "short last batch, and the batch-of-one BatchNorm failure.");
+  ImGui::TextWrapped("Train vs eval: test accuracy with batch statistics (train mode) and running statistics (eval "
+                     "mode) over time.");
+  ImGui::Separator();
+  ImGui::TextWrapped("Headless: `dtlab run` trains with the same flags and writes a run directory (--out DIR); "
+                     "`dtlab gui --open DIR` shows it here again.");
+  ImGui::End();
+}
+
+}  // namespace viz

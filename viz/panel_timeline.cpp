@@ -1,0 +1,138 @@
+// Timeline: what every rank did over the last fraction of a second, compute on one lane and
+// communication on the other. Gaps are waiting: for a gate (paused, slow motion), for a slower
+// peer, or for the GUI's nothing (it never blocks the ranks). Only events inside the window are
+// visited (binary search on their end time, which grows along each rank's log).
+#include <algorithm>
+#include <cstring>
+
+#include "draw.h"
+#include "panels.h"
+
+namespace viz {
+
+namespace {
+
+// single chunk transfers: thin white bars (their length includes waiting for the peer)
+constexpr ImU32 kChunkColor = IM_COL32(250, 250, 250, 230);
+
+ImU32 event_color(const lab::Event& e) {
+  if (e.kind == lab::EventKind::Compute) {
+    switch (e.phase) {
+      case lab::Phase::Forward: return IM_COL32(86, 180, 233, 255);
+      case lab::Phase::Backward: return IM_COL32(40, 130, 220, 255);
+      case lab::Phase::OptimizerStep: return IM_COL32(0, 158, 115, 255);
+      default: return IM_COL32(150, 150, 150, 255);
+    }
+  }
+  if (std::strcmp(e.op, "allreduce") == 0) return IM_COL32(230, 159, 0, 255);
+  if (std::strcmp(e.op, "broadcast") == 0) return IM_COL32(204, 121, 167, 255);
+  return IM_COL32(240, 228, 66, 255);
+}
+
+std::string describe(const lab::Event& e) {
+  std::string s;
+  if (e.kind == lab::EventKind::Compute) s = e.op;
+  else if (e.kind == lab::EventKind::Collective)
+    s = fmt("%s #%llu %s%s, %s", e.op, static_cast<unsigned long long>(e.op_seq), e.what,
+            e.tag >= 0 ? fmt(" %d", e.tag).c_str() : "", fmt_bytes(static_cast<double>(e.bytes)).c_str());
+  else
+    s = fmt("%s chunk %d -> rank %d, %s (%s step %d)", e.op, e.chunk, e.dst, fmt_bytes(static_cast<double>(e.bytes)).c_str(),
+            lab::phase_name(e.phase), e.ring_step);
+  s += fmt("\n%.3f ms", (e.t_end - e.t_start) * 1e3);
+  if (e.train_step >= 0) s += fmt(", iteration %lld", static_cast<long long>(e.train_step));
+  return s;
+}
+
+}  // namespace
+
+void draw_timeline_panel(const RunData& d, TimelineState& st) {
+  const float fs = ImGui::GetFontSize();
+  double t_last = 0;
+  for (const auto& log : d.events)
+    if (!log.empty()) t_last = std::max(t_last, log.back().t_end);
+  ImGui::SetNextItemWidth(fs * 9);
+  ImGui::SliderFloat("window", &st.window_s, 0.01f, 20.0f, "%.2f s", ImGuiSliderFlags_Logarithmic);
+  tooltip("Seconds of the run shown, ending at the newest event.");
+  ImGui::SameLine();
+  ImGui::Checkbox("follow", &st.follow);
+  tooltip("Keep the newest events at the right edge; off: drag the window to look back.");
+  ImGui::SameLine();
+  const struct {
+    const char* name;
+    ImU32 c;
+  } legend[] = {{"forward", IM_COL32(86, 180, 233, 255)},   {"backward", IM_COL32(40, 130, 220, 255)},
+                {"optimizer", IM_COL32(0, 158, 115, 255)},  {"eval", IM_COL32(150, 150, 150, 255)},
+                {"allreduce", IM_COL32(230, 159, 0, 255)},  {"broadcast", IM_COL32(204, 121, 167, 255)},
+                {"allgather", IM_COL32(240, 228, 66, 255)}, {"one chunk (incl. waiting)", kChunkColor}};
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  for (const auto& l : legend) {
+    // wrap the legend when the next entry would not fit
+    const float need = fs * 0.75f + ImGui::CalcTextSize(l.name).x + ImGui::GetStyle().ItemSpacing.x * 2;
+    if (ImGui::GetCursorScreenPos().x + need > ImGui::GetWindowPos().x + ImGui::GetWindowContentRegionMax().x) ImGui::NewLine();
+    const ImVec2 p = ImGui::GetCursorScreenPos();
+    dl->AddRectFilled(ImVec2(p.x, p.y + fs * 0.25f), ImVec2(p.x + fs * 0.7f, p.y + fs * 0.85f), l.c);
+    ImGui::Dummy(ImVec2(fs * 0.75f, fs));
+    ImGui::SameLine();
+    ImGui::TextUnformatted(l.name);
+    ImGui::SameLine();
+  }
+  ImGui::NewLine();
+  if (t_last <= 0) {
+    ImGui::TextDisabled("no events yet");
+    return;
+  }
+  if (st.follow) st.t_end = t_last;
+  const double t1 = st.t_end, t0 = t1 - st.window_s;
+  const int w = static_cast<int>(d.events.size());
+  const ImVec2 size(ImGui::GetContentRegionAvail().x, std::max(fs * 2, ImGui::GetContentRegionAvail().y));
+  const ImVec2 p0 = ImGui::GetCursorScreenPos();
+  ImGui::InvisibleButton("timeline", size);
+  const bool hovered = ImGui::IsItemHovered();
+  if (ImGui::IsItemActive() && ImGui::IsMouseDragging(ImGuiMouseButton_Left)) {
+    st.follow = false;
+    st.t_end -= ImGui::GetIO().MouseDelta.x / size.x * st.window_s;
+  }
+  const float label_w = fs * 3.4f;
+  const float lane_h = std::clamp((size.y - fs) / static_cast<float>(std::max(1, w)), fs * 0.6f, fs * 2.4f);
+  auto X = [&](double t) { return p0.x + label_w + static_cast<float>((t - t0) / (t1 - t0)) * (size.x - label_w); };
+  dl->AddRect(p0, ImVec2(p0.x + size.x, p0.y + size.y), col::kGrid);
+  const ImVec2 mouse = ImGui::GetIO().MousePos;
+  const lab::Event* hit = nullptr;
+  dl->PushClipRect(p0, ImVec2(p0.x + size.x, p0.y + size.y), true);
+  for (int r = 0; r < w; ++r) {
+    const float y = p0.y + lane_h * static_cast<float>(r);
+    dl->AddText(ImVec2(p0.x + 4, y + (lane_h - fs) / 2), rank_color(r), fmt("rank %d", r).c_str());
+    dl->AddLine(ImVec2(p0.x, y + lane_h), ImVec2(p0.x + size.x, y + lane_h), col::kGrid);
+    const auto& log = d.events[static_cast<size_t>(r)];
+    auto first = std::partition_point(log.begin(), log.end(), [&](const lab::Event& e) { return e.t_end < t0; });
+    for (auto it = first; it != log.end(); ++it) {
+      const lab::Event& e = *it;
+      if (e.t_start > t1) continue;
+      // compute: upper half; whole collectives: lower half; single chunks: thin ticks in the lower half
+      float ya = y + 2, yb = y + lane_h * 0.5f - 1;
+      if (e.kind == lab::EventKind::Collective) {
+        ya = y + lane_h * 0.5f + 1;
+        yb = y + lane_h - 2;
+      } else if (e.kind == lab::EventKind::Chunk) {
+        ya = y + lane_h * 0.86f;
+        yb = y + lane_h - 2;
+      }
+      const float xa = std::max(X(e.t_start), p0.x + label_w), xb = std::max(X(e.t_end), xa + 1);
+      if (e.kind == lab::EventKind::Chunk && xb - xa < 2) continue;
+      dl->AddRectFilled(ImVec2(xa, ya), ImVec2(xb, yb), e.kind == lab::EventKind::Chunk ? kChunkColor : event_color(e));
+      if (hovered && mouse.x >= xa && mouse.x <= xb && mouse.y >= ya && mouse.y <= yb) hit = &e;
+    }
+  }
+  dl->PopClipRect();
+  if (hit) {
+    ImGui::BeginTooltip();
+    ImGui::Text("rank %d: %s", hit->rank, describe(*hit).c_str());
+    ImGui::EndTooltip();
+  } else if (hovered) {
+    tooltip("Upper half of a lane: compute (forward, backward, optimizer step, evaluation). Lower half: "
+            "collectives; white ticks: single chunk transfers. DDP starts a bucket's allreduce during backward, "
+            "so they overlap. Drag to look back.");
+  }
+}
+
+}  // namespace viz

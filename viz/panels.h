@@ -1,0 +1,29 @@
+// The panels of the lab window, one per file (panel_<name>.cpp). Each draws into the current
+// ImGui window from const run data and its own view state, and asks for changes through
+// Commands. The app (app.cpp) decides which window hosts which panel.
+#pragma once
+
+#include "app_state.h"
+
+namespace viz {
+
+// Run state, play / pause / step / speed, settings (applied by Reset), twin run.
+void draw_controls_panel(const RunData& d, ControlsState& st, bool compare_bn, double delay_s, Commands& cmd);
+// 1. Ring allreduce traffic: ranks on a circle, chunk transfers per step and phase.
+void draw_ring_view(const RunData& d, RingViewState& st, const FrameClock& clock);
+// 2. BatchNorm statistics: per-rank batch and running statistics, local versus sync.
+void draw_batchnorm_view(const RunData& d, const RunData* twin, BnViewState& st, Commands& cmd);
+// 3. Batching and drop_last: the epoch as a strip of dataset indices.
+void draw_batching_view(const RunData& d, BatchingViewState& st);
+// 4. Train versus eval: test accuracy with batch and running statistics over time.
+void draw_train_eval_view(const RunData& d, TrainEvalViewState& st, BnViewState& bn);
+// Compute and communication per rank over time.
+void draw_timeline_panel(const RunData& d, TimelineState& st);
+// Loss and accuracy per rank.
+void draw_ranks_panel(const RunData& d, RanksViewState& st);
+// Warnings and errors.
+void draw_log_panel(const LogBuffer& log, LogViewState& st);
+// Shortcuts and what each view shows (F1).
+void draw_help_window(bool* open);
+
+}  // namespace viz
