@@ -21,31 +21,10 @@
 namespace {
 
 lab::RunConfig small(const std::string& model, int world, const std::string& out) {
-  lab::RunConfig c;
-  c.model = model;
-  c.world_size = world;
-  c.batch_size = 16;
-  c.limit_train = 256;
-  c.limit_test = 64;
-  c.steps = 5;
-  c.threads = 1;
-  c.out_dir = out;
-  c.timeout_s = 20;
-  return c;
+  return testutil::small_run(model, world, out, 5);
 }
 
-std::string without_wall_clock(const std::string& metrics) {
-  std::stringstream in(metrics), out;
-  std::string line;
-  while (std::getline(in, line)) {
-    auto j = nlohmann::json::parse(line);
-    j.erase("t");
-    j.erase("seconds");
-    j.erase("samples_per_s");
-    out << j.dump() << "\n";
-  }
-  return out.str();
-}
+using testutil::without_wall_clock;
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -12,6 +12,7 @@
 #include "optim.h"
 #include "run.h"
 #include "test_util.h"
+#include "torch_compare.h"
 #include "threads/transport_threads.h"
 #include "torch_rng.h"
 
@@ -75,21 +76,10 @@ TEST(DdpBuckets, ReducerRebuildsAfterFirstIteration) {
 
 namespace {
 
-struct Compare {
-  double max_abs = 0;
-  int checked = 0;
-  std::vector<std::string> mismatches;
-  // |a - b| <= atol + rtol * |b|
-  void check(const std::string& what, double a, double b, double atol, double rtol) {
-    const double d = std::fabs(a - b);
-    max_abs = std::max(max_abs, d);
-    ++checked;
-    if (!(d <= atol + rtol * std::fabs(b)) && mismatches.size() < 10)
-      mismatches.push_back(what + ": dtlab " + std::to_string(a) + " torch " + std::to_string(b));
-  }
-};
+using torchcmp::Compare;
+using torchcmp::compare_state;
 
-// Compares a model's state with a fixture's state summary (sum, sum of |x|, chosen values).
+// The tolerances of torchcmp::compare_state (torch_compare.h), and why:
 // Tolerances: float32 training for a handful of SGD steps with momentum, where PyTorch's gloo and
 // dtlab's ring add the ranks' gradients in different orders and the kernels sum in different
 // orders: differences start at 1 ulp and grow over the steps to about 1e-5 on weights of ~0.05.
@@ -99,31 +89,6 @@ struct Compare {
 // per rank) after that step: PyTorch float32 vs PyTorch float64 differ by 6.0e-4 on 1.weight,
 // dtlab vs float64 by 1.6e-4, dtlab vs PyTorch float32 by 5.9e-4; before it, dtlab and PyTorch
 // agree to 1e-8. Such cases get scale 20.
-void compare_state(lab::Model& m, const nlohmann::json& state, Compare& cmp, const std::string& who,
-                   double scale = 1.0) {
-  for (const auto& e : m.state_dict()) {
-    ASSERT_TRUE(state.contains(e.name)) << e.name;
-    const auto& s = state[e.name];
-    if (e.buffer && e.buffer->is_int64) {
-      EXPECT_EQ(e.buffer->i64, s["int"].get<int64_t>()) << who << " " << e.name;
-      continue;
-    }
-    const std::vector<float>& v = e.param ? e.param->value.data : e.buffer->value.data;
-    double sum = 0, abs_sum = 0;
-    for (float x : v) {
-      sum += x;
-      abs_sum += std::fabs(x);
-    }
-    const double n = std::sqrt(static_cast<double>(v.size()));
-    cmp.check(who + " " + e.name + " abs_sum", abs_sum, s["abs_sum"].get<double>(), scale * 1e-4 * n, scale * 1e-4);
-    cmp.check(who + " " + e.name + " sum", sum, s["sum"].get<double>(),
-              scale * (2e-5 * n + 1e-4 * s["abs_sum"].get<double>() / n), scale * 1e-4);
-    for (const auto& iv : s["values"]) {
-      const size_t i = iv[0].get<size_t>();
-      cmp.check(who + " " + e.name + "[" + std::to_string(i) + "]", v[i], iv[1].get<double>(), scale * 5e-5, scale * 1e-3);
-    }
-  }
-}
 
 // 20 when some rank trains BatchNorm1d on a batch of two (see compare_state), else 1.
 double tolerance_scale(const nlohmann::json& c) {

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "config.h"
 #include "dataset.h"
 
 namespace testutil {
@@ -86,5 +87,34 @@ inline CliResult run_cli_with_prefix(const std::string& prefix, const std::strin
 
 // Runs the dtlab executable with args (a shell-quoted string).
 inline CliResult run_cli(const std::string& args) { return run_cli_with_prefix("", args); }
+
+// A small training run for tests: 256 training and 64 test samples, per-rank batch 16.
+inline lab::RunConfig small_run(const std::string& model, int world, const std::string& out, int64_t steps) {
+  lab::RunConfig c;
+  c.model = model;
+  c.world_size = world;
+  c.batch_size = 16;
+  c.limit_train = 256;
+  c.limit_test = 64;
+  c.steps = steps;
+  c.threads = 1;
+  c.out_dir = out;
+  c.timeout_s = 20;
+  return c;
+}
+
+// metrics.jsonl without its wall-clock fields ("t", "seconds", "samples_per_s").
+inline std::string without_wall_clock(const std::string& metrics) {
+  std::stringstream in(metrics), out;
+  std::string line;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line);
+    j.erase("t");
+    j.erase("seconds");
+    j.erase("samples_per_s");
+    out << j.dump() << "\n";
+  }
+  return out.str();
+}
 
 }  // namespace testutil
