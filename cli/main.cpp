@@ -57,6 +57,8 @@ void add_mode_flags(CLI::App& app, lab::RunConfig& c) {
 }
 
 void add_run_flags(CLI::App& app, lab::RunConfig& c, std::string& bn_momentum) {
+  // A flag given twice takes its last value, so wrappers (tools/lab.sh) can be overridden.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--model", c.model, "model: mlp (784-256-128-10 with BatchNorm1d) or cnn (2 conv + BatchNorm2d)")
       ->capture_default_str();
   app.add_option("--world-size", c.world_size, "number of ranks (emulated as threads), 1..64; with --comm mpi: mpirun's -np")

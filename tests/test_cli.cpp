@@ -119,3 +119,13 @@ TEST(Cli, InjectedFailureExitsAndNamesTheRank) {
   EXPECT_EQ(r.exit_code, lab::kExitTraining) << r.out;
   EXPECT_TRUE(contains(r.out, "rank 1 failed")) << r.out;
 }
+
+TEST(Cli, AFlagGivenTwiceTakesTheLastValue) {
+  DTLAB_REQUIRE_DATASET();
+  testutil::TempDir d;
+  const auto r = run_cli("run --model cnn --model mlp --epochs 3 --epochs 1 --batch-size 16 --limit-train 64 "
+                         "--limit-test 16 --out " + d.file("run"));
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "model=mlp")) << r.out;
+  EXPECT_TRUE(contains(r.out, "epochs=1")) << r.out;
+}
