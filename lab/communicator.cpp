@@ -69,19 +69,6 @@ void guarded(Communicator& comm, const char* op, uint64_t seq, CollectiveInfo in
   }
 }
 
-Event collective_event(Communicator& comm, const char* op, uint64_t seq, CollectiveInfo info, uint64_t bytes) {
-  Event e;
-  e.kind = EventKind::Collective;
-  e.op = op;
-  e.what = info.what;
-  e.tag = info.tag;
-  e.rank = comm.rank();
-  e.op_seq = seq;
-  e.train_step = comm.train_step();
-  e.bytes = bytes;
-  e.t_start = now_seconds();
-  return e;
-}
 
 }  // namespace
 
@@ -127,7 +114,7 @@ void Communicator::allreduce_sum(float* data, size_t count, CollectiveInfo info)
       case AllreduceAlgorithm::Native: {
         // A black box: its steps are not visible, so no gate and no chunk events.
         const uint64_t seq = next_seq();
-        Event whole = collective_event(*this, "allreduce", seq, info, count * sizeof(float));
+        Event whole = collective_event("allreduce", seq, info, count * sizeof(float));
         m_t.native_allreduce_sum(data, count);
         whole.t_end = now_seconds();
         record(whole);
@@ -148,24 +135,16 @@ void Communicator::broadcast(void* data, size_t bytes, int root, CollectiveInfo 
     const int r = rank();
     if (root < 0 || root >= n)
       throw CommError("broadcast root " + std::to_string(root) + " is not a rank of a world of " + std::to_string(n));
-    Event whole = collective_event(*this, "broadcast", seq, info, bytes);
+    Event whole = collective_event("broadcast", seq, info, bytes);
     const int p = mod(r - root, n);
     const int prev = mod(r - 1, n);
     const int next = mod(r + 1, n);
     const size_t segments = bytes == 0 ? 1 : (bytes + kBroadcastSegmentBytes - 1) / kBroadcastSegmentBytes;
     char* buf = static_cast<char*>(data);
-    Event e;
-    e.kind = EventKind::Chunk;
+    Event e = chunk_event("broadcast", seq, info);
     e.phase = Phase::Broadcast;
-    e.op = "broadcast";
-    e.what = info.what;
-    e.tag = info.tag;
-    e.rank = r;
-    e.src = r;
     e.dst = next;
     e.ring_step = p;
-    e.op_seq = seq;
-    e.train_step = train_step();
     for (size_t k = 0; n > 1 && k < segments; ++k) {
       const size_t off = k * kBroadcastSegmentBytes;
       const size_t len = bytes == 0 ? 0 : std::min(kBroadcastSegmentBytes, bytes - off);
@@ -195,21 +174,13 @@ void Communicator::allgather(const float* mine, size_t count, float* all, Collec
   guarded(*this, "allgather", seq, info, [&] {
     const int n = world_size();
     const int r = rank();
-    Event whole = collective_event(*this, "allgather", seq, info, static_cast<uint64_t>(n) * count * sizeof(float));
+    Event whole = collective_event("allgather", seq, info, static_cast<uint64_t>(n) * count * sizeof(float));
     float* own = all + static_cast<size_t>(r) * count;
     if (own != mine && count > 0) std::memmove(own, mine, count * sizeof(float));
     const size_t block_bytes = count * sizeof(float);
-    Event e;
-    e.kind = EventKind::Chunk;
+    Event e = chunk_event("allgather", seq, info);
     e.phase = Phase::Allgather;
-    e.op = "allgather";
-    e.what = info.what;
-    e.tag = info.tag;
-    e.rank = r;
-    e.src = r;
     e.dst = mod(r + 1, n);
-    e.op_seq = seq;
-    e.train_step = train_step();
     e.bytes = block_bytes;
     for (int s = 0; s < n - 1; ++s) {
       const int send_block = mod(r - s, n);
@@ -228,6 +199,28 @@ void Communicator::allgather(const float* mine, size_t count, float* all, Collec
     whole.t_end = now_seconds();
     record(whole);
   });
+}
+
+Event Communicator::collective_event(const char* op, uint64_t seq, CollectiveInfo info, uint64_t bytes) const {
+  Event e = chunk_event(op, seq, info);
+  e.kind = EventKind::Collective;
+  e.src = e.dst = -1;
+  e.bytes = bytes;
+  e.t_start = now_seconds();
+  return e;
+}
+
+Event Communicator::chunk_event(const char* op, uint64_t seq, CollectiveInfo info) const {
+  Event e;
+  e.kind = EventKind::Chunk;
+  e.op = op;
+  e.what = info.what;
+  e.tag = info.tag;
+  e.rank = rank();
+  e.src = rank();
+  e.op_seq = seq;
+  e.train_step = m_train_step;
+  return e;
 }
 
 }  // namespace lab

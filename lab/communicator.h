@@ -67,6 +67,11 @@ class Communicator {
   // Bytes this rank has sent so far.
   uint64_t bytes_sent() const { return m_bytes_sent; }
 
+  // Events of collective `seq` with this rank's identity filled in: the whole call (t_start set
+  // to now) and the template of its chunk transfers (sender = this rank).
+  Event collective_event(const char* op, uint64_t seq, CollectiveInfo info, uint64_t bytes) const;
+  Event chunk_event(const char* op, uint64_t seq, CollectiveInfo info) const;
+
   // Used by algorithms: record one chunk event / call the gate.
   uint64_t next_seq() { return m_seq++; }
   void record(const Event& e);

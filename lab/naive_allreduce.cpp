@@ -17,25 +17,11 @@ void naive_allreduce(Communicator& comm, float* data, size_t count, CollectiveIn
   const uint64_t tag = seq;  // every message of this call: ranks that disagree time out
   const size_t bytes = count * sizeof(float);
 
-  Event whole;
-  whole.kind = EventKind::Collective;
-  whole.op = "allreduce";
-  whole.what = info.what;
-  whole.tag = info.tag;
-  whole.rank = r;
-  whole.op_seq = seq;
-  whole.train_step = comm.train_step();
-  whole.bytes = bytes;
-  whole.t_start = now_seconds();
+  Event whole = comm.collective_event("allreduce", seq, info, bytes);
 
-  Event e;  // the transfer of the next step; recorded by its sender
-  e.kind = EventKind::Chunk;
-  e.op = "allreduce";
-  e.what = info.what;
-  e.tag = info.tag;
-  e.rank = r;
-  e.op_seq = seq;
-  e.train_step = comm.train_step();
+  // the transfer of the next step; recorded by its sender
+
+  Event e = comm.chunk_event("allreduce", seq, info);
   e.chunk = 0;  // the whole buffer is one block
   e.bytes = bytes;
 

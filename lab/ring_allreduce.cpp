@@ -24,31 +24,16 @@ void ring_allreduce(Communicator& comm, float* data, size_t count, CollectiveInf
   const int next = mod(r + 1, n);
   const int prev = mod(r - 1, n);
 
-  Event whole;
-  whole.kind = EventKind::Collective;
-  whole.op = "allreduce";
-  whole.what = info.what;
-  whole.tag = info.tag;
-  whole.rank = r;
-  whole.op_seq = seq;
-  whole.train_step = comm.train_step();
-  whole.bytes = count * sizeof(float);
-  whole.t_start = now_seconds();
+  Event whole = comm.collective_event("allreduce", seq, info, count * sizeof(float));
 
   // Every message of this call carries tag = op_seq: ranks that disagree about which collective
   // comes next wait for a tag that never comes and time out, instead of mixing buffers.
   const uint64_t tag = seq;
 
-  Event e;  // the chunk this rank sends at the next step, recorded by the sender
-  e.kind = EventKind::Chunk;
-  e.op = "allreduce";
-  e.what = info.what;
-  e.tag = info.tag;
-  e.rank = r;
-  e.src = r;
+  // the chunk this rank sends at the next step, recorded by the sender
+
+  Event e = comm.chunk_event("allreduce", seq, info);
   e.dst = next;
-  e.op_seq = seq;
-  e.train_step = comm.train_step();
 
   if (n > 1) {
     // Reduce-scatter: partial sums travel round the ring; after N - 1 steps rank r holds chunk
@@ -109,27 +94,12 @@ void ring_allreduce_pipelined(Communicator& comm, float* data, size_t count, Col
   auto seg_begin = [&](int c, size_t j) { return chunks.begin(c) + chunks.size(c) * j / segments; };
   auto seg_size = [&](int c, size_t j) { return seg_begin(c, j + 1) - seg_begin(c, j); };
 
-  Event whole;
-  whole.kind = EventKind::Collective;
-  whole.op = "allreduce";
-  whole.what = info.what;
-  whole.tag = info.tag;
-  whole.rank = r;
-  whole.op_seq = seq;
-  whole.train_step = comm.train_step();
-  whole.bytes = count * sizeof(float);
-  whole.t_start = now_seconds();
+  Event whole = comm.collective_event("allreduce", seq, info, count * sizeof(float));
 
-  Event e;  // the segment this rank sends at the next step, recorded by the sender
-  e.kind = EventKind::Chunk;
-  e.op = "allreduce";
-  e.what = info.what;
-  e.tag = info.tag;
-  e.rank = r;
-  e.src = r;
+  // the segment this rank sends at the next step, recorded by the sender
+
+  Event e = comm.chunk_event("allreduce", seq, info);
   e.dst = next;
-  e.op_seq = seq;
-  e.train_step = comm.train_step();
 
   for (size_t j = 0; n > 1 && j < segments; ++j) {
     // Reduce-scatter of segment j: as the plain ring, on the j-th segment of each chunk.

@@ -222,6 +222,29 @@ class InjectedFailure : public TrainingError {
 
 namespace {
 
+// What each BatchNorm layer saw in the last training forward, for metrics and the GUI.
+std::vector<BnLayerRecord> bn_layer_records(const std::vector<BatchNorm*>& bns, const std::vector<int>& bn_index,
+                                            bool track_running_stats) {
+  std::vector<BnLayerRecord> out;
+  for (size_t i = 0; i < bns.size(); ++i) {
+    const BnBatchStats& st = bns[i]->last_stats();
+    BnLayerRecord b;
+    b.layer = std::to_string(bn_index[i]);
+    b.count = st.count;
+    b.batch_mean = st.mean;
+    b.batch_var = st.var;
+    b.local_mean = st.local_mean;
+    b.local_var = st.local_var;
+    if (track_running_stats) {
+      b.running_mean = bns[i]->running_mean().value.data;
+      b.running_var = bns[i]->running_var().value.data;
+      b.num_batches_tracked = bns[i]->num_batches_tracked().i64;
+    }
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
 ModelOptions model_options(const RunConfig& c) {
   ModelOptions m;
   m.name = c.model;
@@ -392,22 +415,7 @@ void Run::rank_main(int rank) {
       rec.bytes_sent = comm.bytes_sent();
       rec.t = now_seconds() - m_t0;
       if (rank == 0) rec.chunks = r.chunks;
-      for (size_t i = 0; i < bns.size() && r.my_chunk > 0; ++i) {
-        const BnBatchStats& st = bns[i]->last_stats();
-        BnLayerRecord b;
-        b.layer = std::to_string(bn_index[i]);
-        b.count = st.count;
-        b.batch_mean = st.mean;
-        b.batch_var = st.var;
-        b.local_mean = st.local_mean;
-        b.local_var = st.local_var;
-        if (c.track_running_stats) {
-          b.running_mean = bns[i]->running_mean().value.data;
-          b.running_var = bns[i]->running_var().value.data;
-          b.num_batches_tracked = bns[i]->num_batches_tracked().i64;
-        }
-        rec.bn.push_back(std::move(b));
-      }
+      if (r.my_chunk > 0) rec.bn = bn_layer_records(bns, bn_index, c.track_running_stats);
       std::lock_guard<std::mutex> lock(rs.mu);
       if (rank == 0) {  // the epoch's train loss and accuracy come from device 0 alone
         rs.loss_sum += r.loss;
@@ -530,22 +538,7 @@ void Run::rank_main(int rank) {
         rec.t = now_seconds() - m_t0;
         rec.param_drift = drift;
         rec.grad_sync = synced;
-        for (size_t i = 0; i < bns.size(); ++i) {
-          const BnBatchStats& st = bns[i]->last_stats();
-          BnLayerRecord b;
-          b.layer = std::to_string(bn_index[i]);
-          b.count = st.count;
-          b.batch_mean = st.mean;
-          b.batch_var = st.var;
-          b.local_mean = st.local_mean;
-          b.local_var = st.local_var;
-          if (c.track_running_stats) {
-            b.running_mean = bns[i]->running_mean().value.data;
-            b.running_var = bns[i]->running_var().value.data;
-            b.num_batches_tracked = bns[i]->num_batches_tracked().i64;
-          }
-          rec.bn.push_back(std::move(b));
-        }
+        rec.bn = bn_layer_records(bns, bn_index, c.track_running_stats);
         {
           std::lock_guard<std::mutex> lock(rs.mu);
           rs.loss_sum += loss;

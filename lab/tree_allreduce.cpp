@@ -30,25 +30,11 @@ void tree_allreduce(Communicator& comm, float* data, size_t count, CollectiveInf
   auto begin = [&](int first) { return blocks.begin(first); };
   auto size = [&](int first, int len) { return blocks.begin(first + len) - blocks.begin(first); };
 
-  Event whole;
-  whole.kind = EventKind::Collective;
-  whole.op = "allreduce";
-  whole.what = info.what;
-  whole.tag = info.tag;
-  whole.rank = r;
-  whole.op_seq = seq;
-  whole.train_step = comm.train_step();
-  whole.bytes = count * sizeof(float);
-  whole.t_start = now_seconds();
+  Event whole = comm.collective_event("allreduce", seq, info, count * sizeof(float));
 
-  Event e;  // the transfer of the next step; recorded by its sender
-  e.kind = EventKind::Chunk;
-  e.op = "allreduce";
-  e.what = info.what;
-  e.tag = info.tag;
-  e.rank = r;
-  e.op_seq = seq;
-  e.train_step = comm.train_step();
+  // the transfer of the next step; recorded by its sender
+
+  Event e = comm.chunk_event("allreduce", seq, info);
 
   // One step: gate, transfer, and (when this rank sends) the bookkeeping of its Chunk event.
   auto step = [&](Phase phase, int s, int src, int dst, int chunk, size_t elems, auto&& transfer) {
