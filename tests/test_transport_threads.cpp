@@ -54,6 +54,31 @@ TEST(TransportThreads, MatchesByTagInOrder) {
 }
 
 // A ring of sendrecv and sendrecv_reduce steps reusing the same buffers: each call returns only
+
+// Buffered send() and zero-copy sendrecv() travel different ways (a queue and a slot), but a
+// receive still takes the first message with its tag in posting order over both.
+TEST(TransportThreads, MatchesInPostingOrderAcrossBufferedAndZeroCopySends) {
+  RankWorld w(2);
+  std::string got_by_sendrecv, got_by_recv, got_back;
+  auto errors = w.run([&](int r, lab::Communicator& comm) {
+    auto& t = comm.transport();
+    char buf[4] = {};
+    if (r == 0) {
+      t.send(1, "qqqq", 4, 7);                         // posted first
+      t.sendrecv(1, "ssss", 4, 1, buf, 4, 7);          // posted second, waits for rank 1's recv
+      got_back.assign(buf, 4);
+    } else {
+      t.sendrecv(0, "rrrr", 4, 0, buf, 4, 7);          // must take the buffered "qqqq"
+      got_by_sendrecv.assign(buf, 4);
+      t.recv(0, buf, 4, 7);                            // then the zero-copy "ssss"
+      got_by_recv.assign(buf, 4);
+    }
+  });
+  for (int r = 0; r < 2; ++r) EXPECT_FALSE(errors[r]) << message_of(errors[r]);
+  EXPECT_EQ(got_by_sendrecv, "qqqq");
+  EXPECT_EQ(got_by_recv, "ssss");
+  EXPECT_EQ(got_back, "rrrr");
+}
 // once its buffer has been consumed, so overwriting it right away never corrupts a peer's data.
 TEST(TransportThreads, ZeroCopyRingReusesBuffersSafely) {
   const int n = 4;

@@ -4,22 +4,25 @@
 // (RankState, futex) | TransportThreads: the calls, waiting and timeouts, matching (post, claim,
 // consume, cancel, exchange) | ThreadsWorld.
 //
-// Protocol. Every ordered pair (src -> dst) has one Channel: a short FIFO of posted Messages
-// guarded by a mutex, plus an atomic count of posts that the receiver polls without locking.
-//   post:    the sender appends a Message (tag, pointer, bytes) and bumps `posts`.
-//            send() points the Message at a heap copy it hands over to the receiver;
-//            sendrecv() points it at the caller's own buffer (zero-copy) and keeps the Message
-//            on its stack until the receiver has consumed it.
-//   claim:   the receiver, under the lock, removes the first Message with its tag and marks it
-//            Claimed. From then on only the receiver touches the payload.
-//   consume: the receiver copies or adds the payload, then stores Consumed (release), after which
-//            the sender may reuse its buffer and its stack Message. Heap copies are freed instead.
-//   cancel:  a sender that must give up (abort, timeout, its own receive failed) removes its
-//            Message if still queued; if the receiver already claimed it, the sender waits for
-//            Consumed (a bounded copy, no waiting inside) so no pointer into its stack or buffer
-//            outlives the call.
-//   ring:    posting and consuming also ring the peer's doorbell, which wakes it if it parked
-//            (see RankState).
+// Protocol. Every ordered pair (src -> dst) has one Channel with two ways in:
+//   slot:    the zero-copy way, for sendrecv() and sendrecv_reduce(). A rank has at most one such
+//            call in flight, so one slot per channel is enough. The sender fills in (tag, pointer,
+//            bytes, order) and publishes them with one release store of the slot's state word
+//            (Posted, with a generation number that makes every post distinct). The receiver
+//            claims it by compare-and-swap Posted -> Claimed, copies or adds straight out of the
+//            sender's buffer, and stores Consumed; the sender, which waits for that, sets it Free
+//            again. One cache line goes each way per message, which is what small messages cost.
+//   queue:   the buffered way, for send(): a heap copy appended to a short FIFO under a mutex,
+//            with an atomic count that lets the receiver skip the lock while the FIFO is empty.
+//   matching: a receive takes the first message with its tag in posting order (`order`, counted
+//            per channel by the sender) over both ways.
+//   cancel:  a sender that must give up (abort, timeout, its own receive failed) takes its slot
+//            back by compare-and-swap Posted -> Free; if the receiver has already claimed it, the
+//            sender waits for Consumed (a bounded copy, no waiting inside) so no pointer into its
+//            buffer outlives the call.
+//   ring:    posting and consuming then ring the peer's doorbell, which wakes it if it parked
+//            (see RankState); a peer that is not parked costs a fence and a read of a line that
+//            stays shared.
 #include "transport_threads.h"
 
 #include <algorithm>
@@ -73,20 +76,33 @@ constexpr int kSpinIters = 32;
 constexpr int kYieldRounds = 8;
 constexpr double kParkSeconds = 10e-3;
 
-enum MessageState : int { kPosted = 0, kClaimed = 1, kConsumed = 2 };
-
+// A buffered send(): the receiver frees it.
 struct Message {
   uint64_t tag = 0;
-  const void* data = nullptr;  // the payload: the sender's buffer (zero-copy) or `owned`
+  uint64_t order = 0;  // posting order on its channel
   size_t bytes = 0;
-  std::atomic<int> state{kPosted};
-  std::unique_ptr<char[]> owned;  // heap copy for a buffered send(); the receiver frees it
+  std::unique_ptr<char[]> owned;
 };
 
-struct alignas(64) Channel {
-  std::mutex mu;
-  std::deque<Message*> queue;       // posted, unclaimed messages in posting order
-  std::atomic<uint64_t> posts{0};   // bumped on every post; lets the receiver poll lock-free
+// The zero-copy slot's state word: the state in the low 2 bits, the post's generation above.
+enum SlotState : uint64_t { kFree = 0, kPosted = 1, kClaimed = 2, kConsumed = 3 };
+constexpr uint64_t kStateMask = 3;
+
+struct alignas(64) Slot {
+  std::atomic<uint64_t> state{kFree};
+  uint64_t tag = 0;
+  const void* data = nullptr;  // the sender's own buffer
+  size_t bytes = 0;
+  uint64_t order = 0;
+};
+
+struct Channel {
+  Slot slot;                        // written by the sender, claimed by the receiver
+  alignas(64) std::mutex mu;        // guards queue
+  std::deque<Message*> queue;       // buffered sends, unclaimed, in posting order
+  std::atomic<uint64_t> queued{0};  // queue.size(), readable without the lock
+  alignas(64) uint64_t next_order = 0;  // the sender's posting counter (sender only)
+  uint64_t generation = 0;              // the sender's slot post counter (sender only)
 };
 
 // acc[i] += in[i] for i < count: the reduction of sendrecv_reduce, fused with the copy out of
@@ -158,14 +174,16 @@ class TransportThreads;
 //
 // Doorbell protocol (no lost wake-ups). A peer that may have made this rank's wait condition
 // true (posted it a message, consumed its message, aborted the world) first makes it true, then
-// bumps `bell` and, if `parked` is non-zero, wakes the futex on `bell`. The waiter reads `bell`,
-// raises `parked`, checks its condition once more and sleeps only while `bell` still holds the
-// value it read. Both sides order these steps with seq_cst operations (Dekker style): either the
-// ringer sees `parked` and wakes, or the waiter sees the new condition or the new `bell` value.
-struct alignas(64) RankState {
-  std::atomic<int> waiting_for{-1};  // peer of the wait in progress, -1 when not waiting
-  std::atomic<uint32_t> bell{0};     // bumped by every ring
-  std::atomic<int> parked{0};        // 1 while this rank sleeps (or is about to) on bell
+// issues a seq_cst fence and reads `parked`; only if it is non-zero does it bump `bell` and wake
+// the futex on `bell`. The waiter reads `bell`, raises `parked` (seq_cst), fences, checks its
+// condition once more and sleeps only while `bell` still holds the value it read. Dekker style:
+// either the ringer sees `parked` and wakes, or the waiter sees the new condition. A running
+// waiter never writes the doorbell's line, so ringing it costs no cache-line transfer; the wait
+// chain's `waiting_for`, which the rank writes at every wait, lives on a line of its own.
+struct RankState {
+  alignas(64) std::atomic<int> waiting_for{-1};  // peer of the wait in progress, -1 when not waiting
+  alignas(64) std::atomic<uint32_t> bell{0};     // bumped by every ring of a parked rank
+  std::atomic<int> parked{0};                    // 1 while this rank sleeps (or is about to) on bell
 };
 
 namespace {
@@ -192,10 +210,14 @@ void futex_wake_all(std::atomic<uint32_t>* addr) {
 #endif
 }
 
-// Tells rank state `rs` that its wait condition may have changed (see the doorbell protocol).
+// Tells rank state `rs` that its wait condition may have changed (see the doorbell protocol);
+// the caller has just made the condition true.
 void ring(RankState& rs) {
-  rs.bell.fetch_add(1, std::memory_order_seq_cst);
-  if (rs.parked.load(std::memory_order_seq_cst) != 0) futex_wake_all(&rs.bell);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (rs.parked.load(std::memory_order_relaxed) != 0) {
+    rs.bell.fetch_add(1, std::memory_order_seq_cst);
+    futex_wake_all(&rs.bell);
+  }
 }
 
 }  // namespace
@@ -240,15 +262,14 @@ class TransportThreads final : public Transport {
     m->bytes = bytes;
     m->owned.reset(new char[bytes > 0 ? bytes : 1]);
     if (bytes > 0) std::memcpy(m->owned.get(), buf, bytes);
-    m->data = m->owned.get();
     post(dst, m);
   }
 
   void recv(int src, void* buf, size_t bytes, uint64_t tag) override {
     check_peer(src, "recv");
-    Message* m = claim(src, bytes, {"recv", "from", src, tag});
-    if (bytes > 0) std::memcpy(buf, m->data, bytes);
-    consume(m, src);
+    const Claim c = claim(src, bytes, {"recv", "from", src, tag});
+    if (bytes > 0) std::memcpy(buf, c.data, bytes);
+    consume(c, src);
   }
 
   void sendrecv(int dst, const void* sbuf, size_t sbytes, int src, void* rbuf, size_t rbytes,
@@ -338,6 +359,7 @@ class TransportThreads final : public Transport {
       // done() may claim a message (it has effects): once it says true, return.
       const uint32_t bell = me.bell.load(std::memory_order_seq_cst);
       me.parked.store(1, std::memory_order_seq_cst);
+      std::atomic_thread_fence(std::memory_order_seq_cst);
       if (done()) {
         me.parked.store(0, std::memory_order_relaxed);
         return;
@@ -387,41 +409,94 @@ class TransportThreads final : public Transport {
                     "different collective) makes its peers time out; see the wait chain");
   }
 
+  // A buffered send: append m to the (rank -> dst) queue.
   void post(int dst, Message* m) {
     Channel& ch = m_w.channel(m_rank, dst);
-    std::lock_guard<std::mutex> lock(ch.mu);
-    ch.queue.push_back(m);
-    ch.posts.fetch_add(1, std::memory_order_release);
+    {
+      std::lock_guard<std::mutex> lock(ch.mu);
+      m->order = ch.next_order++;
+      ch.queue.push_back(m);
+      ch.queued.store(ch.queue.size(), std::memory_order_release);
+    }
     ring(m_w.ranks[dst]);
   }
 
-  // Waits for the first message from src with site.tag and claims it. A size mismatch aborts the
-  // world (both sides run the same collective with different sizes: a bug) and throws.
-  Message* claim(int src, size_t bytes, const WaitSite& site) {
+  // A zero-copy post: publish (tag, buf, bytes) in the (rank -> dst) slot, which is Free (this
+  // rank's previous exchange with dst ended by taking it back). Returns the state word posted.
+  uint64_t post_slot(int dst, const void* buf, size_t bytes, uint64_t tag) {
+    Channel& ch = m_w.channel(m_rank, dst);
+    Slot& sl = ch.slot;
+    sl.tag = tag;
+    sl.data = buf;
+    sl.bytes = bytes;
+    sl.order = ch.next_order++;  // next_order is this rank's alone: no lock
+    const uint64_t posted = (++ch.generation << 2) | kPosted;
+    sl.state.store(posted, std::memory_order_release);
+    ring(m_w.ranks[dst]);
+    return posted;
+  }
+
+  // What claim() found: a payload to copy or add, and where it came from.
+  struct Claim {
+    const void* data = nullptr;
+    Message* message = nullptr;  // a buffered send (freed by consume), or
+    Slot* slot = nullptr;        // the sender's zero-copy slot (marked Consumed by consume)
+    uint64_t claimed = 0;        // the slot's state word after the claim
+  };
+
+  // Waits for the first message from src with site.tag (in posting order, over the slot and the
+  // queue) and claims it. A size mismatch aborts the world (both sides run the same collective
+  // with different sizes: a bug) and throws.
+  Claim claim(int src, size_t bytes, const WaitSite& site) {
     Channel& ch = m_w.channel(src, m_rank);
-    uint64_t seen = ~uint64_t{0};
-    Message* found = nullptr;
+    Claim found;
     size_t mismatch = 0;
     bool bad_size = false;
     wait_until(
         [&] {
-          if (ch.posts.load(std::memory_order_acquire) == seen) return false;
-          std::lock_guard<std::mutex> lock(ch.mu);
-          seen = ch.posts.load(std::memory_order_relaxed);
-          for (auto it = ch.queue.begin(); it != ch.queue.end(); ++it) {
-            Message* m = *it;
-            if (m->tag != site.tag) continue;
-            if (m->bytes != bytes) {  // leave it queued: its sender cancels or the world frees it
+          Slot& sl = ch.slot;
+          const uint64_t st = sl.state.load(std::memory_order_acquire);
+          const bool slot_match = (st & kStateMask) == kPosted && sl.tag == site.tag;
+          Message* queued = nullptr;
+          std::deque<Message*>::iterator where;
+          std::unique_lock<std::mutex> lock(ch.mu, std::defer_lock);
+          if (ch.queued.load(std::memory_order_acquire) != 0) {
+            lock.lock();
+            for (auto it = ch.queue.begin(); it != ch.queue.end(); ++it)
+              if ((*it)->tag == site.tag) {
+                queued = *it;
+                where = it;
+                break;
+              }
+          }
+          // The slot's fields were written before its state word, whose acquire load saw them;
+          // a re-post would carry a new generation and fail the compare-and-swap below.
+          if (slot_match && (queued == nullptr || sl.order < queued->order)) {
+            if (sl.bytes != bytes) {  // leave it posted: its sender cancels it
               bad_size = true;
-              mismatch = m->bytes;
+              mismatch = sl.bytes;
               return true;
             }
-            ch.queue.erase(it);
-            m->state.store(kClaimed, std::memory_order_relaxed);
-            found = m;
+            const uint64_t claimed = (st & ~kStateMask) | kClaimed;
+            uint64_t expected = st;
+            if (!sl.state.compare_exchange_strong(expected, claimed, std::memory_order_acquire))
+              return false;  // its sender took it back (it is giving up)
+            found.data = sl.data;
+            found.slot = &sl;
+            found.claimed = claimed;
             return true;
           }
-          return false;
+          if (queued == nullptr) return false;
+          if (queued->bytes != bytes) {  // leave it queued: the world frees it
+            bad_size = true;
+            mismatch = queued->bytes;
+            return true;
+          }
+          ch.queue.erase(where);
+          ch.queued.store(ch.queue.size(), std::memory_order_relaxed);
+          found.data = queued->owned.get();
+          found.message = queued;
+          return true;
         },
         site);
     if (bad_size) {
@@ -435,29 +510,25 @@ class TransportThreads final : public Transport {
     return found;
   }
 
-  // Marks m consumed; its sender (rank src) may be waiting for that.
-  void consume(Message* m, int src) {
-    if (m->owned) {
-      delete m;  // a buffered send(): nobody waits for it
+  // Done with a claimed payload: free a buffered send, or tell the slot's sender (rank src).
+  void consume(const Claim& c, int src) {
+    if (c.message != nullptr) {
+      delete c.message;  // nobody waits for a buffered send
       return;
     }
-    m->state.store(kConsumed, std::memory_order_release);
+    c.slot->state.store((c.claimed & ~kStateMask) | kConsumed, std::memory_order_release);
     ring(m_w.ranks[src]);
   }
 
-  // Removes our posted zero-copy message, or waits until its receiver has finished with it.
-  void cancel(int dst, Message& m) {
-    Channel& ch = m_w.channel(m_rank, dst);
-    {
-      std::lock_guard<std::mutex> lock(ch.mu);
-      auto it = std::find(ch.queue.begin(), ch.queue.end(), &m);
-      if (it != ch.queue.end()) {
-        ch.queue.erase(it);
-        return;
-      }
+  // Takes our posted slot back, or waits until its receiver has finished with it; Free after.
+  void cancel(int dst, uint64_t posted) {
+    Slot& sl = m_w.channel(m_rank, dst).slot;
+    uint64_t expected = posted;
+    if (!sl.state.compare_exchange_strong(expected, kFree, std::memory_order_acq_rel)) {
+      // Claimed: the receiver is copying from our buffer right now; that cannot block.
+      while ((sl.state.load(std::memory_order_acquire) & kStateMask) != kConsumed) std::this_thread::yield();
+      sl.state.store(kFree, std::memory_order_relaxed);
     }
-    // Claimed: the receiver is copying from our buffer right now; that cannot block.
-    while (m.state.load(std::memory_order_acquire) != kConsumed) std::this_thread::yield();
   }
 
   // One zero-copy ring step: post sbuf to dst, claim from src and hand the payload to
@@ -468,19 +539,17 @@ class TransportThreads final : public Transport {
     check_peer(dst, call);
     check_peer(src, call);
     throw_if_aborted({call, "to", dst, tag});
-    Message out;
-    out.tag = tag;
-    out.data = sbuf;
-    out.bytes = sbytes;
-    post(dst, &out);
+    const uint64_t posted = post_slot(dst, sbuf, sbytes, tag);
+    Slot& out = m_w.channel(m_rank, dst).slot;
     try {
-      Message* in = claim(src, rbytes, {call, "from", src, tag});
-      take(in->data);
+      const Claim in = claim(src, rbytes, {call, "from", src, tag});
+      take(in.data);
       consume(in, src);
-      wait_until([&] { return out.state.load(std::memory_order_acquire) == kConsumed; },
+      wait_until([&] { return (out.state.load(std::memory_order_acquire) & kStateMask) == kConsumed; },
                  {call, "to", dst, tag});
+      out.state.store(kFree, std::memory_order_relaxed);
     } catch (...) {
-      cancel(dst, out);
+      cancel(dst, posted);
       throw;
     }
   }
@@ -500,12 +569,11 @@ ThreadsWorld::ThreadsWorld(int world_size) : m_state(new ThreadsWorldState) {
 }
 
 ThreadsWorld::~ThreadsWorld() {
-  // Only buffered send() copies can be left over (never received); zero-copy messages are always
-  // removed by their sender before its call returns.
+  // Only buffered send() copies can be left over (never received); a zero-copy slot is always
+  // taken back by its sender before its call returns.
   const size_t channels = static_cast<size_t>(m_state->n) * m_state->n;
   for (size_t i = 0; i < channels; ++i)
-    for (Message* m : m_state->channels[i].queue)
-      if (m->owned) delete m;
+    for (Message* m : m_state->channels[i].queue) delete m;
 }
 
 int ThreadsWorld::world_size() const { return m_state->n; }

@@ -6,8 +6,9 @@
 //   - send() is buffered: it copies into the (rank -> dst) mailbox and returns at once.
 //     recv() copies out of the mailbox, or straight out of a peer's posted sendrecv buffer.
 //   - sendrecv() and sendrecv_reduce() are zero-copy: the sender posts a pointer to its own
-//     buffer in the (rank -> dst) channel, the receiver copies (or adds, fused) directly from the
-//     peer's memory and then marks the message consumed. The call returns only when its own send
+//     buffer in the (rank -> dst) channel's slot (one cache line, published by one store), the
+//     receiver copies (or adds, fused) directly from the peer's memory and then marks the message
+//     consumed. Matching is in posting order over buffered and zero-copy messages alike. The call returns only when its own send
 //     has been consumed AND its receive is done, so both buffers may be reused at once.
 //   - Waiting is spin, yield, park: a short spin with a pause instruction (only when every rank
 //     can have a core of its own), a few std::this_thread::yield() rounds, then sleeping on the
