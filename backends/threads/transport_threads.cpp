@@ -43,6 +43,7 @@
 #endif
 #if defined(__linux__)
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -62,17 +63,22 @@ inline void cpu_relax() {
 #endif
 }
 
-// Backoff of one wait: spin kSpinIters times (only when every rank can have a core of its own),
-// then yield kYieldRounds times, then park on the rank's doorbell (a futex) until a peer rings
-// it, for at most kParkSeconds per round (so that the timeout and the hold flag are looked at
-// again). A park at every ring step costs a wake-up latency per message; spinning starves the
-// peer when there are more ranks than cores (8 ranks on 2 cores is normal for the lab) and, under
-// a hypervisor, long pause loops are punished too. Measured on a 2-vCPU VM (pause = 33 ns): 32
-// spins (about 1 us) gave 2-3 us per 4 KB allreduce with 2 ranks where 2000 spins gave 450 us,
-// and 4-8 ranks ran 15-30x faster. With more ranks than cores, no spin at all: a 4 KB ring of 4
-// ranks took 60-100 us instead of 150-330 us with 32 spins, and parking right away (no yields)
-// was 2-4x slower than 8 yields first.
-constexpr int kSpinIters = 32;
+// Backoff of one wait: spin for up to kSpinSeconds (only when every rank can have a core of its
+// own, and only while the peer is not on our own CPU), then yield kYieldRounds times, then park
+// on the rank's doorbell (a futex) until a peer rings it, for at most kParkSeconds per round (so
+// that the timeout and the hold flag are looked at again).
+//   - Parking costs a wake-up: 50-150 us on a 2-vCPU VM whose other core had gone idle. With a
+//     1 us spin, 2 ranks took 80-120 us for a 16-64 KB ring allreduce (Open MPI, which polls,
+//     7-17 us); with a 50 us spin, 6 and 20 us.
+//   - Spinning while the peer shares our CPU keeps the peer off it: the scheduler sometimes
+//     leaves both rank threads on one CPU for a while, and a 50 us spin then cost 50 us per ring
+//     step (105 us per 4 KB allreduce instead of 3). So the spin stops as soon as the peer's
+//     last known CPU (published at each wait) is ours.
+//   - With more ranks than cores, no spin at all: a 4 KB ring of 4 ranks took 60-100 us instead
+//     of 150-330 us with a 1 us spin, and parking right away (no yields) was 2-4x slower than 8
+//     yields first.
+constexpr double kSpinSeconds = 50e-6;
+constexpr int kSpinBetweenClock = 16;  // pauses between looks at the clock and the peer's CPU
 constexpr int kYieldRounds = 8;
 constexpr double kParkSeconds = 10e-3;
 
@@ -156,6 +162,15 @@ AddFn pick_add() {
 
 const AddFn kAddInto = pick_add();
 
+// The CPU the calling thread runs on, or -1 where the system cannot say.
+int current_cpu() {
+#if defined(__linux__)
+  return sched_getcpu();
+#else
+  return -1;
+#endif
+}
+
 double wall_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -182,6 +197,7 @@ class TransportThreads;
 // chain's `waiting_for`, which the rank writes at every wait, lives on a line of its own.
 struct RankState {
   alignas(64) std::atomic<int> waiting_for{-1};  // peer of the wait in progress, -1 when not waiting
+  std::atomic<int> cpu{-1};                      // the CPU this rank last waited on (-1: unknown)
   alignas(64) std::atomic<uint32_t> bell{0};     // bumped by every ring of a parked rank
   std::atomic<int> parked{0};                    // 1 while this rank sleeps (or is about to) on bell
 };
@@ -248,7 +264,7 @@ class TransportThreads final : public Transport {
   TransportThreads(ThreadsWorldState& w, int rank)
       : m_w(w),
         m_rank(rank),
-        m_spin_iters(w.n <= static_cast<int>(std::thread::hardware_concurrency()) ? kSpinIters : 0) {}
+        m_spin_seconds(w.n <= static_cast<int>(std::thread::hardware_concurrency()) ? kSpinSeconds : 0) {}
 
   int rank() const override { return m_rank; }
   int world_size() const override { return m_w.n; }
@@ -329,22 +345,29 @@ class TransportThreads final : public Transport {
   };
 
   // Waits until done() is true. Spin, then yield, then park on this rank's doorbell; checks the
-  // abort flag on every round and, once past the short spin, the timeout (held time excluded).
-  // While waiting, the rank publishes whom it waits for.
+  // abort flag on every round and, once past the spin, the timeout (held time excluded). While
+  // waiting, the rank publishes whom it waits for and on which CPU it runs: spinning while the
+  // peer shares our CPU only keeps the peer off it, so then the wait goes straight to yielding.
   template <class Done>
   void wait_until(Done&& done, const WaitSite& site) {
     if (done()) return;
     RankState& me = m_w.ranks[m_rank];
+    const int cpu = current_cpu();
+    me.cpu.store(cpu, std::memory_order_relaxed);
     WaitMark mark(me.waiting_for, site.peer);
     double waited = 0;  // seconds of waiting that count towards the timeout
     double last = wall_seconds();
+    const double spin_end = last + m_spin_seconds;
+    const std::atomic<int>& peer_cpu = m_w.ranks[site.peer].cpu;
+    bool spinning = m_spin_seconds > 0;
     for (int spins = 0, yields = 0;;) {
       if (done()) return;
       throw_if_aborted(site);
-      if (spins < m_spin_iters) {
-        ++spins;
+      if (spinning) {  // look at the clock and the peer's CPU every kSpinBetweenClock pauses only
         cpu_relax();
-        continue;
+        if (++spins % kSpinBetweenClock != 0) continue;
+        if (wall_seconds() < spin_end && (cpu < 0 || peer_cpu.load(std::memory_order_relaxed) != cpu)) continue;
+        spinning = false;
       }
       const double now = wall_seconds();
       const bool held = m_hold && m_hold->load(std::memory_order_relaxed);
@@ -556,7 +579,8 @@ class TransportThreads final : public Transport {
 
   ThreadsWorldState& m_w;
   int m_rank;
-  int m_spin_iters;  // kSpinIters, or 0 when the ranks outnumber the cores
+  double m_spin_seconds;  // kSpinSeconds, or 0 when the ranks outnumber the cores
+  double m_spin_budget = m_spin_seconds;
 };
 
 ThreadsWorld::ThreadsWorld(int world_size) : m_state(new ThreadsWorldState) {
