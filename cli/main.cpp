@@ -71,6 +71,13 @@ void add_run_flags(CLI::App& app, lab::RunConfig& c, std::string& bn_momentum) {
   app.add_option("--momentum", c.momentum, "SGD momentum")->capture_default_str();
   app.add_option("--weight-decay", c.weight_decay, "SGD weight decay (L2, added to the gradient)")->capture_default_str();
   app.add_flag("--nesterov", c.nesterov, "SGD with Nesterov momentum");
+  app.add_option("--lr-schedule", c.lr_schedule,
+                 "learning rate per epoch: constant, cosine (CosineAnnealingLR) or step (StepLR); steps after each epoch")
+      ->capture_default_str();
+  app.add_option("--lr-t-max", c.lr_t_max, "cosine: T_max in epochs (0: the run's epochs)")->capture_default_str();
+  app.add_option("--lr-min", c.lr_min, "cosine: eta_min, the lowest learning rate")->capture_default_str();
+  app.add_option("--lr-step-size", c.lr_step_size, "step: epochs between decays (StepLR step_size)")->capture_default_str();
+  app.add_option("--lr-gamma", c.lr_gamma, "step: decay factor (StepLR gamma)")->capture_default_str();
   app.add_option("--seed", c.seed, "seed: torch.manual_seed for the initial weights, DistributedSampler seed")
       ->capture_default_str();
   app.add_option("--bn", c.bn, "BatchNorm across ranks: local (per-rank statistics) or sync (SyncBatchNorm)")

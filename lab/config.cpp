@@ -99,6 +99,12 @@ void validate(const RunConfig& c) {
   if (!(c.lr >= 0) || !std::isfinite(c.lr)) throw ConfigError("Invalid learning rate: " + std::to_string(c.lr));
   if (!(c.momentum >= 0)) throw ConfigError("Invalid momentum value: " + std::to_string(c.momentum));
   if (!(c.weight_decay >= 0)) throw ConfigError("Invalid weight_decay value: " + std::to_string(c.weight_decay));
+  if (c.lr_schedule != "constant" && c.lr_schedule != "cosine" && c.lr_schedule != "step")
+    throw ConfigError("--lr-schedule: unknown schedule '" + c.lr_schedule + "'", "choose constant, cosine or step");
+  if (c.lr_t_max < 0) throw ConfigError("--lr-t-max must be at least 1 (or 0: the run's epochs), got " + std::to_string(c.lr_t_max));
+  if (!(c.lr_min >= 0) || !std::isfinite(c.lr_min)) throw ConfigError("--lr-min must be >= 0, got " + std::to_string(c.lr_min));
+  if (c.lr_step_size < 1) throw ConfigError("--lr-step-size must be at least 1, got " + std::to_string(c.lr_step_size));
+  if (!(c.lr_gamma > 0) || !std::isfinite(c.lr_gamma)) throw ConfigError("--lr-gamma must be > 0, got " + std::to_string(c.lr_gamma));
   if (c.nesterov && c.momentum <= 0)
     throw ConfigError("Nesterov momentum requires a momentum and zero dampening", "pass --momentum > 0");
   if (c.bn_momentum && (*c.bn_momentum < 0 || *c.bn_momentum > 1))
@@ -182,6 +188,11 @@ std::string to_toml(const RunConfig& c, const std::vector<std::pair<std::string,
   o << "momentum = " << d(c.momentum) << "\n";
   o << "weight_decay = " << d(c.weight_decay) << "\n";
   o << "nesterov = " << b(c.nesterov) << "\n";
+  o << "lr_schedule = " << q(c.lr_schedule) << "\n";
+  o << "lr_t_max = " << c.lr_t_max << "\n";
+  o << "lr_min = " << d(c.lr_min) << "\n";
+  o << "lr_step_size = " << c.lr_step_size << "\n";
+  o << "lr_gamma = " << d(c.lr_gamma) << "\n";
   o << "\n[schedule]\n";
   o << "epochs = " << c.epochs << "\n";
   o << "steps = " << c.steps << "\n";
@@ -271,6 +282,11 @@ RunConfig config_from_toml_file(const std::string& path) {
       else if (key == "optim.momentum") dbl(c.momentum);
       else if (key == "optim.weight_decay") dbl(c.weight_decay);
       else if (key == "optim.nesterov") bln(c.nesterov);
+      else if (key == "optim.lr_schedule") str(c.lr_schedule);
+      else if (key == "optim.lr_t_max") i64(c.lr_t_max);
+      else if (key == "optim.lr_min") dbl(c.lr_min);
+      else if (key == "optim.lr_step_size") i64(c.lr_step_size);
+      else if (key == "optim.lr_gamma") dbl(c.lr_gamma);
       else if (key == "schedule.epochs") i64(c.epochs);
       else if (key == "schedule.steps") i64(c.steps);
       else if (key == "schedule.seed") {

@@ -42,6 +42,14 @@ struct RunConfig {
   double momentum = 0.9;
   double weight_decay = 0.0;
   bool nesterov = false;
+  // learning-rate schedule per epoch (lr_schedule.h): constant, cosine (CosineAnnealingLR with
+  // T_max = lr_t_max, 0: the run's epochs, and eta_min = lr_min) or step (StepLR(lr_step_size,
+  // lr_gamma)); the scheduler steps at the end of every epoch
+  std::string lr_schedule = "constant";
+  int64_t lr_t_max = 0;
+  double lr_min = 0.0;
+  int64_t lr_step_size = 1;
+  double lr_gamma = 0.1;
   // BatchNorm
   std::optional<double> bn_momentum = 0.1;  // nullopt: cumulative average ("none")
   double bn_eps = 1e-5;

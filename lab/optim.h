@@ -28,6 +28,7 @@ class Sgd {
   Sgd(std::vector<Param*> params, const SgdOptions& opt);
   void step();
   const SgdOptions& options() const { return m_opt; }
+  void set_lr(double lr) { m_opt.lr = lr; }  // a scheduler's new rate (param_group['lr'] = lr)
   std::vector<Tensor>& momentum_buffers() { return m_buf; }
 
  private:

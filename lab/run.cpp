@@ -25,6 +25,7 @@
 #include "join.h"
 #include "link_model.h"
 #include "local_sgd.h"
+#include "lr_schedule.h"
 #include "optim.h"
 #include "run_dir.h"
 #include "run_wire.h"
@@ -215,6 +216,18 @@ class InjectedFailure : public TrainingError {
   using TrainingError::TrainingError;
 };
 
+// The configuration's schedule; cosine's T_max defaults to the epochs this run trains.
+LrScheduleOptions lr_schedule_options(const RunConfig& c, int64_t epochs) {
+  LrScheduleOptions o;
+  o.kind = c.lr_schedule;
+  o.lr = c.lr;
+  o.t_max = c.lr_t_max > 0 ? c.lr_t_max : std::max<int64_t>(1, epochs);
+  o.eta_min = c.lr_min;
+  o.step_size = c.lr_step_size;
+  o.gamma = c.lr_gamma;
+  return o;
+}
+
 
 }  // namespace
 
@@ -391,6 +404,8 @@ void Run::rank_main(int rank) {
     so.weight_decay = c.weight_decay;
     so.nesterov = c.nesterov;
     Sgd opt(model.params(), so);
+    const int64_t epochs = c.steps > 0 ? (c.steps + m_steps_per_epoch - 1) / m_steps_per_epoch : c.epochs;
+    LrSchedule schedule(lr_schedule_options(c, epochs));
     DistributedSampler sampler({m_train.size, world, rank, c.shuffle, c.seed, c.sampler_drop_last});
     // ---- parallelism modes: DataParallel (data_parallel.h), local SGD (local_sgd.h), join (join.h) ----
     const bool dp = c.mode == "dp";
@@ -431,7 +446,6 @@ void Run::rank_main(int rank) {
     Tensor x, dlogits;
     std::vector<int> labels;
     int64_t step = 0;
-    const int64_t epochs = c.steps > 0 ? (c.steps + m_steps_per_epoch - 1) / m_steps_per_epoch : c.epochs;
     for (int64_t epoch = 0; epoch < epochs && step < m_steps_total; ++epoch) {
       sampler.set_epoch(epoch);
       const double t_epoch0 = now_seconds();
@@ -628,6 +642,7 @@ void Run::rank_main(int rank) {
         e.test_acc = sums[2] > 0 ? sums[1] / sums[2] : 0.0;
         e.seconds = t_eval - t_epoch0;  // training only: evaluation starts at t_eval
         e.samples_per_s = e.seconds > 0 ? static_cast<double>(ep_samples) / e.seconds : 0.0;
+        e.lr = opt.options().lr;
         std::lock_guard<std::mutex> lock(m_epoch_mu);
         m_epochs.push_back(e);
       }
@@ -637,6 +652,8 @@ void Run::rank_main(int rank) {
       std::lock_guard<std::mutex> lock(rs.mu);
       rs.loss_sum = 0;
       rs.correct = rs.samples = rs.steps = 0;
+      schedule.step();  // scheduler.step() at the end of the epoch
+      opt.set_lr(schedule.lr());
     }
     // Ranks in other processes: records, events and final state go to rank 0's process.
     if (m_local.size() < static_cast<size_t>(world)) gather_to_rank0(rank, transport, model);

@@ -78,6 +78,7 @@ struct EpochRecord {
   double test_acc = 0;
   double seconds = 0;            // wall clock of the epoch's training (evaluation excluded)
   double samples_per_s = 0;
+  double lr = 0;                 // the learning rate of the epoch (--lr-schedule)
 };
 
 struct EvalResult {

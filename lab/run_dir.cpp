@@ -116,7 +116,8 @@ void RunDir::append_steps(const std::vector<StepRecord>& records) {
 void RunDir::append_epoch(const EpochRecord& e) {
   nlohmann::json j = {{"kind", "epoch"},         {"epoch", e.epoch},         {"steps", e.steps},
                       {"train_loss", e.train_loss}, {"train_accuracy", e.train_acc}, {"test_loss", e.test_loss},
-                      {"test_accuracy", e.test_acc}, {"seconds", e.seconds},   {"samples_per_s", e.samples_per_s}};
+                      {"test_accuracy", e.test_acc}, {"seconds", e.seconds},   {"samples_per_s", e.samples_per_s},
+                      {"lr", e.lr}};
   m_metrics << j.dump() << '\n';
   m_metrics.flush();
 }
