@@ -46,6 +46,7 @@ int bench_train(const BenchTrainOptions& opt) {
   mopt.name = opt.model;
   std::vector<RankBench> ranks(static_cast<size_t>(world));
   for (auto& r : ranks) r.model = build_model(mopt, 0);
+  const int64_t flops = ranks[0].model->train_flops_per_sample({1, 28, 28});
   ThreadsWorld tw(world);
   std::vector<EventLog> logs(static_cast<size_t>(world));
   std::vector<std::thread> threads;
@@ -107,8 +108,36 @@ int bench_train(const BenchTrainOptions& opt) {
     slowest = std::max(slowest, r.step_seconds);
   }
   const double sps = static_cast<double>(opt.batch_size) * world / slowest;
+  std::printf("train_flops_per_sample %lld\n", static_cast<long long>(flops));
+  std::printf("gflops %.1f\n", sps * static_cast<double>(flops) / 1e9);
   std::printf("step_ms %.3f\n", slowest * 1e3);
   std::printf("samples_per_s %.1f\n", sps);
+  return kExitOk;
+}
+
+int bench_sgemm(const BenchSgemmOptions& opt) {
+  if (opt.size < 1 || opt.size > 8192) throw ConfigError("--size must be in 1..8192");
+  if (opt.threads < 1) throw ConfigError("--threads must be at least 1");
+  if (opt.rounds < 1 || !(opt.seconds > 0)) throw ConfigError("--rounds and --seconds must be positive");
+  gemm_set_threads(opt.threads);
+  const int n = opt.size;
+  std::printf("# dtlab %s bench sgemm size=%d threads=%d sgemm=%s (C = A B^T, row-major, float32)\n", kDtlabVersion,
+              n, opt.threads, gemm_backend_name());
+  std::fflush(stdout);
+  Tensor a({n, n}, 0.5f), b({n, n}, 0.25f), c({n, n});
+  auto call = [&] { sgemm(false, true, n, n, n, 1.0f, a.ptr(), n, b.ptr(), n, 0.0f, c.ptr(), n); };
+  for (int i = 0; i < 3; ++i) call();
+  double t0 = now_seconds();
+  call();
+  const int calls = static_cast<int>(std::max(1.0, opt.seconds / std::max(now_seconds() - t0, 1e-6)));
+  std::vector<double> ts;
+  for (int round = 0; round < opt.rounds; ++round) {
+    t0 = now_seconds();
+    for (int i = 0; i < calls; ++i) call();
+    ts.push_back((now_seconds() - t0) / calls);
+  }
+  std::sort(ts.begin(), ts.end());
+  std::printf("gflops %.1f\n", 2.0 * n * n * n / ts[ts.size() / 2] / 1e9);
   return kExitOk;
 }
 

@@ -20,4 +20,15 @@ struct BenchTrainOptions {
 // Returns an exit code.
 int bench_train(const BenchTrainOptions& opt);
 
+// dtlab bench sgemm: the sgemm backend's GFLOP/s on square (size x size) float32 matrices with
+// `threads` threads, the roofline that training throughput is compared with (tools/
+// bench_train_vs_torch.sh). The last line printed is `gflops <N>`.
+struct BenchSgemmOptions {
+  int size = 1024;
+  int threads = 1;
+  double seconds = 0.3;
+  int rounds = 5;
+};
+int bench_sgemm(const BenchSgemmOptions& opt);
+
 }  // namespace lab

@@ -4,6 +4,7 @@
 //   dtlab run   [flags]        train, write a run directory
 //   mpirun -np N dtlab run --comm mpi [flags]   the same with one process per rank
 //   dtlab bench train [flags]  training throughput (samples/s) on a fixed batch
+//   dtlab bench sgemm [flags]  the sgemm backend's GFLOP/s (the roofline of bench train)
 //   dtlab bench allreduce [flags]  allreduce time and bandwidth per size, nccl-tests style
 //   dtlab gui   [flags]        the lab window (gui_command.cpp); also `dtlab` alone on a display
 //   dtlab version
@@ -305,6 +306,13 @@ int main(int argc, char** argv) {
   bench_train->add_option("--seconds", bopt.seconds, "target seconds per timing round")->capture_default_str();
   bench_train->add_option("--rounds", bopt.rounds, "timing rounds (the median is reported)")->capture_default_str();
 
+  lab::BenchSgemmOptions sopt;
+  CLI::App* bench_sgemm = bench_cmd->add_subcommand("sgemm", "GFLOP/s of the sgemm backend (the roofline of bench train)");
+  bench_sgemm->add_option("--size", sopt.size, "M = N = K")->capture_default_str();
+  bench_sgemm->add_option("--threads", sopt.threads, "BLAS threads")->capture_default_str();
+  bench_sgemm->add_option("--seconds", sopt.seconds, "target seconds per timing round")->capture_default_str();
+  bench_sgemm->add_option("--rounds", sopt.rounds, "timing rounds (the median is reported)")->capture_default_str();
+
   lab::BenchAllreduceOptions aopt;
   CLI::App* bench_allreduce = bench_cmd->add_subcommand(
       "allreduce", "allreduce time, algbw, busbw and #wrong per size (nccl-tests style), with a copy floor");
@@ -364,6 +372,8 @@ int main(int argc, char** argv) {
       code = cmd_run(cfg);
     } else if (bench_train->parsed()) {
       code = lab::bench_train(bopt);
+    } else if (bench_sgemm->parsed()) {
+      code = lab::bench_sgemm(sopt);
     } else if (bench_allreduce->parsed()) {
       code = lab::bench_allreduce(aopt);
     } else if (gui_cmd->parsed()) {

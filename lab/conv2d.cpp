@@ -141,6 +141,11 @@ void col2im(float* cols, const Geometry& g, float* dx) {
 
 }  // namespace
 
+int64_t Conv2d::forward_macs(const std::vector<int64_t>& in_shape) const {
+  const int64_t ho = in_shape[2] + 2 * m_pad - m_k + 1, wo = in_shape[3] + 2 * m_pad - m_k + 1;
+  return int64_t{m_cout} * m_cin * m_k * m_k * ho * wo;
+}
+
 Conv2d::Conv2d(int in_channels, int out_channels, int kernel_size, int padding, bool bias)
     : m_cin(in_channels), m_cout(out_channels), m_k(kernel_size), m_pad(padding), m_has_bias(bias) {
   const std::vector<int64_t> wshape{out_channels, in_channels, kernel_size, kernel_size};

@@ -21,6 +21,8 @@ class Conv2d : public Module {
   // dy: (N, Cout, Ho, Wo) -> dx: (N, Cin, H, W)
   void backward(const Tensor& dy, Tensor* dx) override;
   std::vector<Param*> params() override;
+  // Cout * Cin * k * k per output pixel
+  int64_t forward_macs(const std::vector<int64_t>& in_shape) const override;
 
   // nn.Conv2d.reset_parameters: kaiming_uniform_ with fan_in = Cin*k*k, then the bias.
   void reset_parameters(TorchGenerator& g);

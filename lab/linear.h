@@ -17,6 +17,7 @@ class Linear : public Module {
   // dy: (N, out) -> dx: (N, in)
   void backward(const Tensor& dy, Tensor* dx) override;
   std::vector<Param*> params() override;
+  int64_t forward_macs(const std::vector<int64_t>&) const override { return int64_t{m_in} * m_out; }
 
   // nn.Linear.reset_parameters: kaiming_uniform_(weight) then the bias, drawing from g in that
   // order, so a model built module by module consumes the generator exactly like PyTorch.

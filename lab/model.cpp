@@ -50,6 +50,23 @@ void Model::backward(const Tensor& dlogits, const std::function<void(int)>& on_p
   }
 }
 
+int64_t Model::train_flops_per_sample(const std::vector<int64_t>& sample_shape) {
+  std::vector<int64_t> shape{1};
+  shape.insert(shape.end(), sample_shape.begin(), sample_shape.end());
+  const Tensor x(shape);
+  forward(x, Mode::Eval);
+  int64_t fwd = 0, dx = 0;
+  bool first = true;
+  for (size_t i = 0; i < m_modules.size(); ++i) {
+    const int64_t macs = m_modules[i]->forward_macs(i == 0 ? x.shape : m_acts[i - 1].shape);
+    fwd += macs;
+    if (m_modules[i]->params().empty()) continue;
+    if (!first) dx += macs;
+    first = false;
+  }
+  return 2 * (2 * fwd + dx);  // forward and weight gradients: fwd each; input gradients: dx
+}
+
 std::vector<Param*> Model::params() {
   std::vector<Param*> out;
   for (auto& m : m_modules)

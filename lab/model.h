@@ -44,6 +44,11 @@ class Model {
   std::vector<int> batchnorm_module_index();  // module index of each BatchNorm ("2" in "2.weight")
   void zero_grad();
   std::string describe() const;          // "Sequential(Flatten(), Linear(784, 256), ...)"
+  // Floating-point operations of one training step per sample in the matrix products (forward,
+  // weight gradients, and input gradients except for the first layer with parameters, which
+  // needs none): 2 x multiply-adds, the usual count for a roofline. sample_shape: (1, 28, 28).
+  // Runs one eval-mode forward of a zero sample (no buffer changes) to learn every layer's input.
+  int64_t train_flops_per_sample(const std::vector<int64_t>& sample_shape);
 
  private:
   std::vector<std::unique_ptr<Module>> m_modules;

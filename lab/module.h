@@ -45,6 +45,9 @@ class Module {
   // Parameters and buffers in PyTorch's registration order (state_dict order).
   virtual std::vector<Param*> params() { return {}; }
   virtual std::vector<Buffer*> buffers() { return {}; }
+  // Multiply-adds of one sample's forward through the layer's matrix products (Linear, Conv2d;
+  // 0 for the elementwise layers), given the input shape of a batch of one: (1, ...).
+  virtual int64_t forward_macs(const std::vector<int64_t>& /*in_shape*/) const { return 0; }
 };
 
 }  // namespace lab

@@ -220,3 +220,20 @@ TEST(Model, CopyStateCopiesParamsAndBuffers) {
   }
   EXPECT_EQ(b->batchnorms()[0]->num_batches_tracked().i64, 7);
 }
+
+// The roofline's FLOP count (bench train, tools/bench_train_vs_torch.sh), counted by hand:
+//   mlp: Linear 784x256 + 256x128 + 128x10 = 234,752 multiply-adds per sample;
+//        2 x (forward + weight gradients) + 2 x input gradients without the first layer's
+//        = 4 x 234,752 + 2 x 34,048 = 1,007,104.
+//   cnn: conv 1->32 at 28x28: 32*9*784 = 225,792; conv 32->64 at 14x14: 64*288*196 = 3,612,672;
+//        Linear 3136x128 = 401,408; 128x10 = 1,280; total 4,241,152
+//        -> 4 x 4,241,152 + 2 x (4,241,152 - 225,792) = 24,995,328.
+TEST(Model, TrainingFlopsPerSampleCountTheMatrixProducts) {
+  auto mlp = build("mlp", 0), cnn = build("cnn", 0);
+  const auto before = mlp->batchnorms()[0]->running_mean().value.data;
+  EXPECT_EQ(mlp->train_flops_per_sample({1, 28, 28}), 1007104);
+  EXPECT_EQ(cnn->train_flops_per_sample({1, 28, 28}), 24995328);
+  // The eval forward it runs changes no buffer.
+  EXPECT_EQ(mlp->batchnorms()[0]->running_mean().value.data, before);
+  EXPECT_EQ(mlp->batchnorms()[0]->num_batches_tracked().i64, 0);
+}
