@@ -33,11 +33,13 @@ class Conv2d : public Module {
   int m_cin, m_cout, m_k, m_pad;
   bool m_has_bias;
   Param m_weight, m_bias;
+  // Samples whose weight gradients are summed together before the blocks are added in order.
+  static constexpr int kSamplesPerBlock = 8;
   std::vector<int64_t> m_in_shape;  // (N, Cin, H, W) of the last forward
-  Tensor m_cols;   // (Cin*k*k, N*Ho*Wo): unfolded input; kept for the weight gradient
-  Tensor m_out;    // (Cout, N*Ho*Wo): gemm output before the permute to NCHW
-  Tensor m_dout;   // (Cout, N*Ho*Wo): dy permuted to the gemm layout
-  Tensor m_dcols;  // (Cin*k*k, N*Ho*Wo): gradient of the columns, folded back into dx
+  Tensor m_x;          // (N, Cin, H, W): the last forward's input, unfolded again by backward
+  Tensor m_cols;       // (Cin*k*k, Ho*Wo): one sample's unfolded input
+  Tensor m_dcols;      // (Cin*k*k, Ho*Wo): its gradient, folded back into dx
+  Tensor m_dw_blocks;  // (blocks, Cout, Cin*k*k): weight gradient of each block of samples
 };
 
 // The plain 7-loop convolution, the readable reference the im2col path is tested against.
