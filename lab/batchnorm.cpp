@@ -292,6 +292,18 @@ std::vector<Buffer*> BatchNorm::buffers() {
 
 // x: (N, C) or (N, C, L) for BatchNorm1d, (N, C, H, W) for BatchNorm2d -> y: like x
 void BatchNorm::forward(const Tensor& x, Tensor& y, Mode mode) {
+  prepare_forward(x, mode);
+  const int64_t nb = x.dim(0), c = m_opt.num_features;
+  int64_t inner = 1;
+  for (int i = 2; i < x.ndim(); ++i) inner *= x.dim(i);
+  // y = x * alpha + beta per channel (an empty batch, n == 0, writes nothing); Train saves x.
+  y.resize(x.shape);
+  const bool train = mode == Mode::Train;
+  if (train) m_x.resize(x.shape);
+  channel_affine(x.ptr(), y.ptr(), train ? m_x.ptr() : nullptr, nb, c, inner, m_alpha.data(), m_beta.data());
+}
+
+void BatchNorm::prepare_forward(const Tensor& x, Mode mode) {
   if (m_opt.spatial_dims == 2 && x.ndim() != 4)
     throw ConfigError("expected 4D input (got " + std::to_string(x.ndim()) + "D input)");
   if (m_opt.spatial_dims != 2 && x.ndim() != 2 && x.ndim() != 3)
@@ -322,7 +334,6 @@ void BatchNorm::forward(const Tensor& x, Tensor& y, Mode mode) {
 
   m_mean.assign(static_cast<size_t>(c), 0.0f);
   m_invstd.assign(static_cast<size_t>(c), 0.0f);
-  y.resize(x.shape);
   int64_t count = n;
 
   if (batch_stats) {
@@ -425,16 +436,15 @@ void BatchNorm::forward(const Tensor& x, Tensor& y, Mode mode) {
     }
   }
 
-  // y = x * alpha + beta per channel (an empty batch, n == 0, writes nothing); Train saves x.
-  std::vector<float> alpha(static_cast<size_t>(c)), beta(static_cast<size_t>(c));
+  // y = x * alpha + beta per channel
+  m_alpha.resize(static_cast<size_t>(c));
+  m_beta.resize(static_cast<size_t>(c));
   for (int64_t ch = 0; ch < c; ++ch) {
     const float w = m_opt.affine ? m_weight.value.ptr()[ch] : 1.0f;
     const float b = m_opt.affine ? m_bias.value.ptr()[ch] : 0.0f;
-    alpha[ch] = m_invstd[ch] * w;
-    beta[ch] = b - m_mean[ch] * alpha[ch];
+    m_alpha[ch] = m_invstd[ch] * w;
+    m_beta[ch] = b - m_mean[ch] * m_alpha[ch];
   }
-  if (train) m_x.resize(x.shape);
-  channel_affine(x.ptr(), y.ptr(), train ? m_x.ptr() : nullptr, nb, c, inner, alpha.data(), beta.data());
 
   if (train) {
     m_shape = x.shape;
@@ -454,7 +464,17 @@ void BatchNorm::backward(const Tensor& dy, Tensor* dx) {
   // Local per-channel sums: sum_dy and sum_dy_xmu = sum dy * (x - mean).
   std::vector<double> sum_dy(static_cast<size_t>(c)), sum_dy_xmu(static_cast<size_t>(c));
   channel_grad_sums(dy.ptr(), m_x.ptr(), nb, c, inner, m_mean.data(), sum_dy.data(), sum_dy_xmu.data());
+  const InputGradCoefficients* k = finish_backward(sum_dy, sum_dy_xmu, dx != nullptr);
+  if (!dx) return;
+  dx->resize(m_shape);
+  channel_input_grad(dy.ptr(), m_x.ptr(), dx->ptr(), nb, c, inner, k->grad_mean.data(), m_mean.data(), k->k.data(),
+                     k->scale.data());
+}
 
+const BatchNorm::InputGradCoefficients* BatchNorm::finish_backward(const std::vector<double>& sum_dy,
+                                                                   const std::vector<double>& sum_dy_xmu,
+                                                                   bool want_dx) {
+  const int64_t c = m_opt.num_features;
   // weight/bias gradients stay local (DDP averages them like any other gradient).
   if (m_opt.affine) {
     for (int64_t ch = 0; ch < c; ++ch) {
@@ -472,20 +492,21 @@ void BatchNorm::backward(const Tensor& dy, Tensor* dx) {
   }
   if (m_synced) m_sync->allreduce_sum(global.data(), static_cast<int>(2 * c));
 
-  if (!dx) return;
-  dx->resize(m_shape);
+  if (!want_dx) return nullptr;
   const double count = static_cast<double>(m_count);
-  std::vector<float> k(static_cast<size_t>(c)), grad_mean(static_cast<size_t>(c)), scale(static_cast<size_t>(c));
+  InputGradCoefficients& out = m_coef;
+  out.k.resize(static_cast<size_t>(c));
+  out.grad_mean.resize(static_cast<size_t>(c));
+  out.scale.resize(static_cast<size_t>(c));
   for (int64_t ch = 0; ch < c; ++ch) {
     const double invstd = m_invstd[ch];
     const float w = m_opt.affine ? m_weight.value.ptr()[ch] : 1.0f;
     // dx = (dy - sum_dy/N - (x - mean) * invstd^2 * sum_dy_xmu/N) * invstd * weight
-    k[ch] = static_cast<float>(global[c + ch] * invstd * invstd / count);
-    grad_mean[ch] = static_cast<float>(global[ch] / count);
-    scale[ch] = static_cast<float>(invstd * w);
+    out.k[ch] = static_cast<float>(global[c + ch] * invstd * invstd / count);
+    out.grad_mean[ch] = static_cast<float>(global[ch] / count);
+    out.scale[ch] = static_cast<float>(invstd * w);
   }
-  channel_input_grad(dy.ptr(), m_x.ptr(), dx->ptr(), nb, c, inner, grad_mean.data(), m_mean.data(), k.data(),
-                     scale.data());
+  return &out;
 }
 
 }  // namespace lab

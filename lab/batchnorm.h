@@ -68,6 +68,23 @@ class BatchNorm : public Module {
   Buffer& running_var() { return m_running_var; }
   Buffer& num_batches_tracked() { return m_num_batches_tracked; }
 
+  // forward() and backward() in halves, for a caller that fuses the elementwise passes with the
+  // layers around (bn_relu_pool.h); forward() and backward() are these plus one pass each.
+  // prepare_forward: everything but y: the statistics (SyncBN's collectives), running statistics,
+  // num_batches_tracked, the batch-of-one error, last_stats(), and y = x * alpha() + beta().
+  void prepare_forward(const Tensor& x, Mode mode);
+  const std::vector<float>& alpha() const { return m_alpha; }  // (C,)
+  const std::vector<float>& beta() const { return m_beta; }    // (C,)
+  const std::vector<float>& mean() const { return m_mean; }    // (C,) mean used to normalize
+  // From this rank's sums per channel, sum_dy = sum dy and sum_dy_xmu = sum dy * (x - mean()):
+  // the weight and bias gradients and SyncBN's allreduce, then (want_dx) the coefficients of
+  //   dx = (dy - grad_mean - (x - mean) * k) * scale          (per channel; nullptr: no dx)
+  struct InputGradCoefficients {
+    std::vector<float> grad_mean, k, scale;  // (C,) each
+  };
+  const InputGradCoefficients* finish_backward(const std::vector<double>& sum_dy,
+                                               const std::vector<double>& sum_dy_xmu, bool want_dx);
+
  private:
   BatchNormOptions m_opt;
   BnSync* m_sync = nullptr;
@@ -79,6 +96,8 @@ class BatchNorm : public Module {
   Tensor m_x;                   // like x: the input; backward uses x - mean, as PyTorch does
   std::vector<float> m_mean;    // (C,) mean used to normalize
   std::vector<float> m_invstd;  // (C,) 1 / sqrt(var + eps) used to normalize
+  std::vector<float> m_alpha, m_beta;  // (C,) y = x * alpha + beta
+  InputGradCoefficients m_coef;        // the last finish_backward()'s
   std::vector<int64_t> m_shape;
   int64_t m_count = 0;          // n behind the statistics (global with SyncBN)
   bool m_synced = false;        // the forward communicated, so backward must too

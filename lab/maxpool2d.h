@@ -13,6 +13,7 @@ namespace lab {
 class MaxPool2d : public Module {
  public:
   explicit MaxPool2d(int kernel_size) : m_k(kernel_size) {}
+  int kernel_size() const { return m_k; }
   std::string kind() const override { return "MaxPool2d"; }
   std::string describe() const override { return "MaxPool2d(" + std::to_string(m_k) + ")"; }
   // x: (N, C, H, W) -> y: (N, C, H/k, W/k)

@@ -12,12 +12,31 @@
 
 namespace lab {
 
+bool Model::fused_at(size_t i) const {
+  if (!m_fusion || i + 2 >= m_modules.size()) return false;
+  const auto* pool = dynamic_cast<const MaxPool2d*>(m_modules[i + 2].get());
+  return dynamic_cast<const BatchNorm*>(m_modules[i].get()) && dynamic_cast<const ReLU*>(m_modules[i + 1].get()) &&
+         pool && pool->kernel_size() == 2;
+}
+
 const Tensor& Model::forward(const Tensor& x, Mode mode) {
   assert(!m_modules.empty());
-  m_acts.resize(m_modules.size());
+  const size_t count = m_modules.size();
+  m_acts.resize(count);
+  m_fused.resize(count);
+  m_fused_end.assign(count, -1);
   m_input = &x;
   const Tensor* in = &x;
-  for (size_t i = 0; i < m_modules.size(); ++i) {
+  for (size_t i = 0; i < count; ++i) {
+    auto* bn = static_cast<BatchNorm*>(m_modules[i].get());
+    if (fused_at(i) && BnReluPool::applies(*bn, *in)) {
+      if (!m_fused[i]) m_fused[i] = std::make_unique<BnReluPool>();
+      m_fused[i]->forward(*bn, *in, m_acts[i + 2], mode);  // *in is m_acts[i - 1] or x: kept until backward
+      m_fused_end[i + 2] = static_cast<int>(i);
+      in = &m_acts[i + 2];
+      i += 2;
+      continue;
+    }
     m_modules[i]->forward(*in, m_acts[i], mode);
     in = &m_acts[i];
   }
@@ -41,8 +60,14 @@ void Model::backward(const Tensor& dlogits, const std::function<void(int)>& on_p
   // m_grads[i] holds the gradient of module i's output; module i writes its dx into m_grads[i - 1].
   for (size_t i = count; i-- > first_with_params;) {
     const Tensor& dy = i + 1 == count ? dlogits : m_grads[i];
-    Tensor* dx = i > first_with_params ? &m_grads[i - 1] : nullptr;
-    m_modules[i]->backward(dy, dx);
+    if (m_fused_end.size() == count && m_fused_end[i] >= 0) {  // a fused run ends at module i
+      i = static_cast<size_t>(m_fused_end[i]);
+      Tensor* dx = i > first_with_params ? &m_grads[i - 1] : nullptr;
+      m_fused[i]->backward(*static_cast<BatchNorm*>(m_modules[i].get()), dy, dx);
+    } else {
+      Tensor* dx = i > first_with_params ? &m_grads[i - 1] : nullptr;
+      m_modules[i]->backward(dy, dx);
+    }
     if (on_param_ready) {
       const int np = static_cast<int>(m_modules[i]->params().size());
       for (int p = np - 1; p >= 0; --p) on_param_ready(first_param[i] + p);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "batchnorm.h"
+#include "bn_relu_pool.h"
 #include "module.h"
 
 namespace lab {
@@ -44,6 +45,9 @@ class Model {
   std::vector<int> batchnorm_module_index();  // module index of each BatchNorm ("2" in "2.weight")
   void zero_grad();
   std::string describe() const;          // "Sequential(Flatten(), Linear(784, 256), ...)"
+  // BatchNorm2d -> ReLU -> MaxPool2d(2) runs as one fused layer (bn_relu_pool.h) when on (the
+  // default); off runs the three modules, the reference the fused path is tested against.
+  void set_fusion(bool on) { m_fusion = on; }
   // Floating-point operations of one training step per sample in the matrix products (forward,
   // weight gradients, and input gradients except for the first layer with parameters, which
   // needs none): 2 x multiply-adds, the usual count for a roofline. sample_shape: (1, 28, 28).
@@ -52,7 +56,13 @@ class Model {
 
  private:
   std::vector<std::unique_ptr<Module>> m_modules;
-  std::vector<Tensor> m_acts;  // m_acts[i] = output of module i
+  // The fused BatchNorm2d -> ReLU -> MaxPool2d at module i (the BatchNorm) when module i + 2 is
+  // the end of a run computed by it in the last forward (m_fused_end[i + 2] == i).
+  bool fused_at(size_t i) const;
+  bool m_fusion = true;
+  std::vector<std::unique_ptr<BnReluPool>> m_fused;  // per module index, created on first use
+  std::vector<int> m_fused_end;                      // per module index: -1 or the run's first module
+  std::vector<Tensor> m_acts;  // m_acts[i] = output of module i (unset inside a fused run)
   std::vector<Tensor> m_grads;
   const Tensor* m_input = nullptr;
 };

@@ -1,0 +1,154 @@
+#include "bn_relu_pool.h"
+
+#include <cassert>
+#include <cstring>
+
+namespace lab {
+
+namespace {
+
+// MaxPool2d's rule (maxpool2d.cpp): v takes the window from best when strictly greater, or NaN.
+inline bool takes(float v, float best) { return (v > best) | (v != v); }
+
+inline float relu(float v) { return v < 0.0f ? 0.0f : v; }
+
+// Branch-free selects written with bit masks: the form the vectorizer accepts when one condition
+// picks several values (plain ?: there stays a branch).
+inline uint32_t mask_of(bool t) { return 0u - static_cast<uint32_t>(t); }
+inline float pick(uint32_t mask, float a, float b) {  // mask ? a : b
+  uint32_t ua, ub;
+  std::memcpy(&ua, &a, sizeof ua);
+  std::memcpy(&ub, &b, sizeof ub);
+  const uint32_t u = (ua & mask) | (ub & ~mask);
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+constexpr int32_t kPassed = 4;  // m_win bit: ReLU let the winner's gradient through
+
+
+// One plane (H, W) of one channel: BatchNorm's affine map, ReLU and the 2x2 tournament. Written
+// as two flat passes so the compiler vectorizes both: the horizontal pairs of the whole plane
+// (H * W / 2 of them, consecutive in memory since W is even), then the vertical pairs of pair
+// winners, row by row. pair_* are scratch of H * W / 2. win/xwin: null in Eval.
+void plane_forward(const float* __restrict in, int64_t h, int64_t w, float a, float b, float* __restrict out,
+                   int32_t* __restrict win, float* __restrict xwin, float* __restrict pair_r,
+                   float* __restrict pair_v, float* __restrict pair_x, int32_t* __restrict pair_i) {
+  const int64_t pairs = h * w / 2, wo = w / 2, ho = h / 2;
+  for (int64_t j = 0; j < pairs; ++j) {
+    const float x0 = in[2 * j], x1 = in[2 * j + 1];
+    const float v0 = x0 * a + b, v1 = x1 * a + b;
+    const float r0 = relu(v0), r1 = relu(v1);
+    const int32_t t = takes(r1, r0);
+    pair_r[j] = t ? r1 : r0;
+    pair_v[j] = t ? v1 : v0;
+    pair_x[j] = t ? x1 : x0;
+    pair_i[j] = t;
+  }
+  for (int64_t oh = 0; oh < ho; ++oh) {
+    const float* __restrict tr = pair_r + 2 * oh * wo;
+    const float* __restrict br = tr + wo;
+    float* __restrict o = out + oh * wo;
+    if (!win) {
+      for (int64_t ow = 0; ow < wo; ++ow) o[ow] = takes(br[ow], tr[ow]) ? br[ow] : tr[ow];
+      continue;
+    }
+    const float* __restrict tv = pair_v + 2 * oh * wo;
+    const float* __restrict bv = tv + wo;
+    const float* __restrict tx = pair_x + 2 * oh * wo;
+    const float* __restrict bx = tx + wo;
+    const int32_t* __restrict ti = pair_i + 2 * oh * wo;
+    const int32_t* __restrict bi = ti + wo;
+    int32_t* __restrict wn = win + oh * wo;
+    float* __restrict xw = xwin + oh * wo;
+    for (int64_t ow = 0; ow < wo; ++ow) {
+      const uint32_t m = mask_of(takes(br[ow], tr[ow]));  // the bottom pair takes the window
+      o[ow] = pick(m, br[ow], tr[ow]);
+      const float v = pick(m, bv[ow], tv[ow]);
+      const int32_t place = static_cast<int32_t>((static_cast<uint32_t>(2 + bi[ow]) & m) |
+                                                 (static_cast<uint32_t>(ti[ow]) & ~m));
+      wn[ow] = place + kPassed * static_cast<int32_t>(!(v <= 0.0f));
+      xw[ow] = pick(m, bx[ow], tx[ow]);
+    }
+  }
+}
+
+}  // namespace
+
+bool BnReluPool::applies(const BatchNorm& bn, const Tensor& x) {
+  return bn.options().spatial_dims == 2 && x.ndim() == 4 && x.dim(2) % 2 == 0 && x.dim(3) % 2 == 0;
+}
+
+void BnReluPool::forward(BatchNorm& bn, const Tensor& x, Tensor& y, Mode mode) {
+  assert(applies(bn, x));
+  bn.prepare_forward(x, mode);
+  const int64_t n = x.dim(0), c = x.dim(1), h = x.dim(2), w = x.dim(3), ho = h / 2, wo = w / 2;
+  y.resize({n, c, ho, wo});
+  const bool train = mode == Mode::Train;
+  if (train) {
+    m_x = &x;
+    m_win.resize(static_cast<size_t>(n * c * ho * wo));
+    m_xwin.resize(m_win.size());
+  }
+  const size_t pairs = static_cast<size_t>(h * w / 2);
+  m_pair_r.resize(pairs);
+  m_pair_v.resize(pairs);
+  m_pair_x.resize(pairs);
+  m_pair_i.resize(pairs);
+  const float* alpha = bn.alpha().data();
+  const float* beta = bn.beta().data();
+  for (int64_t p = 0; p < n * c; ++p)
+    plane_forward(x.ptr() + p * h * w, h, w, alpha[p % c], beta[p % c], y.ptr() + p * ho * wo,
+                  train ? m_win.data() + p * ho * wo : nullptr, train ? m_xwin.data() + p * ho * wo : nullptr,
+                  m_pair_r.data(), m_pair_v.data(), m_pair_x.data(), m_pair_i.data());
+}
+
+void BnReluPool::backward(BatchNorm& bn, const Tensor& dy, Tensor* dx) {
+  assert(m_x != nullptr && dy.numel() == static_cast<int64_t>(m_win.size()));
+  const Tensor& x = *m_x;
+  const int64_t n = x.dim(0), c = x.dim(1), h = x.dim(2), w = x.dim(3), ho = h / 2, wo = w / 2;
+  const int64_t plane_out = ho * wo;
+  const float* mean = bn.mean().data();
+  // BatchNorm's sums: its output gradient is the pooled gradient at the winners ReLU passed (the
+  // pooling's backward adds it to a zero: 0 + g) and 0 elsewhere.
+  std::vector<double> sum_dy(static_cast<size_t>(c), 0.0), sum_dy_xmu(static_cast<size_t>(c), 0.0);
+  for (int64_t p = 0; p < n * c; ++p) {
+    const int64_t ch = p % c;
+    const float* g = dy.ptr() + p * plane_out;
+    const int32_t* win = m_win.data() + p * plane_out;
+    const float* xwin = m_xwin.data() + p * plane_out;
+    double s = 0.0, t = 0.0;
+    for (int64_t o = 0; o < plane_out; ++o) {
+      if (!(win[o] & kPassed)) continue;
+      const float gv = 0.0f + g[o];
+      s += gv;
+      t += (xwin[o] - mean[ch]) * gv;
+    }
+    sum_dy[static_cast<size_t>(ch)] += s;
+    sum_dy_xmu[static_cast<size_t>(ch)] += t;
+  }
+  const BatchNorm::InputGradCoefficients* k = bn.finish_backward(sum_dy, sum_dy_xmu, dx != nullptr);
+  if (!dx) return;
+  dx->resize(x.shape);
+  for (int64_t p = 0; p < n * c; ++p) {
+    const int64_t ch = p % c;
+    const float gm = k->grad_mean[ch], mu = mean[ch], kk = k->k[ch], sc = k->scale[ch];
+    const float* in = x.ptr() + p * h * w;
+    float* out = dx->ptr() + p * h * w;
+    // every element as if its gradient were 0, then the winners ReLU passed with theirs
+    for (int64_t i = 0; i < h * w; ++i) out[i] = (0.0f - gm - (in[i] - mu) * kk) * sc;
+    const float* g = dy.ptr() + p * plane_out;
+    const int32_t* win = m_win.data() + p * plane_out;
+    for (int64_t oh = 0; oh < ho; ++oh)
+      for (int64_t ow = 0; ow < wo; ++ow) {
+        const int32_t wv = win[oh * wo + ow];
+        if (!(wv & kPassed)) continue;
+        const int pos = wv & 3;
+        const int64_t e = (2 * oh + (pos >> 1)) * w + 2 * ow + (pos & 1);
+        out[e] = ((0.0f + g[oh * wo + ow]) - gm - (in[e] - mu) * kk) * sc;
+      }
+  }
+}
+
+}  // namespace lab
