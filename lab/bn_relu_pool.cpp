@@ -74,6 +74,64 @@ void plane_forward(const float* __restrict in, int64_t h, int64_t w, float a, fl
   }
 }
 
+// One plane's share of BatchNorm's backward sums: sum_dy += sum of the passed winners' gradients,
+// sum_xmu += sum of gradient * (x - mean). Float lanes over blocks of kBlock outputs, each block
+// folded into double (as batchnorm.cpp's accumulate_dy_xmu), so the loop vectorizes.
+void plane_grad_sums(const float* __restrict g, const int32_t* __restrict win, const float* __restrict xwin,
+                     int64_t count, float mean, double& sum_dy, double& sum_xmu) {
+  constexpr int kLanes = 8, kBlock = 64;
+  double s = 0.0, t = 0.0;
+  int64_t o = 0;
+  for (; o + kBlock <= count; o += kBlock) {
+    float fa[kLanes] = {}, fb[kLanes] = {};
+    for (int b = 0; b < kBlock; b += kLanes)
+      for (int j = 0; j < kLanes; ++j) {
+        const int64_t q = o + b + j;
+        const float gv = pick(mask_of((win[q] & kPassed) != 0), 0.0f + g[q], 0.0f);
+        fa[j] += gv;
+        fb[j] += (xwin[q] - mean) * gv;
+      }
+    double u = 0.0, v = 0.0;
+    for (int j = 0; j < kLanes; ++j) {
+      u += fa[j];
+      v += fb[j];
+    }
+    s += u;
+    t += v;
+  }
+  for (; o < count; ++o) {
+    const float gv = pick(mask_of((win[o] & kPassed) != 0), 0.0f + g[o], 0.0f);
+    s += gv;
+    t += (xwin[o] - mean) * gv;
+  }
+  sum_dy += s;
+  sum_xmu += t;
+}
+
+// One plane of dx = (dy - grad_mean - (x - mean) * k) * scale, window by window: dy is the
+// pooled gradient at the winner ReLU passed (0 + g) and 0 at the other three inputs.
+void plane_input_grad(const float* __restrict in, const float* __restrict g, const int32_t* __restrict win,
+                      int64_t h, int64_t w, float gm, float mu, float k, float sc, float* __restrict out) {
+  const int64_t ho = h / 2, wo = w / 2;
+  for (int64_t oh = 0; oh < ho; ++oh) {
+    const float* __restrict ta = in + 2 * oh * w;
+    const float* __restrict ba = ta + w;
+    float* __restrict tq = out + 2 * oh * w;
+    float* __restrict bq = tq + w;
+    for (int64_t ow = 0; ow < wo; ++ow) {
+      const int32_t wv = win[oh * wo + ow];
+      const float gp = pick(mask_of((wv & kPassed) != 0), 0.0f + g[oh * wo + ow], 0.0f);
+      const int32_t place = wv & 3;
+      const float d0 = pick(mask_of(place == 0), gp, 0.0f), d1 = pick(mask_of(place == 1), gp, 0.0f);
+      const float d2 = pick(mask_of(place == 2), gp, 0.0f), d3 = pick(mask_of(place == 3), gp, 0.0f);
+      tq[2 * ow] = (d0 - gm - (ta[2 * ow] - mu) * k) * sc;
+      tq[2 * ow + 1] = (d1 - gm - (ta[2 * ow + 1] - mu) * k) * sc;
+      bq[2 * ow] = (d2 - gm - (ba[2 * ow] - mu) * k) * sc;
+      bq[2 * ow + 1] = (d3 - gm - (ba[2 * ow + 1] - mu) * k) * sc;
+    }
+  }
+}
+
 }  // namespace
 
 bool BnReluPool::applies(const BatchNorm& bn, const Tensor& x) {
@@ -115,39 +173,16 @@ void BnReluPool::backward(BatchNorm& bn, const Tensor& dy, Tensor* dx) {
   std::vector<double> sum_dy(static_cast<size_t>(c), 0.0), sum_dy_xmu(static_cast<size_t>(c), 0.0);
   for (int64_t p = 0; p < n * c; ++p) {
     const int64_t ch = p % c;
-    const float* g = dy.ptr() + p * plane_out;
-    const int32_t* win = m_win.data() + p * plane_out;
-    const float* xwin = m_xwin.data() + p * plane_out;
-    double s = 0.0, t = 0.0;
-    for (int64_t o = 0; o < plane_out; ++o) {
-      if (!(win[o] & kPassed)) continue;
-      const float gv = 0.0f + g[o];
-      s += gv;
-      t += (xwin[o] - mean[ch]) * gv;
-    }
-    sum_dy[static_cast<size_t>(ch)] += s;
-    sum_dy_xmu[static_cast<size_t>(ch)] += t;
+    plane_grad_sums(dy.ptr() + p * plane_out, m_win.data() + p * plane_out, m_xwin.data() + p * plane_out, plane_out,
+                    mean[ch], sum_dy[static_cast<size_t>(ch)], sum_dy_xmu[static_cast<size_t>(ch)]);
   }
   const BatchNorm::InputGradCoefficients* k = bn.finish_backward(sum_dy, sum_dy_xmu, dx != nullptr);
   if (!dx) return;
   dx->resize(x.shape);
   for (int64_t p = 0; p < n * c; ++p) {
     const int64_t ch = p % c;
-    const float gm = k->grad_mean[ch], mu = mean[ch], kk = k->k[ch], sc = k->scale[ch];
-    const float* in = x.ptr() + p * h * w;
-    float* out = dx->ptr() + p * h * w;
-    // every element as if its gradient were 0, then the winners ReLU passed with theirs
-    for (int64_t i = 0; i < h * w; ++i) out[i] = (0.0f - gm - (in[i] - mu) * kk) * sc;
-    const float* g = dy.ptr() + p * plane_out;
-    const int32_t* win = m_win.data() + p * plane_out;
-    for (int64_t oh = 0; oh < ho; ++oh)
-      for (int64_t ow = 0; ow < wo; ++ow) {
-        const int32_t wv = win[oh * wo + ow];
-        if (!(wv & kPassed)) continue;
-        const int pos = wv & 3;
-        const int64_t e = (2 * oh + (pos >> 1)) * w + 2 * ow + (pos & 1);
-        out[e] = ((0.0f + g[oh * wo + ow]) - gm - (in[e] - mu) * kk) * sc;
-      }
+    plane_input_grad(x.ptr() + p * h * w, dy.ptr() + p * plane_out, m_win.data() + p * plane_out, h, w,
+                     k->grad_mean[ch], mean[ch], k->k[ch], k->scale[ch], dx->ptr() + p * h * w);
   }
 }
 

@@ -105,6 +105,6 @@ printf '%s\n' "${results[@]}" | awk '
   END {
     g = exp(lg / n)
     printf "# targets: every ratio >= 1.5 (min %.2f, %s: %s), geometric mean >= 2.0 (%.2f: %s)\n",
-           mn, at, mn >= 1.5 ? "met" : "NOT met", g, g >= 2.0 ? "met" : "NOT met"
+           mn, at, (mn >= 1.5 ? "met" : "NOT met"), g, (g >= 2.0 ? "met" : "NOT met")
     printf "geomean lab/torch %.2f\n", g
   }'
