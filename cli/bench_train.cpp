@@ -14,6 +14,7 @@
 #include "gemm.h"
 #include "model.h"
 #include "optim.h"
+#include "parallel.h"
 #include "threads/transport_threads.h"
 #include "torch_rng.h"
 
@@ -37,7 +38,7 @@ int bench_train(const BenchTrainOptions& opt) {
   if (opt.threads < 1) throw ConfigError("--threads must be at least 1");
   if (opt.rounds < 1 || !(opt.seconds > 0)) throw ConfigError("--rounds and --seconds must be positive");
   const int world = opt.world_size;
-  gemm_set_threads(world == 1 ? opt.threads : 1);
+  set_compute_threads(world == 1 ? opt.threads : 1);
   std::printf("# dtlab %s bench train model=%s batch_size=%lld world_size=%d threads=%d sgemm=%s\n", kDtlabVersion,
               opt.model.c_str(), opt.batch_size, world, world == 1 ? opt.threads : 1, gemm_backend_name());
   std::fflush(stdout);

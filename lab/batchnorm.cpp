@@ -16,6 +16,7 @@
 #include <cstdio>
 
 #include "errors.h"
+#include "parallel.h"
 
 namespace lab {
 
@@ -165,8 +166,10 @@ void channel_sum(const float* x, int64_t nb, int64_t c, int64_t inner, double* _
     }
     return;
   }
-  for (int64_t ch = 0; ch < c; ++ch)
-    for (int64_t b = 0; b < nb; ++b) out[ch] += sum_of(x + (b * c + ch) * inner, inner);
+  parallel_for(c, [&](int64_t c0, int64_t c1, int) {
+    for (int64_t ch = c0; ch < c1; ++ch)
+      for (int64_t b = 0; b < nb; ++b) out[ch] += sum_of(x + (b * c + ch) * inner, inner);
+  });
 }
 
 // out (c,) = per-channel sum of (x - mean)^2, deviation and square in float, sum in double
@@ -183,8 +186,10 @@ void channel_sq_dev(const float* x, int64_t nb, int64_t c, int64_t inner, const 
     }
     return;
   }
-  for (int64_t ch = 0; ch < c; ++ch)
-    for (int64_t b = 0; b < nb; ++b) out[ch] += sum_sq_dev(x + (b * c + ch) * inner, inner, mean[ch]);
+  parallel_for(c, [&](int64_t c0, int64_t c1, int) {
+    for (int64_t ch = c0; ch < c1; ++ch)
+      for (int64_t b = 0; b < nb; ++b) out[ch] += sum_sq_dev(x + (b * c + ch) * inner, inner, mean[ch]);
+  });
 }
 
 // y = x * alpha[ch] + beta[ch]; saved = x when saved != nullptr

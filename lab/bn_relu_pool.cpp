@@ -3,6 +3,8 @@
 #include <cassert>
 #include <cstring>
 
+#include "parallel.h"
+
 namespace lab {
 
 namespace {
@@ -150,16 +152,20 @@ void BnReluPool::forward(BatchNorm& bn, const Tensor& x, Tensor& y, Mode mode) {
     m_xwin.resize(m_win.size());
   }
   const size_t pairs = static_cast<size_t>(h * w / 2);
-  m_pair_r.resize(pairs);
-  m_pair_v.resize(pairs);
-  m_pair_x.resize(pairs);
-  m_pair_i.resize(pairs);
+  m_scratch.resize(static_cast<size_t>(compute_threads()));
   const float* alpha = bn.alpha().data();
   const float* beta = bn.beta().data();
-  for (int64_t p = 0; p < n * c; ++p)
-    plane_forward(x.ptr() + p * h * w, h, w, alpha[p % c], beta[p % c], y.ptr() + p * ho * wo,
-                  train ? m_win.data() + p * ho * wo : nullptr, train ? m_xwin.data() + p * ho * wo : nullptr,
-                  m_pair_r.data(), m_pair_v.data(), m_pair_x.data(), m_pair_i.data());
+  parallel_for(n * c, [&](int64_t begin, int64_t end, int slot) {
+    Scratch& s = m_scratch[static_cast<size_t>(slot)];
+    s.pair_r.resize(pairs);
+    s.pair_v.resize(pairs);
+    s.pair_x.resize(pairs);
+    s.pair_i.resize(pairs);
+    for (int64_t p = begin; p < end; ++p)
+      plane_forward(x.ptr() + p * h * w, h, w, alpha[p % c], beta[p % c], y.ptr() + p * ho * wo,
+                    train ? m_win.data() + p * ho * wo : nullptr, train ? m_xwin.data() + p * ho * wo : nullptr,
+                    s.pair_r.data(), s.pair_v.data(), s.pair_x.data(), s.pair_i.data());
+  });
 }
 
 void BnReluPool::backward(BatchNorm& bn, const Tensor& dy, Tensor* dx) {
@@ -170,20 +176,26 @@ void BnReluPool::backward(BatchNorm& bn, const Tensor& dy, Tensor* dx) {
   const float* mean = bn.mean().data();
   // BatchNorm's sums: its output gradient is the pooled gradient at the winners ReLU passed (the
   // pooling's backward adds it to a zero: 0 + g) and 0 elsewhere.
+  // Each channel's sums over the samples in order, whatever the number of threads.
   std::vector<double> sum_dy(static_cast<size_t>(c), 0.0), sum_dy_xmu(static_cast<size_t>(c), 0.0);
-  for (int64_t p = 0; p < n * c; ++p) {
-    const int64_t ch = p % c;
-    plane_grad_sums(dy.ptr() + p * plane_out, m_win.data() + p * plane_out, m_xwin.data() + p * plane_out, plane_out,
-                    mean[ch], sum_dy[static_cast<size_t>(ch)], sum_dy_xmu[static_cast<size_t>(ch)]);
-  }
+  parallel_for(c, [&](int64_t c0, int64_t c1, int) {
+    for (int64_t ch = c0; ch < c1; ++ch)
+      for (int64_t b = 0; b < n; ++b) {
+        const int64_t p = b * c + ch;
+        plane_grad_sums(dy.ptr() + p * plane_out, m_win.data() + p * plane_out, m_xwin.data() + p * plane_out,
+                        plane_out, mean[ch], sum_dy[static_cast<size_t>(ch)], sum_dy_xmu[static_cast<size_t>(ch)]);
+      }
+  });
   const BatchNorm::InputGradCoefficients* k = bn.finish_backward(sum_dy, sum_dy_xmu, dx != nullptr);
   if (!dx) return;
   dx->resize(x.shape);
-  for (int64_t p = 0; p < n * c; ++p) {
-    const int64_t ch = p % c;
-    plane_input_grad(x.ptr() + p * h * w, dy.ptr() + p * plane_out, m_win.data() + p * plane_out, h, w,
-                     k->grad_mean[ch], mean[ch], k->k[ch], k->scale[ch], dx->ptr() + p * h * w);
-  }
+  parallel_for(n * c, [&](int64_t begin, int64_t end, int) {
+    for (int64_t p = begin; p < end; ++p) {
+      const int64_t ch = p % c;
+      plane_input_grad(x.ptr() + p * h * w, dy.ptr() + p * plane_out, m_win.data() + p * plane_out, h, w,
+                       k->grad_mean[ch], mean[ch], k->k[ch], k->scale[ch], dx->ptr() + p * h * w);
+    }
+  });
 }
 
 }  // namespace lab

@@ -41,9 +41,13 @@ class BnReluPool {
   // when ReLU passed it (its BatchNorm output was > 0 or NaN)
   std::vector<int32_t> m_win;
   std::vector<float> m_xwin;  // (N, C, H/2, W/2): x at each winner, for backward's sums
-  // (H * W / 2): one plane's horizontal pair winners: ReLU output, BatchNorm output, x, place
-  std::vector<float> m_pair_r, m_pair_v, m_pair_x;
-  std::vector<int32_t> m_pair_i;
+  // (H * W / 2): one plane's horizontal pair winners: ReLU output, BatchNorm output, x, place;
+  // one set per compute thread (parallel.h)
+  struct Scratch {
+    std::vector<float> pair_r, pair_v, pair_x;
+    std::vector<int32_t> pair_i;
+  };
+  std::vector<Scratch> m_scratch;
 };
 
 }  // namespace lab

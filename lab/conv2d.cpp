@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "gemm.h"
+#include "parallel.h"
 
 namespace lab {
 
@@ -201,18 +202,22 @@ void Conv2d::forward(const Tensor& x, Tensor& y, Mode /*mode*/) {
   const size_t out_sample = static_cast<size_t>(m_cout) * plane;
   const Geometry one = single(g);
   y.resize({g.n, m_cout, g.ho, g.wo});
-  m_cols.resize({kk, plane});
-  for (int n = 0; n < g.n; ++n) {
-    im2col(x.ptr() + n * in_sample, one, m_cols.ptr());
-    float* out = y.ptr() + n * out_sample;
-    // y[n] (Cout, Ho*Wo) = W (Cout, Cin*k*k) cols (Cin*k*k, Ho*Wo)
-    sgemm(false, false, m_cout, plane, kk, 1.0f, m_weight.value.ptr(), kk, m_cols.ptr(), plane, 0.0f, out, plane);
-    if (m_has_bias)
-      for (int co = 0; co < m_cout; ++co) {
-        const float b = m_bias.value.ptr()[co];
-        for (float *p = out + static_cast<size_t>(co) * plane, *e = p + plane; p != e; ++p) *p += b;
-      }
-  }
+  m_scratch.resize(static_cast<size_t>(compute_threads()));
+  parallel_for(g.n, [&](int64_t begin, int64_t end, int slot) {
+    Tensor& cols = m_scratch[static_cast<size_t>(slot)].cols;
+    cols.resize({kk, plane});
+    for (int64_t n = begin; n < end; ++n) {
+      im2col(x.ptr() + n * in_sample, one, cols.ptr());
+      float* out = y.ptr() + n * out_sample;
+      // y[n] (Cout, Ho*Wo) = W (Cout, Cin*k*k) cols (Cin*k*k, Ho*Wo)
+      sgemm(false, false, m_cout, plane, kk, 1.0f, m_weight.value.ptr(), kk, cols.ptr(), plane, 0.0f, out, plane);
+      if (m_has_bias)
+        for (int co = 0; co < m_cout; ++co) {
+          const float b = m_bias.value.ptr()[co];
+          for (float *p = out + static_cast<size_t>(co) * plane, *e = p + plane; p != e; ++p) *p += b;
+        }
+    }
+  });
 }
 
 // The weight gradient is a sum over samples. It is summed per block of kSamplesPerBlock samples
@@ -229,26 +234,29 @@ void Conv2d::backward(const Tensor& dy, Tensor* dx) {
   const Geometry one = single(g);
   const int blocks = (g.n + kSamplesPerBlock - 1) / kSamplesPerBlock;
   m_dw_blocks.resize({blocks, m_cout, kk});
-  m_cols.resize({kk, plane});
-  if (dx) {
-    m_dcols.resize({kk, plane});
-    dx->resize(m_in_shape);
-  }
-  for (int b = 0; b < blocks; ++b) {
-    float* dw = m_dw_blocks.ptr() + b * wsize;
-    for (int n = b * kSamplesPerBlock; n < std::min(g.n, (b + 1) * kSamplesPerBlock); ++n) {
-      const float* dyn = dy.ptr() + n * out_sample;
-      im2col(m_x.ptr() + n * in_sample, one, m_cols.ptr());
-      // dW block (Cout, Cin*k*k) += dy[n] (Cout, Ho*Wo) cols^T (Ho*Wo, Cin*k*k)
-      sgemm(false, true, m_cout, kk, plane, 1.0f, dyn, plane, m_cols.ptr(), plane,
-            n == b * kSamplesPerBlock ? 0.0f : 1.0f, dw, kk);
-      if (dx) {
-        // dcols (Cin*k*k, Ho*Wo) = W^T (Cin*k*k, Cout) dy[n] (Cout, Ho*Wo), folded back into dx[n]
-        sgemm(true, false, kk, plane, m_cout, 1.0f, m_weight.value.ptr(), kk, dyn, plane, 0.0f, m_dcols.ptr(), plane);
-        col2im(m_dcols.ptr(), one, dx->ptr() + n * in_sample);
+  if (dx) dx->resize(m_in_shape);
+  m_scratch.resize(static_cast<size_t>(compute_threads()));
+  parallel_for(blocks, [&](int64_t block_begin, int64_t block_end, int slot) {
+    Tensor& cols = m_scratch[static_cast<size_t>(slot)].cols;
+    Tensor& dcols = m_scratch[static_cast<size_t>(slot)].dcols;
+    cols.resize({kk, plane});
+    if (dx) dcols.resize({kk, plane});
+    for (int64_t b = block_begin; b < block_end; ++b) {
+      float* dw = m_dw_blocks.ptr() + b * wsize;
+      const int64_t first = b * kSamplesPerBlock, last = std::min<int64_t>(g.n, first + kSamplesPerBlock);
+      for (int64_t n = first; n < last; ++n) {
+        const float* dyn = dy.ptr() + n * out_sample;
+        im2col(m_x.ptr() + n * in_sample, one, cols.ptr());
+        // dW block (Cout, Cin*k*k) += dy[n] (Cout, Ho*Wo) cols^T (Ho*Wo, Cin*k*k)
+        sgemm(false, true, m_cout, kk, plane, 1.0f, dyn, plane, cols.ptr(), plane, n == first ? 0.0f : 1.0f, dw, kk);
+        if (dx) {
+          // dcols (Cin*k*k, Ho*Wo) = W^T (Cin*k*k, Cout) dy[n] (Cout, Ho*Wo), folded back into dx[n]
+          sgemm(true, false, kk, plane, m_cout, 1.0f, m_weight.value.ptr(), kk, dyn, plane, 0.0f, dcols.ptr(), plane);
+          col2im(dcols.ptr(), one, dx->ptr() + n * in_sample);
+        }
       }
     }
-  }
+  });
   float* grad = m_weight.grad.ptr();
   for (int b = 0; b < blocks; ++b) {
     const float* dw = m_dw_blocks.ptr() + b * wsize;

@@ -37,8 +37,11 @@ class Conv2d : public Module {
   static constexpr int kSamplesPerBlock = 8;
   std::vector<int64_t> m_in_shape;  // (N, Cin, H, W) of the last forward
   Tensor m_x;          // (N, Cin, H, W): the last forward's input, unfolded again by backward
-  Tensor m_cols;       // (Cin*k*k, Ho*Wo): one sample's unfolded input
-  Tensor m_dcols;      // (Cin*k*k, Ho*Wo): its gradient, folded back into dx
+  struct Scratch {
+    Tensor cols;   // (Cin*k*k, Ho*Wo): one sample's unfolded input
+    Tensor dcols;  // (Cin*k*k, Ho*Wo): its gradient, folded back into dx
+  };
+  std::vector<Scratch> m_scratch;  // one per compute thread (parallel.h)
   Tensor m_dw_blocks;  // (blocks, Cout, Cin*k*k): weight gradient of each block of samples
 };
 

@@ -26,6 +26,7 @@
 #include "link_model.h"
 #include "local_sgd.h"
 #include "lr_schedule.h"
+#include "parallel.h"
 #include "optim.h"
 #include "run_dir.h"
 #include "run_wire.h"
@@ -361,8 +362,8 @@ void Run::start() {
   const int world = m_cfg.world_size;
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int threads = m_cfg.threads > 0 ? m_cfg.threads : hw;
-  // Ranks are threads: each gets a single-threaded BLAS; one rank may use them all.
-  gemm_set_threads(world == 1 ? threads : 1);
+  // Ranks are threads: each computes on its own thread; one rank may use them all (parallel.h).
+  set_compute_threads(world == 1 ? threads : 1);
   m_t0 = now_seconds();
   m_running = static_cast<int>(m_local.size());
   for (int r : m_local) m_threads.emplace_back([this, r] { rank_main(r); });
@@ -966,7 +967,7 @@ const RunSummary& Run::finish() {
 
   // Final evaluation of rank 0's model (as PyTorch users do: model.eval() on rank 0). Evaluation
   // in train mode runs on a copy, so the saved running statistics are untouched.
-  gemm_set_threads(m_cfg.threads > 0 ? m_cfg.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  set_compute_threads(m_cfg.threads > 0 ? m_cfg.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   Model& m0 = *m_replicas[0];
   m_summary.eval_mode = evaluate(m0, Mode::Eval, m_cfg.eval_batch_size, 0, m_test.size);
   auto copy = build_model(model_options(m_cfg), m_cfg.seed);

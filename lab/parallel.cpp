@@ -1,0 +1,153 @@
+// The compute pool behind parallel_for: threads - 1 workers and the caller.
+//
+// Protocol: the caller publishes the job (fn, count, threads) and bumps `generation`; each worker
+// runs its slice and decrements `remaining`; the caller runs slice 0, then waits for `remaining`
+// to reach 0. Workers wait for the next generation by spinning for kSpinSeconds (the layers of one
+// training step call parallel_for back to back), then sleep on a condition variable.
+#include "parallel.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "gemm.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace lab {
+
+namespace {
+
+constexpr double kSpinSeconds = 200e-6;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#endif
+}
+
+double seconds_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+thread_local bool t_inside = false;  // this thread is running a slice (nested calls run inline)
+
+class Pool {
+ public:
+  ~Pool() { resize(1); }
+
+  int threads() const { return m_threads; }
+
+  void resize(int threads) {
+    std::lock_guard<std::mutex> use(m_use);
+    if (threads == m_threads) return;
+    {
+      std::lock_guard<std::mutex> lock(m_mu);
+      m_stop = true;
+      m_generation.fetch_add(1, std::memory_order_release);
+    }
+    m_cv.notify_all();
+    for (auto& t : m_workers) t.join();
+    m_workers.clear();
+    m_stop = false;
+    m_threads = threads;
+    // A worker waits for the generation after this one: read it here, not in the new thread,
+    // which may start after the first job was already posted.
+    const uint64_t now = m_generation.load(std::memory_order_acquire);
+    for (int slot = 1; slot < threads; ++slot) m_workers.emplace_back([this, slot, now] { work(slot, now); });
+  }
+
+  void run(int64_t count, const std::function<void(int64_t, int64_t, int)>& fn) {
+    std::unique_lock<std::mutex> use(m_use, std::try_to_lock);
+    if (m_threads <= 1 || t_inside || !use.owns_lock() || count <= 1) {
+      if (count > 0) fn(0, count, 0);
+      return;
+    }
+    m_fn = &fn;
+    m_count = count;
+    m_error = nullptr;
+    m_remaining.store(m_threads - 1, std::memory_order_relaxed);
+    {
+      std::lock_guard<std::mutex> lock(m_mu);
+      m_generation.fetch_add(1, std::memory_order_release);
+    }
+    m_cv.notify_all();
+    slice(0);
+    for (int spins = 0; m_remaining.load(std::memory_order_acquire) != 0; ++spins) {
+      if (spins < 4096) cpu_relax();
+      else std::this_thread::yield();  // a worker without a core of its own: let it run
+    }
+    m_fn = nullptr;
+    if (m_error) std::rethrow_exception(m_error);
+  }
+
+ private:
+  void slice(int slot) {
+    const int64_t begin = m_count * slot / m_threads, end = m_count * (slot + 1) / m_threads;
+    t_inside = true;
+    try {
+      if (begin < end) (*m_fn)(begin, end, slot);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(m_mu);
+      if (!m_error) m_error = std::current_exception();
+    }
+    t_inside = false;
+  }
+
+  void work(int slot, uint64_t seen) {
+    for (;;) {
+      // Spin a while for the next job, then sleep.
+      const double until = seconds_now() + kSpinSeconds;
+      int spins = 0;
+      while (m_generation.load(std::memory_order_acquire) == seen) {
+        cpu_relax();
+        if (++spins % 64 == 0 && seconds_now() > until) {
+          std::unique_lock<std::mutex> lock(m_mu);
+          m_cv.wait(lock, [&] { return m_generation.load(std::memory_order_acquire) != seen; });
+        }
+      }
+      seen = m_generation.load(std::memory_order_acquire);
+      if (m_stop) return;
+      slice(slot);
+      m_remaining.fetch_sub(1, std::memory_order_acq_rel);
+    }
+  }
+
+  std::mutex m_use;  // one caller at a time
+  std::mutex m_mu;   // guards the sleep and m_error
+  std::condition_variable m_cv;
+  std::vector<std::thread> m_workers;
+  int m_threads = 1;
+  bool m_stop = false;
+  std::atomic<uint64_t> m_generation{0};
+  std::atomic<int> m_remaining{0};
+  const std::function<void(int64_t, int64_t, int)>* m_fn = nullptr;
+  int64_t m_count = 0;
+  std::exception_ptr m_error;
+};
+
+Pool& pool() {
+  static Pool p;
+  return p;
+}
+
+}  // namespace
+
+void set_compute_threads(int threads) {
+  gemm_set_threads(1);  // the layers call sgemm from inside their slices
+  pool().resize(std::max(1, threads));
+}
+
+int compute_threads() { return pool().threads(); }
+
+void parallel_for(int64_t count, const std::function<void(int64_t, int64_t, int)>& fn) { pool().run(count, fn); }
+
+}  // namespace lab

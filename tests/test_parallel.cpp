@@ -1,0 +1,85 @@
+// parallel_for (lab/parallel.h) and the promise it makes to the layers: the same bits with any
+// number of compute threads.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <stdexcept>
+#include <vector>
+
+#include "backends.h"
+#include "parallel.h"
+#include "run.h"
+#include "test_util.h"
+
+namespace {
+
+// Restores one compute thread when a test ends.
+struct Threads {
+  explicit Threads(int n) { lab::set_compute_threads(n); }
+  ~Threads() { lab::set_compute_threads(1); }
+};
+
+TEST(ParallelFor, SlicesCoverTheRangeOnceInOrder) {
+  for (int threads : {1, 2, 3}) {
+    Threads t(threads);
+    EXPECT_EQ(lab::compute_threads(), threads);
+    for (int64_t count : {0, 1, 2, 5, 64, 1001}) {
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(count));
+      std::atomic<int> slices{0};
+      lab::parallel_for(count, [&](int64_t begin, int64_t end, int slot) {
+        EXPECT_GE(slot, 0);
+        EXPECT_LT(slot, threads);
+        EXPECT_LT(begin, end);
+        ++slices;
+        for (int64_t i = begin; i < end; ++i) ++hits[static_cast<size_t>(i)];
+      });
+      for (auto& h : hits) EXPECT_EQ(h.load(), 1) << "threads " << threads << " count " << count;
+      EXPECT_LE(slices.load(), threads);
+    }
+  }
+}
+
+TEST(ParallelFor, NestedCallsRunInlineAndErrorsReachTheCaller) {
+  Threads t(2);
+  std::atomic<int64_t> total{0};
+  lab::parallel_for(4, [&](int64_t b, int64_t e, int) {
+    for (int64_t i = b; i < e; ++i)
+      lab::parallel_for(10, [&](int64_t b2, int64_t e2, int slot) {
+        EXPECT_EQ(slot, 0);  // inline: one slice
+        total += e2 - b2;
+      });
+  });
+  EXPECT_EQ(total.load(), 40);
+  EXPECT_THROW(lab::parallel_for(8, [](int64_t b, int64_t, int) {
+                 if (b > 0) throw std::runtime_error("slice failed");
+               }),
+               std::runtime_error);
+  // The pool still works afterwards.
+  std::atomic<int64_t> n{0};
+  lab::parallel_for(100, [&](int64_t b, int64_t e, int) { n += e - b; });
+  EXPECT_EQ(n.load(), 100);
+}
+
+// One rank with 1 and with 2 compute threads: identical weights and metrics, for both models
+// (conv: per-sample products, weight gradients per fixed block of samples; Linear: fixed blocks
+// of rows; BatchNorm and the fused block: one thread per channel's sums).
+TEST(ParallelFor, ARunGivesTheSameBitsWithOneOrTwoThreads) {
+  DTLAB_REQUIRE_DATASET();
+  for (const char* model : {"mlp", "cnn"}) {
+    testutil::TempDir a, b;
+    lab::RunConfig ca = testutil::small_run(model, 1, a.path(), 5);
+    ca.batch_size = 100;  // Linear's row blocks of 64: a full one and a short one
+    lab::RunConfig cb = ca;
+    cb.out_dir = b.path();
+    cb.threads = 2;
+    lab::Run(ca, lab::make_world).run();
+    lab::Run(cb, lab::make_world).run();
+    EXPECT_EQ(testutil::read_file(a.file("final.safetensors")), testutil::read_file(b.file("final.safetensors"))) << model;
+    EXPECT_EQ(testutil::without_wall_clock(testutil::read_file(a.file("metrics.jsonl"))),
+              testutil::without_wall_clock(testutil::read_file(b.file("metrics.jsonl"))))
+        << model;
+  }
+  lab::set_compute_threads(1);
+}
+
+}  // namespace
