@@ -191,11 +191,13 @@ void Conv2d::reset_parameters(TorchGenerator& g) {
 // W (Cout, Cin*k*k) x cols is the sample's output plane block (Cout, Ho*Wo) in NCHW already, so
 // no permute follows. (Unfolding the whole batch first wrote Cin*k*k*N*Ho*Wo floats, 14 MB for the
 // cnn's second conv at batch 64, and read them back from memory; per sample it is 225 KB.)
-void Conv2d::forward(const Tensor& x, Tensor& y, Mode /*mode*/) {
+void Conv2d::forward(const Tensor& x, Tensor& y, Mode mode) {
   assert(x.ndim() == 4 && x.dim(1) == m_cin);
   const Geometry g = geometry_of(x.shape, m_k, m_pad);
-  m_in_shape = x.shape;
-  m_x = x;  // backward unfolds the input again, sample by sample
+  if (mode == Mode::Train) {
+    m_in_shape = x.shape;
+    m_x = x;  // backward unfolds the input again, sample by sample
+  }
   const int kk = m_cin * m_k * m_k;
   const int plane = g.ho * g.wo;
   const size_t in_sample = static_cast<size_t>(m_cin) * g.h * g.w;
