@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,14 @@
 #include "model.h"
 
 namespace torchcmp {
+
+// A value with enough digits to tell float32 neighbours apart.
+inline std::string num(double x) {
+  std::ostringstream o;
+  o.precision(9);
+  o << x;
+  return o.str();
+}
 
 struct Compare {
   double max_abs = 0;
@@ -29,7 +38,7 @@ struct Compare {
     max_abs = std::max(max_abs, d);
     ++checked;
     if (!(d <= atol + rtol * std::fabs(b)) && mismatches.size() < 10)
-      mismatches.push_back(what + ": dtlab " + std::to_string(a) + " torch " + std::to_string(b));
+      mismatches.push_back(what + ": dtlab " + num(a) + " torch " + num(b) + " |diff| " + num(d));
   }
   ::testing::AssertionResult ok() const {
     if (mismatches.empty()) return ::testing::AssertionSuccess();
