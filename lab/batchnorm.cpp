@@ -156,17 +156,21 @@ inline void bn_input_grad(const float* __restrict g, const float* __restrict p, 
 // a run would be a single value, so those loops go row by row with per-channel arrays instead,
 // which vectorizes across channels.
 
+// Every loop runs on the compute threads (parallel.h). The sums split the channels, so that each
+// channel is still summed over the samples in order by one thread; the elementwise loops split the
+// rows (inner == 1) or the channels.
+
 // out (c,) = per-channel sum of x, in double
 void channel_sum(const float* x, int64_t nb, int64_t c, int64_t inner, double* __restrict out) {
   std::fill(out, out + c, 0.0);
-  if (inner == 1) {
-    for (int64_t b = 0; b < nb; ++b) {
-      const float* __restrict row = x + b * c;
-      for (int64_t ch = 0; ch < c; ++ch) out[ch] += row[ch];
-    }
-    return;
-  }
   parallel_for(c, [&](int64_t c0, int64_t c1, int) {
+    if (inner == 1) {
+      for (int64_t b = 0; b < nb; ++b) {
+        const float* __restrict row = x + b * c;
+        for (int64_t ch = c0; ch < c1; ++ch) out[ch] += row[ch];
+      }
+      return;
+    }
     for (int64_t ch = c0; ch < c1; ++ch)
       for (int64_t b = 0; b < nb; ++b) out[ch] += sum_of(x + (b * c + ch) * inner, inner);
   });
@@ -176,17 +180,17 @@ void channel_sum(const float* x, int64_t nb, int64_t c, int64_t inner, double* _
 void channel_sq_dev(const float* x, int64_t nb, int64_t c, int64_t inner, const float* __restrict mean,
                     double* __restrict out) {
   std::fill(out, out + c, 0.0);
-  if (inner == 1) {
-    for (int64_t b = 0; b < nb; ++b) {
-      const float* __restrict row = x + b * c;
-      for (int64_t ch = 0; ch < c; ++ch) {
-        const float d = row[ch] - mean[ch];
-        out[ch] += d * d;
-      }
-    }
-    return;
-  }
   parallel_for(c, [&](int64_t c0, int64_t c1, int) {
+    if (inner == 1) {
+      for (int64_t b = 0; b < nb; ++b) {
+        const float* __restrict row = x + b * c;
+        for (int64_t ch = c0; ch < c1; ++ch) {
+          const float d = row[ch] - mean[ch];
+          out[ch] += d * d;
+        }
+      }
+      return;
+    }
     for (int64_t ch = c0; ch < c1; ++ch)
       for (int64_t b = 0; b < nb; ++b) out[ch] += sum_sq_dev(x + (b * c + ch) * inner, inner, mean[ch]);
   });
@@ -196,19 +200,23 @@ void channel_sq_dev(const float* x, int64_t nb, int64_t c, int64_t inner, const 
 void channel_affine(const float* x, float* y, float* saved, int64_t nb, int64_t c, int64_t inner,
                     const float* __restrict alpha, const float* __restrict beta) {
   if (inner == 1) {
-    for (int64_t b = 0; b < nb; ++b) {
-      const float* __restrict in = x + b * c;
-      float* __restrict out = y + b * c;
-      for (int64_t ch = 0; ch < c; ++ch) out[ch] = in[ch] * alpha[ch] + beta[ch];
-    }
-    if (saved) std::copy(x, x + nb * c, saved);
+    parallel_for(nb, [&](int64_t b0, int64_t b1, int) {
+      for (int64_t b = b0; b < b1; ++b) {
+        const float* __restrict in = x + b * c;
+        float* __restrict out = y + b * c;
+        for (int64_t ch = 0; ch < c; ++ch) out[ch] = in[ch] * alpha[ch] + beta[ch];
+      }
+      if (saved) std::copy(x + b0 * c, x + b1 * c, saved + b0 * c);
+    });
     return;
   }
-  for (int64_t b = 0; b < nb; ++b)
-    for (int64_t ch = 0; ch < c; ++ch) {
-      const int64_t off = (b * c + ch) * inner;
-      scale_shift(x + off, y + off, saved ? saved + off : nullptr, inner, alpha[ch], beta[ch]);
-    }
+  parallel_for(c, [&](int64_t c0, int64_t c1, int) {
+    for (int64_t b = 0; b < nb; ++b)
+      for (int64_t ch = c0; ch < c1; ++ch) {
+        const int64_t off = (b * c + ch) * inner;
+        scale_shift(x + off, y + off, saved ? saved + off : nullptr, inner, alpha[ch], beta[ch]);
+      }
+  });
 }
 
 // sum_dy (c,) = per-channel sum of dy; sum_xmu (c,) = per-channel sum of dy * (x - mean)
@@ -216,22 +224,24 @@ void channel_grad_sums(const float* dy, const float* x, int64_t nb, int64_t c, i
                        const float* __restrict mean, double* __restrict sum_dy, double* __restrict sum_xmu) {
   std::fill(sum_dy, sum_dy + c, 0.0);
   std::fill(sum_xmu, sum_xmu + c, 0.0);
-  if (inner == 1) {
-    for (int64_t b = 0; b < nb; ++b) {
-      const float* __restrict g = dy + b * c;
-      const float* __restrict p = x + b * c;
-      for (int64_t ch = 0; ch < c; ++ch) {
-        sum_dy[ch] += g[ch];
-        sum_xmu[ch] += (p[ch] - mean[ch]) * g[ch];
+  parallel_for(c, [&](int64_t c0, int64_t c1, int) {
+    if (inner == 1) {
+      for (int64_t b = 0; b < nb; ++b) {
+        const float* __restrict g = dy + b * c;
+        const float* __restrict p = x + b * c;
+        for (int64_t ch = c0; ch < c1; ++ch) {
+          sum_dy[ch] += g[ch];
+          sum_xmu[ch] += (p[ch] - mean[ch]) * g[ch];
+        }
       }
+      return;
     }
-    return;
-  }
-  for (int64_t ch = 0; ch < c; ++ch)
-    for (int64_t b = 0; b < nb; ++b) {
-      const int64_t off = (b * c + ch) * inner;
-      accumulate_dy_xmu(dy + off, x + off, inner, mean[ch], sum_dy[ch], sum_xmu[ch]);
-    }
+    for (int64_t ch = c0; ch < c1; ++ch)
+      for (int64_t b = 0; b < nb; ++b) {
+        const int64_t off = (b * c + ch) * inner;
+        accumulate_dy_xmu(dy + off, x + off, inner, mean[ch], sum_dy[ch], sum_xmu[ch]);
+      }
+  });
 }
 
 // dx = (dy - grad_mean[ch] - (x - mean[ch]) * k[ch]) * scale[ch]
@@ -239,19 +249,23 @@ void channel_input_grad(const float* dy, const float* x, float* dx, int64_t nb, 
                         const float* __restrict grad_mean, const float* __restrict mean, const float* __restrict k,
                         const float* __restrict scale) {
   if (inner == 1) {
-    for (int64_t b = 0; b < nb; ++b) {
-      const float* __restrict g = dy + b * c;
-      const float* __restrict p = x + b * c;
-      float* __restrict q = dx + b * c;
-      for (int64_t ch = 0; ch < c; ++ch) q[ch] = (g[ch] - grad_mean[ch] - (p[ch] - mean[ch]) * k[ch]) * scale[ch];
-    }
+    parallel_for(nb, [&](int64_t b0, int64_t b1, int) {
+      for (int64_t b = b0; b < b1; ++b) {
+        const float* __restrict g = dy + b * c;
+        const float* __restrict p = x + b * c;
+        float* __restrict q = dx + b * c;
+        for (int64_t ch = 0; ch < c; ++ch) q[ch] = (g[ch] - grad_mean[ch] - (p[ch] - mean[ch]) * k[ch]) * scale[ch];
+      }
+    });
     return;
   }
-  for (int64_t b = 0; b < nb; ++b)
-    for (int64_t ch = 0; ch < c; ++ch) {
-      const int64_t off = (b * c + ch) * inner;
-      bn_input_grad(dy + off, x + off, dx + off, inner, grad_mean[ch], mean[ch], k[ch], scale[ch]);
-    }
+  parallel_for(c, [&](int64_t c0, int64_t c1, int) {
+    for (int64_t b = 0; b < nb; ++b)
+      for (int64_t ch = c0; ch < c1; ++ch) {
+        const int64_t off = (b * c + ch) * inner;
+        bn_input_grad(dy + off, x + off, dx + off, inner, grad_mean[ch], mean[ch], k[ch], scale[ch]);
+      }
+  });
 }
 
 std::string py_float(double v) {

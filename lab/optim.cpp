@@ -1,7 +1,10 @@
 #include "optim.h"
 
+#include <algorithm>
 #include <cassert>
 #include <cmath>
+
+#include "parallel.h"
 
 namespace lab {
 
@@ -68,6 +71,7 @@ inline void sgd_element(float& w, float g, float& buf, const SgdCoeffs& k) {
 
 // Blocks of kLanes: the loop shape GCC vectorizes at -O2.
 constexpr int kLanes = 8;
+constexpr int64_t kChunk = 16384;  // values per slice of work for the compute threads
 
 template <bool kDecay, bool kMomentum, bool kFirst, bool kNesterov>
 void sgd_update(float* __restrict w, const float* __restrict g, float* __restrict buf, int64_t n, SgdCoeffs k) {
@@ -102,10 +106,16 @@ void Sgd::step() {
     if (momentum && m_first) m_buf[i].resize(p.value.shape);
     float* buf = momentum ? m_buf[i].ptr() : nullptr;
     // weight_decay == 0 skips the add entirely (as PyTorch does), so an inf weight stays inf.
-    if (m_opt.weight_decay != 0.0)
-      sgd_dispatch<true>(momentum, m_first, m_opt.nesterov, p.value.ptr(), p.grad.ptr(), buf, p.value.numel(), k);
-    else
-      sgd_dispatch<false>(momentum, m_first, m_opt.nesterov, p.value.ptr(), p.grad.ptr(), buf, p.value.numel(), k);
+    // Elementwise: any split over the compute threads gives the same bits.
+    const int64_t n = p.value.numel();
+    parallel_for((n + kChunk - 1) / kChunk, [&](int64_t c0, int64_t c1, int) {
+      const int64_t i0 = c0 * kChunk, len = std::min(n, c1 * kChunk) - i0;
+      float* b = buf ? buf + i0 : nullptr;
+      if (m_opt.weight_decay != 0.0)
+        sgd_dispatch<true>(momentum, m_first, m_opt.nesterov, p.value.ptr() + i0, p.grad.ptr() + i0, b, len, k);
+      else
+        sgd_dispatch<false>(momentum, m_first, m_opt.nesterov, p.value.ptr() + i0, p.grad.ptr() + i0, b, len, k);
+    });
   }
   m_first = false;
 }

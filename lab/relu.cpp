@@ -1,6 +1,9 @@
 #include "relu.h"
 
+#include <algorithm>
 #include <cassert>
+
+#include "parallel.h"
 
 namespace lab {
 
@@ -9,6 +12,7 @@ namespace {
 // Blocks of kLanes through __restrict parameters: the shape GCC vectorizes at -O2 (branch-free
 // selects); a plain loop stays scalar there and branches on each sign, mispredicting half the time.
 constexpr int kLanes = 16;
+constexpr int64_t kChunk = 4096;  // values per slice of work for the compute threads
 
 // out = v < 0 ? 0 : v, which lets NaN (and -0) through as torch.relu does; mask = 1 where y > 0
 // or NaN, the values whose gradient passes.
@@ -45,14 +49,20 @@ void ReLU::forward(const Tensor& x, Tensor& y, Mode /*mode*/) {
   y.resize(x.shape);
   // The mask is written in Eval too: it costs little and keeps one code path.
   m_mask.resize(static_cast<size_t>(x.numel()));
-  relu_forward(x.ptr(), y.ptr(), m_mask.data(), x.numel());
+  parallel_for(x.numel() / kChunk + 1, [&](int64_t c0, int64_t c1, int) {
+    const int64_t i0 = c0 * kChunk, i1 = std::min(x.numel(), c1 * kChunk);
+    if (i0 < i1) relu_forward(x.ptr() + i0, y.ptr() + i0, m_mask.data() + i0, i1 - i0);
+  });
 }
 
 void ReLU::backward(const Tensor& dy, Tensor* dx) {
   assert(dy.numel() == static_cast<int64_t>(m_mask.size()));
   if (!dx) return;
   dx->resize(dy.shape);
-  relu_backward(dy.ptr(), m_mask.data(), dx->ptr(), dy.numel());
+  parallel_for(dy.numel() / kChunk + 1, [&](int64_t c0, int64_t c1, int) {
+    const int64_t i0 = c0 * kChunk, i1 = std::min(dy.numel(), c1 * kChunk);
+    if (i0 < i1) relu_backward(dy.ptr() + i0, m_mask.data() + i0, dx->ptr() + i0, i1 - i0);
+  });
 }
 
 }  // namespace lab
