@@ -3,6 +3,7 @@
 // host's stepping, and a run directory read back (viz/data: no GUI headers).
 #include <gtest/gtest.h>
 
+#include <array>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -206,6 +207,34 @@ TEST(VizFrameStats, NearestRankPercentiles) {
   EXPECT_EQ(p.p99, 99);
   EXPECT_EQ(p.max, 100);
   EXPECT_EQ(viz::percentiles({}).max, 0);
+}
+
+TEST(VizFrameStats, OnlyFramesDrawnWhileTrainingCount) {
+  viz::FrameStats f;
+  std::array<viz::FramePartTime, viz::kFrameParts> parts{};
+  parts[static_cast<size_t>(viz::FramePart::Render)] = {8.0, 6.0};
+  f.add(2.0, 0, 0, parts, false);     // while the data loads: cheap, not counted
+  f.add(10.0, 0, 1.0, parts, true);   // the first training frame has no interval
+  f.add(20.0, 50.0, 3.0, parts, true);
+  f.add(1.0, 40.0, 0, parts, false);  // after the run
+  EXPECT_EQ(f.frames(), 2u);
+  EXPECT_EQ(f.all_frames(), 4u);
+  EXPECT_EQ(f.frame().p50, 10.0);
+  EXPECT_EQ(f.frame().max, 20.0);
+  EXPECT_EQ(f.all_frame().max, 20.0);
+  EXPECT_EQ(f.all_frame().p50, 2.0);
+  EXPECT_EQ(f.interval().max, 50.0);
+  EXPECT_EQ(f.interval().p50, 50.0) << "one interval: between the two training frames";
+  EXPECT_EQ(f.late().max, 3.0);
+  EXPECT_EQ(f.part_mean(viz::FramePart::Render).wall_ms, 8.0);
+  EXPECT_EQ(f.part_mean(viz::FramePart::Render).cpu_ms, 6.0);
+  EXPECT_EQ(f.part_mean(viz::FramePart::Swap).wall_ms, 0.0);
+  const nlohmann::json j = f.to_json({{"extra", 1}});
+  EXPECT_EQ(j["frames"].get<int>(), 2);
+  EXPECT_EQ(j["all_frames"].get<int>(), 4);
+  EXPECT_EQ(j["parts_mean_ms"]["render"]["cpu"].get<double>(), 6.0);
+  EXPECT_EQ(j["extra"].get<int>(), 1);
+  EXPECT_GT(viz::thread_cpu_seconds(), 0.0);
 }
 
 TEST(VizRunData, StepsByIterationAndRankWithBoundedBatchNormHistory) {

@@ -9,6 +9,7 @@
 #include "app.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -643,10 +644,26 @@ int run_app(const lab::RunConfig& cfg_in, const AppOptions& opts) {
     app.log.add(LogLevel::Info, "the window runs at the ranks' priority (raising it is not permitted here)", 0);
 
   double prev_start = 0;
+  double due = 0;  // when the last wait was to end (0: it did not wait)
+  bool prev_training = false;  // the last drawn frame was drawn while the ranks trained
   while (!app.quit && !win.should_close()) {
     const double frame_start = lab::now_seconds();
+    const double late = due > 0 ? frame_start - due : 0;
+    const bool training_before = app.data.live && app.data.phase == RunPhase::Running;
+    // the parts of this frame (FrameStats): wall and thread-CPU time at each boundary
+    std::array<FrameStats::Part, kFrameParts> parts{};
+    double mark_wall = frame_start, mark_cpu = thread_cpu_seconds();
+    auto mark = [&](FramePart p) {
+      const double w = lab::now_seconds(), c = thread_cpu_seconds();
+      parts[static_cast<size_t>(p)].wall_ms += (w - mark_wall) * 1e3;
+      parts[static_cast<size_t>(p)].cpu_ms += (c - mark_cpu) * 1e3;
+      mark_wall = w;
+      mark_cpu = c;
+    };
     app.clock.now = frame_start - t0;
-    app.clock.frozen = sc.active;
+    // Screenshots hold animations at a fixed phase; a benchmark (--frame-stats) animates as the
+    // user would see it, or it would measure less than a user gets.
+    app.clock.frozen = sc.active && !opts.screenshot.empty();
 
     // the script picks what to show before the frame is drawn
     const bool ready = sc.active && script_ready(app);
@@ -669,6 +686,7 @@ int run_app(const lab::RunConfig& cfg_in, const AppOptions& opts) {
     echo_log(app);
     reap(app);
     update_checks(app);
+    mark(FramePart::News);
 
     win.new_frame(sc.active);
     const ImGuiIO& cio = ImGui::GetIO();
@@ -681,7 +699,9 @@ int run_app(const lab::RunConfig& cfg_in, const AppOptions& opts) {
     // a few frames before a scripted capture, so that layouts settle (ImGui sizes some windows
     // from the previous frame)
     const bool capture = ready && sc.settle_frames + 1 >= 4;
+    mark(FramePart::Ui);
     const bool drawn = win.render(cmd.screenshot || capture);
+    mark(FramePart::Render);
 
     if (cmd.screenshot) {
       char name[64];
@@ -720,6 +740,7 @@ int run_app(const lab::RunConfig& cfg_in, const AppOptions& opts) {
       app.quit = true;
     }
     if (drawn) win.swap();
+    mark(FramePart::Swap);
     apply_commands(app, cmd, t0);
     if (persist && io.WantSaveIniSettings) {
       save_layout(app);
@@ -730,8 +751,14 @@ int run_app(const lab::RunConfig& cfg_in, const AppOptions& opts) {
     if (drawn) {
       int fw = 0, fh = 0;
       win.framebuffer_size(fw, fh);
-      app.drawn_fraction_sum += fw > 0 && fh > 0 ? win.drawn_pixels() / (static_cast<double>(fw) * fh) : 1.0;
-      app.frames.add((end - frame_start) * 1e3, prev_start > 0 ? (frame_start - prev_start) * 1e3 : 0);
+      // a frame drawn while the ranks train (FrameStats); the interval only between two of them
+      const bool training = app.data.live && app.data.phase == RunPhase::Running && training_before;
+      if (training)
+        app.drawn_fraction_sum += fw > 0 && fh > 0 ? win.drawn_pixels() / (static_cast<double>(fw) * fh) : 1.0;
+      app.frames.add((end - frame_start) * 1e3,
+                     prev_start > 0 && training && prev_training ? (frame_start - prev_start) * 1e3 : 0, late * 1e3,
+                     parts, training);
+      prev_training = training;
       prev_start = frame_start;
     } else {
       ++app.frames_skipped;
@@ -751,6 +778,7 @@ int run_app(const lab::RunConfig& cfg_in, const AppOptions& opts) {
     if (drawn) app.frame_work_ema = 0.8 * app.frame_work_ema + 0.2 * (end - frame_start);
     if (!interacting && moving) interval = std::max(interval, app.frame_work_ema / kWatchDuty);
     const double wait = interval - (lab::now_seconds() - frame_start);
+    due = wait > 0 ? lab::now_seconds() + wait : 0;
     win.wait_events(wait > 0 ? wait : 0);
   }
   if (persist) save_layout(app);
@@ -774,9 +802,14 @@ int run_app(const lab::RunConfig& cfg_in, const AppOptions& opts) {
         {"partial_redraw", win.partial_redraw()},
         {"ui_priority_raised", raised},
         {"drawn_fraction_mean", app.frames.frames() ? app.drawn_fraction_sum / static_cast<double>(app.frames.frames()) : 0.0},
-        {"note", "frame_ms: work of each drawn frame (input, UI, rendering, swap); frames identical to the one on "
-                 "screen are not drawn (frames_skipped); drawn_fraction_mean: share of the window's pixels a drawn "
-                 "frame painted (partial redraws paint only what changed)"}};
+        {"note", "frames, frame_ms, interval_ms, late_ms, parts_mean_ms: over the frames drawn while the ranks "
+                 "train (all_frames, all_frame_ms: every drawn frame). frame_ms: time to produce a drawn frame, "
+                 "from waking up to handing it to the window system (run news, UI, rendering, swap); "
+                 "interval_ms: time between the starts of drawn frames (includes the pacing wait); late_ms: how "
+                 "long after its due time a frame started (waiting for a CPU); parts_mean_ms: wall and thread-CPU "
+                 "ms per part; frames identical to the one on screen are not drawn (frames_skipped); "
+                 "drawn_fraction_mean: share of the window's pixels a drawn frame painted (partial redraws paint "
+                 "only what changed)"}};
     std::ofstream f(opts.frame_stats, std::ios::trunc);
     f << app.frames.to_json(extra).dump(2) << "\n";
     if (!f) {

@@ -95,8 +95,8 @@ std::string GlfwWindow::open(const char* title, int width, int height, float sca
   // against a full redraw (the tests do).
   const std::string r = renderer();
   const char* full_env = std::getenv("DTLAB_FULL_REDRAW");
-  m_partial = (r.find("llvmpipe") != std::string::npos || r.find("softpipe") != std::string::npos) &&
-              !(full_env && full_env[0] == '1');
+  m_software = r.find("llvmpipe") != std::string::npos || r.find("softpipe") != std::string::npos;
+  m_partial = m_software && !(full_env && full_env[0] == '1');
   const char* verify_env = std::getenv("DTLAB_VERIFY_REDRAW");
   m_verify = verify_env && verify_env[0] == '1';
   return "";
@@ -233,6 +233,10 @@ bool GlfwWindow::render(bool force) {
     }
   }
   m_refresh = false;
+  // Software rasterizers draw at the next flush: finish here, so that render() is the drawing
+  // and swap() the presenting (frame statistics tell them apart). No cost: the pixels have to be
+  // drawn before the swap anyway, on this thread (LP_NUM_THREADS=0, see init()).
+  if (m_software) glFinish();
   return true;
 }
 

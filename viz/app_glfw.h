@@ -69,6 +69,7 @@ class GlfwWindow {
 
   GLFWwindow* m_window = nullptr;
   bool m_glfw = false, m_imgui = false;
+  bool m_software = false;    // Mesa's llvmpipe or softpipe: the CPU draws every pixel
   bool m_partial = false;     // draw only damage (the back buffer survives a swap)
   bool m_verify = false;      // compare every partial frame with a full one (tests)
   bool m_refresh = true;      // the window system lost the picture: draw everything
