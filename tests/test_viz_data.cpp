@@ -7,6 +7,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <set>
 #include <thread>
 
 #include "batching_model.h"
@@ -261,6 +263,46 @@ TEST(VizRunData, StepsByIterationAndRankWithBoundedBatchNormHistory) {
   EXPECT_LE(with_bn, viz::RunData::kMaxBnSteps);
   EXPECT_FALSE(d.by_step.back()[0].bn.empty()) << "the newest steps keep their statistics";
   EXPECT_FALSE(d.by_step.front()[0].bn.empty()) << "thinning keeps every stride-th step, the first included";
+}
+
+// The lab window runs its ranks nicer than itself (run_host.h): every thread the run starts, the
+// driver, the ranks and their communication threads, has the nice value asked for; the caller's
+// stays as it was. (Threads that were there before, e.g. OpenBLAS's workers, are not the run's.)
+TEST(VizRunHost, EveryThreadOfTheRunHasTheNiceValueAskedFor) {
+  DTLAB_REQUIRE_DATASET();
+  lab::RunConfig c;
+  c.model = "mlp";
+  c.world_size = 3;
+  c.batch_size = 16;
+  c.limit_train = 480;
+  c.limit_test = 64;
+  c.steps = 6;
+  c.threads = 1;
+  c.timeout_s = 20;
+  auto threads = [] {
+    std::set<int> tids;
+    for (const auto& e : std::filesystem::directory_iterator("/proc/self/task"))
+      tids.insert(std::atoi(e.path().filename().c_str()));
+    return tids;
+  };
+  const std::set<int> before = threads();
+  const int mine = viz::thread_nice();
+  ASSERT_GT(mine, -100);
+  viz::RunHost host(c, /*start_paused=*/true, /*nice=*/7);
+  ASSERT_TRUE(wait_for([&] { return host.status().phase == viz::RunPhase::Paused; }, 30)) << host.status().error;
+  host.step_iteration();  // the communication threads start with the first gradient allreduce
+  ASSERT_TRUE(wait_for([&] {
+    const auto it = host.iterations();
+    return it.size() == 3 && it[0] == 1 && it[1] == 1 && it[2] == 1;
+  }, 30));
+  int started = 0;
+  for (int tid : threads()) {
+    if (before.count(tid)) continue;
+    ++started;
+    EXPECT_EQ(viz::thread_nice_of(tid), std::min(19, mine + 7)) << "thread " << tid;
+  }
+  EXPECT_GE(started, 1 + 3 + 3) << "the driver, the ranks and their communication threads";
+  EXPECT_EQ(viz::thread_nice(), mine) << "the caller's priority is untouched";
 }
 
 TEST(VizRunHost, StepsOneIterationOneAllreduceThenFinishes) {

@@ -13,7 +13,7 @@
 #
 # Usage: tools/gui_perf.sh [flags for both runs, default: --model mlp --world-size 8
 #                           --batch-size 32 --steps 600 --eval-every 50 --limit-test 2000]
-#                          [-- flags for dtlab gui only, e.g. --fps 30]
+#                          [-- flags for dtlab gui only, e.g. --rank-nice 0]
 # Needs: a dtlab built with the GUI (tools/setup.sh), xvfb-run, the dataset.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -136,7 +136,7 @@ void start_live(AppState& app, const lab::RunConfig& cfg, bool paused, double t0
   app.live_cfg = cfg;
   app.data.reset_live(cfg);
   app.data.gate_delay_s = app.controls.delay_ms / 1000.0;
-  app.host = std::make_unique<RunHost>(cfg, paused);
+  app.host = std::make_unique<RunHost>(cfg, paused, app.opts.rank_nice);
   app.host->set_delay(app.data.gate_delay_s);
   app.twin_data = RunData();
   if (app.compare_bn && cfg.world_size > 1) {
@@ -145,7 +145,7 @@ void start_live(AppState& app, const lab::RunConfig& cfg, bool paused, double t0
     t.out_dir.clear();  // one run directory per run
     app.twin_data.reset_live(t);
     app.twin_data.gate_delay_s = app.data.gate_delay_s;
-    app.twin = std::make_unique<RunHost>(t, paused);
+    app.twin = std::make_unique<RunHost>(t, paused, app.opts.rank_nice);
     app.twin->set_delay(app.data.gate_delay_s);
   }
   reset_view_caches(app);
@@ -801,6 +801,7 @@ int run_app(const lab::RunConfig& cfg_in, const AppOptions& opts) {
         {"frames_skipped", app.frames_skipped},
         {"partial_redraw", win.partial_redraw()},
         {"ui_priority_raised", raised},
+        {"rank_nice", opts.rank_nice},
         {"drawn_fraction_mean", app.frames.frames() ? app.drawn_fraction_sum / static_cast<double>(app.frames.frames()) : 0.0},
         {"note", "frames, frame_ms, interval_ms, late_ms, parts_mean_ms: over the frames drawn while the ranks "
                  "train (all_frames, all_frame_ms: every drawn frame). frame_ms: time to produce a drawn frame, "

@@ -19,6 +19,8 @@ struct AppOptions {
   double delay_ms = 0;         // --delay-ms: slow motion, wait per gate (ring step, iteration)
   int fps = 60;                // --fps: frame-rate cap while interacting
   int width = 1600, height = 1000;  // --window-size WxH (logical pixels before scaling)
+  int rank_nice = 10;          // --rank-nice: the run's threads at the process's nice value + this
+                               //   (frames before ranks when both want the CPU; 0: same priority)
   double exit_after = 0;       // --exit-after S: close the window after S seconds (benchmarks)
   bool steps_given = false;    // --steps was on the command line (screenshots wait for it)
 };
