@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <imgui.h>
+
 #include "damage.h"
 
 struct GLFWwindow;
@@ -76,6 +78,14 @@ class GlfwWindow {
   int m_fb_w = 0, m_fb_h = 0;
   double m_drawn_pixels = 0;
   DamageTracker m_damage;
+  struct Scratch {  // draw_rects' buffers, kept between frames
+    std::vector<ImVector<ImDrawIdx>> idx;
+    std::vector<ImVector<ImDrawCmd>> cmds;
+    std::vector<ImVector<ImDrawVert>> vtx;
+    std::vector<std::vector<ImDrawIdx>> kept;
+    std::vector<int> remap;
+    std::vector<uint32_t> grid;
+  } m_scratch;
   std::vector<KeyPress> m_keys;
 };
 
