@@ -104,6 +104,17 @@ void draw_timeline_panel(const RunData& d, TimelineState& st) {
     dl->AddText(ImVec2(p0.x + 4, y + (lane_h - fs) / 2), rank_color(r), fmt("rank %d", r).c_str());
     dl->AddLine(ImVec2(p0.x, y + lane_h), ImVec2(p0.x + size.x, y + lane_h), col::kGrid);
     const auto& log = d.events[static_cast<size_t>(r)];
+    // Neighbouring bars of one colour in one band are drawn as one rectangle: at full speed
+    // thousands of events fall within a few pixels, and Mesa's software renderer pays per
+    // triangle. Touching or overlapping bars only, so the picture is the same.
+    struct Bar {
+      float xa = 0, xb = -1, ya = 0, yb = 0;
+      ImU32 c = 0;
+    } bars[3];
+    auto flush = [&](Bar& b) {
+      if (b.xb >= b.xa) dl->AddRectFilled(ImVec2(b.xa, b.ya), ImVec2(b.xb, b.yb), b.c);
+      b.xb = b.xa - 1;
+    };
     auto first = std::partition_point(log.begin(), log.end(), [&](const lab::Event& e) { return e.t_end < t0; });
     for (auto it = first; it != log.end(); ++it) {
       const lab::Event& e = *it;
@@ -119,9 +130,18 @@ void draw_timeline_panel(const RunData& d, TimelineState& st) {
       }
       const float xa = std::max(X(e.t_start), p0.x + label_w), xb = std::max(X(e.t_end), xa + 1);
       if (e.kind == lab::EventKind::Chunk && xb - xa < 2) continue;
-      dl->AddRectFilled(ImVec2(xa, ya), ImVec2(xb, yb), e.kind == lab::EventKind::Chunk ? kChunkColor : event_color(e));
+      const ImU32 c = e.kind == lab::EventKind::Chunk ? kChunkColor : event_color(e);
+      Bar& bar = bars[e.kind == lab::EventKind::Compute ? 0 : e.kind == lab::EventKind::Collective ? 1 : 2];
+      if (bar.xb >= bar.xa && bar.c == c && xa <= bar.xb && xb >= bar.xa) {
+        bar.xa = std::min(bar.xa, xa);
+        bar.xb = std::max(bar.xb, xb);
+      } else {
+        flush(bar);
+        bar = {xa, xb, ya, yb, c};
+      }
       if (hovered && mouse.x >= xa && mouse.x <= xb && mouse.y >= ya && mouse.y <= yb) hit = &e;
     }
+    for (Bar& b : bars) flush(b);
   }
   dl->PopClipRect();
   if (hit) {
