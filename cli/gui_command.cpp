@@ -52,7 +52,7 @@ void add_gui_flags(CLI::App& app, GuiOptions& o) {
                                                "--frame-stats of an interactive session");
   app.add_option("--rank-nice", o.rank_nice,
                  "run the ranks this much nicer than the window (0-19; 0: the same priority): frames are drawn "
-                 "first when both want the CPU")
+                 "first when both want the CPU, at some cost in throughput")
       ->capture_default_str();
   app.add_option("--fps", o.fps, "frame-rate cap while you interact (lower while you watch)")->capture_default_str();
   app.add_option_function<std::string>(

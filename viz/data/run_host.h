@@ -24,7 +24,7 @@ namespace viz {
 // levers, both per thread:
 //   raise_ui_priority(): the calling thread (the GUI's) to nice - 5: needs CAP_SYS_NICE (root, or
 //     rtkit on some desktops); true when it worked.
-//   RunHost's `nice` (kRunNice by default): its driver thread lowers itself to base + nice before
+//   RunHost's `nice` (the app passes --rank-nice): its driver thread lowers itself to base + nice before
 //     it builds the run; every thread the run starts (ranks, their communication threads) is
 //     created from it or from a rank, and Linux threads inherit their creator's nice value.
 //     Raising one's own nice value needs no privilege, so this works for every user. (OpenBLAS
@@ -39,9 +39,6 @@ bool set_thread_nice(int increment);
 // when unreadable).
 int thread_nice();
 int thread_nice_of(int tid);
-// How much lower than the process's the lab window runs its ranks by default (nice + 10: a
-// rank thread then weighs about a tenth of a normal one when the GUI thread wants the CPU).
-constexpr int kRunNice = 10;
 
 struct HostStatus {
   RunPhase phase = RunPhase::Loading;
