@@ -139,7 +139,7 @@ void start_live(AppState& app, const lab::RunConfig& cfg, bool paused, double t0
   app.host = std::make_unique<RunHost>(cfg, paused, app.opts.rank_nice);
   app.host->set_delay(app.data.gate_delay_s);
   app.twin_data = RunData();
-  if (app.compare_bn && cfg.world_size > 1) {
+  if (app.compare_bn && cfg.world_size > 1 && cfg.mode != "dp") {  // DataParallel has no SyncBatchNorm
     lab::RunConfig t = cfg;
     t.bn = other_bn(cfg.bn);
     t.out_dir.clear();  // one run directory per run
@@ -153,9 +153,9 @@ void start_live(AppState& app, const lab::RunConfig& cfg, bool paused, double t0
   app.last_status = HostStatus{};
   app.last_twin_phase = RunPhase::Loading;
   app.log.add(LogLevel::Info,
-              fmt("new run: %s, world_size %d, batch_size %d per rank, bn %s%s, seed %llu%s", cfg.model.c_str(),
-                  cfg.world_size, static_cast<int>(cfg.batch_size), cfg.bn.c_str(),
-                  cfg.broadcast_buffers ? "" : ", broadcast_buffers off", static_cast<unsigned long long>(cfg.seed),
+              fmt("new run: %s, %s, %s, bn %s%s, seed %llu%s", cfg.model.c_str(), describe_parallelism(cfg).c_str(),
+                  describe_batch(cfg).c_str(), cfg.bn.c_str(), cfg.broadcast_buffers ? "" : ", broadcast_buffers off",
+                  static_cast<unsigned long long>(cfg.seed),
                   app.twin ? fmt(" (+ twin with bn %s)", other_bn(cfg.bn).c_str()).c_str() : ""),
               since_start(t0));
 }
@@ -319,9 +319,8 @@ void draw_menu(AppState& app, Commands& cmd) {
       ImGui::EndMenu();
     }
     const RunData& d = app.data;
-    ImGui::TextDisabled("  %s | %s, %d ranks, batch %d/rank, bn %s | %s", d.live ? "live" : d.source.c_str(),
-                        d.cfg.model.c_str(), d.cfg.world_size, static_cast<int>(d.cfg.batch_size), d.cfg.bn.c_str(),
-                        run_phase_name(d.phase));
+    ImGui::TextDisabled("  %s | %s, %s, %s, bn %s | %s", d.live ? "live" : d.source.c_str(), d.cfg.model.c_str(),
+                        describe_parallelism(d.cfg).c_str(), describe_batch(d.cfg).c_str(), d.cfg.bn.c_str(), run_phase_name(d.phase));
     ImGui::EndMainMenuBar();
   }
   if (open_popup) ImGui::OpenPopup("Open run directory");
@@ -368,8 +367,8 @@ void draw_views_window(AppState& app, Commands& cmd) {
     heading(view_title(*app.solo));
     ImGui::SameLine();
     const RunData& d = app.data;
-    ImGui::TextDisabled("  %s, world_size %d, batch_size %d per rank, bn %s%s, %lld iteration%s done | %s",
-                        d.cfg.model.c_str(), d.cfg.world_size, static_cast<int>(d.cfg.batch_size), d.cfg.bn.c_str(),
+    ImGui::TextDisabled("  %s, %s, %s, bn %s%s, %lld iteration%s done | %s", d.cfg.model.c_str(),
+                        describe_parallelism(d.cfg).c_str(), describe_batch(d.cfg).c_str(), d.cfg.bn.c_str(),
                         app.twin ? fmt(" (twin: bn %s)", app.twin_data.cfg.bn.c_str()).c_str() : "",
                         static_cast<long long>(d.steps_done()), d.steps_done() == 1 ? "" : "s", run_phase_name(d.phase));
     ImGui::Separator();

@@ -45,7 +45,8 @@ struct EpochLayout {
 EpochLayout layout_epoch(const lab::RunConfig& c, int64_t dataset_size, int64_t epoch);
 
 // The batch-of-one BatchNorm failure this layout runs into, or "" when it does not: a rank's last
-// batch holds one sample and its statistics are that one sample's (local BN, or one rank).
+// batch holds one sample and its statistics are that one sample's (local BN, or one rank), in the
+// mlp (BatchNorm1d: one value per channel per sample; the cnn's BatchNorm2d has 28 x 28).
 std::string batch_of_one_problem(const EpochLayout& l, const lab::RunConfig& c);
 
 }  // namespace viz
