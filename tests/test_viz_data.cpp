@@ -17,6 +17,7 @@
 #include "paths.h"
 #include "rank_threads.h"
 #include "ring_allreduce.h"
+#include "tree_allreduce.h"
 #include "ring_model.h"
 #include "run_data.h"
 #include "run_host.h"
@@ -25,10 +26,12 @@
 
 namespace {
 
-// Events of one real ring allreduce of `count` floats on n ranks.
-std::vector<std::vector<lab::Event>> allreduce_events(int n, size_t count) {
+// Events of one real allreduce of `count` floats on n ranks (ring unless told).
+std::vector<std::vector<lab::Event>> allreduce_events(int n, size_t count,
+                                                      lab::AllreduceAlgorithm a = lab::AllreduceAlgorithm::Ring) {
   labtest::RankWorld w(n);
   auto errors = w.run([&](int, lab::Communicator& comm) {
+    comm.set_allreduce_algorithm(a);
     std::vector<float> data(count, 1.0f);
     comm.allreduce_sum(data.data(), data.size(), lab::CollectiveInfo{"grad bucket", 0});
   });
@@ -90,6 +93,74 @@ TEST(VizRing, TraceOfARingAllreduceFollowsTheRule) {
     const viz::Bandwidth bw = viz::allreduce_bandwidth(t);
     ASSERT_TRUE(bw.valid);
     EXPECT_NEAR(bw.busbw, bw.algbw * 2.0 * (n - 1) / n, 1e-6 * bw.busbw);
+  }
+}
+
+// The view's model of the other algorithms, rebuilt from their real events: the blocks each cuts
+// the buffer into, who owns what after the combining steps, every rank's share of the bytes and
+// messages, and the global step of an event on its own (what --ring-steps stops at).
+TEST(VizRing, NaiveAndTreeTracesFollowTheirAlgorithms) {
+  struct Case {
+    lab::AllreduceAlgorithm a;
+    const char* name;
+    int n;
+    size_t count;
+  };
+  const Case cases[] = {{lab::AllreduceAlgorithm::Ring, "ring", 4, 1000},   {lab::AllreduceAlgorithm::Naive, "naive", 4, 1000},
+                        {lab::AllreduceAlgorithm::Naive, "naive", 3, 999},  {lab::AllreduceAlgorithm::Tree, "tree", 4, 40000},
+                        {lab::AllreduceAlgorithm::Tree, "tree", 6, 40001},  {lab::AllreduceAlgorithm::Tree, "tree", 8, 40000},
+                        {lab::AllreduceAlgorithm::Tree, "tree", 6, 1000}};  // the last: recursive doubling
+  for (const Case& k : cases) {
+    SCOPED_TRACE(std::string(k.name) + " on " + std::to_string(k.n) + " ranks, " + std::to_string(k.count) + " floats");
+    const auto ev = allreduce_events(k.n, k.count, k.a);
+    uint64_t seq = 0;
+    ASSERT_TRUE(viz::latest_collective(ev, viz::CollectiveFilter{}, true, seq));
+    const viz::CollectiveTrace t = viz::collect_trace(ev, seq, k.name);
+    EXPECT_EQ(t.bytes, k.count * 4);
+    EXPECT_EQ(t.chunks, viz::allreduce_blocks(k.name, k.n));
+    int expected_steps = 0, combining = 0;
+    for (const viz::PhaseSteps& p : viz::allreduce_phases(k.name, k.n, t.bytes)) {
+      expected_steps += p.steps;
+      if (p.phase == lab::Phase::Gather || p.phase == lab::Phase::ReduceScatter) combining += p.steps;
+    }
+    EXPECT_EQ(t.steps, expected_steps);
+    for (int r = 0; r < k.n; ++r) {
+      const viz::RankSends share = viz::allreduce_rank_sends(k.name, k.n, t.bytes, r);
+      EXPECT_EQ(t.rank_bytes_sent[static_cast<size_t>(r)], share.bytes) << "rank " << r;
+      EXPECT_EQ(t.rank_messages[static_cast<size_t>(r)], share.messages) << "rank " << r;
+    }
+    // after the combining steps: naive's rank 0 holds the sum; a tree's core rank r owns block r
+    const viz::BufferState mid = viz::buffer_state(t, combining);
+    const std::string name = k.name;
+    int p = 1;
+    while (p * 2 <= k.n) p *= 2;
+    const bool doubling = name == "tree" && k.count * 4 <= lab::kTreeDoublingBytes;
+    for (int r = 0; r < k.n; ++r) {
+      if (name == "naive") {
+        EXPECT_EQ(viz::owned_chunk(t, r), r == 0 ? 0 : -1) << r;
+      }
+      if (name == "tree" && !doubling) {
+        EXPECT_EQ(viz::owned_chunk(t, r), r < p ? r : -1) << r;
+      }
+      if (doubling && r < p) {
+        for (int c = 0; c < t.chunks; ++c) EXPECT_TRUE(mid.full(r, c)) << "doubling: the whole sum on rank " << r;
+      }
+    }
+    const viz::BufferState end = viz::buffer_state(t, t.steps);
+    for (int r = 0; r < k.n; ++r)
+      for (int c = 0; c < t.chunks; ++c) EXPECT_TRUE(end.full(r, c)) << r << " " << c;
+    // the global step from an event alone is the one the trace gives it
+    for (const auto& log : ev)
+      for (const lab::Event& e : log) {
+        if (e.kind != lab::EventKind::Chunk || e.op_seq != seq) continue;
+        bool found = false;
+        for (const viz::Transfer& x : t.transfers)
+          if (x.src == e.src && x.dst == e.dst && x.phase == e.phase && x.ring_step == e.ring_step && x.chunk == e.chunk) {
+            EXPECT_EQ(viz::allreduce_global_step(k.name, k.n, e), x.global_step);
+            found = true;
+          }
+        EXPECT_TRUE(found);
+      }
   }
 }
 

@@ -43,7 +43,7 @@ const char* view_key(ViewId v) {
 
 const char* view_title(ViewId v) {
   switch (v) {
-    case ViewId::Ring: return "Ring allreduce";
+    case ViewId::Ring: return "Allreduce";
     case ViewId::BatchNorm: return "BatchNorm";
     case ViewId::Batching: return "Batching & drop_last";
     case ViewId::TrainEval: return "Train vs eval";
@@ -523,13 +523,31 @@ bool script_ready(AppState& app) {
     if (!sc.staged) return false;
     auto staged_in = [&](const RunData& r) {
       uint64_t seq = 0;
-      if (!latest_collective(r.events, CollectiveFilter{}, false, seq)) return false;
-      const CollectiveTrace t = collect_trace(r.events, seq);
+      if (!latest_collective(r.events, training_sync_filter(r.cfg.mode), false, seq)) return false;
+      const CollectiveTrace t = collect_trace(r.events, seq, r.cfg.allreduce);
       if (t.train_step != sc.target_steps) return false;
-      int done = 0;
-      for (const Transfer& x : t.transfers) done += x.global_step < sc.ring_steps;
-      return done >= r.world() * sc.ring_steps;
+      // every sender of each of the first ring_steps steps has recorded its transfer
+      std::vector<int> senders;
+      for (const PhaseSteps& p : allreduce_phases(r.cfg.allreduce, r.world(), t.bytes))
+        senders.insert(senders.end(), static_cast<size_t>(p.steps), p.senders);
+      for (int k = 0; k < sc.ring_steps && k < static_cast<int>(senders.size()); ++k) {
+        std::vector<int> srcs;
+        for (const Transfer& x : t.transfers)
+          if (x.global_step == k && std::find(srcs.begin(), srcs.end(), x.src) == srcs.end()) srcs.push_back(x.src);
+        if (static_cast<int>(srcs.size()) < senders[static_cast<size_t>(k)]) return false;
+      }
+      return true;
     };
+    // An iteration without a gradient allreduce (local SGD between averages) stages nothing: the
+    // run waits at the start of the next one, and the picture is taken there.
+    auto passed = [&](const RunData& r) { return r.steps_done() > sc.target_steps; };
+    if (passed(d) && !staged_in(d)) {
+      if (!sc.warned)
+        std::fprintf(stderr, "dtlab gui: iteration %lld has no gradient allreduce to stop in (--ring-steps)\n",
+                     static_cast<long long>(sc.target_steps));
+      sc.warned = true;
+      return true;
+    }
     return staged_in(d) && (!app.twin || staged_in(app.twin_data) || app.twin_data.phase == RunPhase::Failed);
   }
   if (!app.opts.steps_given) {

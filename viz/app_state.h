@@ -132,6 +132,7 @@ struct ControlsState {
 struct Script {
   bool active = false;
   bool staged = false;       // run_into_allreduce sent
+  bool warned = false;       // said that there was nothing to stage in
   int64_t target_steps = 0;
   int ring_steps = -1;
   std::vector<ViewId> views;   // views to capture, in order; empty: the whole layout

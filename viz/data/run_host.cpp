@@ -16,6 +16,7 @@
 
 #include "backends.h"
 #include "errors.h"
+#include "ring_model.h"
 
 namespace viz {
 
@@ -296,19 +297,20 @@ void RunHost::run_into_allreduce(int64_t iteration, int ring_steps) {
     uint64_t seq = 0;
   };
   auto seen = std::make_shared<std::vector<Seen>>(static_cast<size_t>(n));
+  // the allreduces that synchronize training (local SGD's averages too), numbered as the view does
+  const CollectiveFilter sync = training_sync_filter(m_cfg.mode);
+  const std::string algorithm = m_cfg.allreduce;
   ctl.run_until([=](int rank, int64_t it, const lab::Event* next) {
     Seen& s = (*seen)[static_cast<size_t>(rank)];
     if (!next) return it > iteration || s.seen;
     if (next->train_step != iteration) return s.seen;
-    const bool grad = std::strcmp(next->op, "allreduce") == 0 && std::strcmp(next->what, "grad bucket") == 0;
-    if (!grad) return s.seen;
+    if (!sync.matches(*next)) return s.seen;
     if (!s.seen) {
       s.seen = true;
       s.seq = next->op_seq;
     }
     if (next->op_seq != s.seq) return true;
-    const int global = next->phase == lab::Phase::ReduceScatter ? next->ring_step : (n - 1) + next->ring_step;
-    return global >= ring_steps;
+    return allreduce_global_step(algorithm, n, *next) >= ring_steps;
   });
 }
 

@@ -70,8 +70,9 @@ class RunHost {
   void step_iteration();   // every rank finishes its current (or next) iteration
   void step_epoch();       // ... up to the end of the current epoch
   void run_to_step(int64_t iteration);  // paused at the start of this iteration
-  // run to the start of `iteration`, then into its first gradient allreduce until `ring_steps`
-  // of its steps are done (staging a mid-allreduce picture)
+  // run to the start of `iteration`, then into its first gradient allreduce (local SGD: or
+  // parameter average) until `ring_steps` of its steps are done (staging a mid-allreduce
+  // picture); an iteration without one stops at the start of the next
   void run_into_allreduce(int64_t iteration, int ring_steps);
   void set_delay(double seconds);
   double delay() const { return m_delay.load(); }
