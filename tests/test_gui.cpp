@@ -145,6 +145,52 @@ TEST(Gui, EveryViewRendersWithABusyRun) {
   EXPECT_FALSE(std::filesystem::exists(d.file("config/dtlab/layout.ini"))) << "scripted runs never save a layout";
 }
 
+// The parallelism modes in every view: DataParallel (no allreduce, one DataLoader, a chunk of one
+// sample in the last batch) and local SGD (gradients, then parameter averages).
+TEST(Gui, EveryViewRendersForDataParallelAndLocalSgd) {
+  DTLAB_REQUIRE_GUI();
+  DTLAB_REQUIRE_DATASET();
+  testutil::TempDir d;
+  const char* modes[][2] = {{"dp", "--mode dp --batch-size 30"},
+                            {"lsgd", "--mode local-sgd --average-every 3 --warmup-steps 2 --allreduce tree"}};
+  for (const auto& m : modes) {
+    const auto r = run_gui(std::string("--model mlp --world-size 4 --limit-train 1000 --limit-test 200 --steps 12 ") + m[1] +
+                               " --eval-every 5 --eval-samples 100 --view ring,batchnorm,batching,traineval,layout "
+                               "--frame-stats " + d.file(std::string(m[0]) + ".json") + " --screenshot " +
+                               d.file(std::string(m[0]) + ".png"),
+                           d.file("config"));
+    ASSERT_EQ(r.exit_code, 0) << m[0] << "\n" << r.out;
+    EXPECT_FALSE(contains(r.out, "error")) << m[0] << "\n" << r.out;
+    expect_views(d.file(m[0]));
+    const auto j = nlohmann::json::parse(testutil::read_file(d.file(std::string(m[0]) + ".json")));
+    EXPECT_EQ(j["run_phase"].get<std::string>(), "finished") << m[0];
+  }
+}
+
+// The allreduce view mid-collective for the other algorithms: naive (everything through rank 0)
+// and tree (six ranks: two fold into the power-of-two core first). Different traffic, different
+// pictures.
+TEST(Gui, StopsMidNaiveAndTreeAllreduce) {
+  DTLAB_REQUIRE_GUI();
+  DTLAB_REQUIRE_DATASET();
+  testutil::TempDir d;
+  std::vector<Png> shots;
+  for (const char* a : {"naive --world-size 4", "tree --world-size 6"}) {
+    const std::string name = std::string(a).substr(0, std::string(a).find(' '));
+    const auto r = run_gui(std::string("--model mlp --allreduce ") + a + " --limit-train 1000 --limit-test 200 --steps 3 "
+                           "--ring-steps 2 --view ring --screenshot " + d.file(name + ".png"), d.file("config"));
+    ASSERT_EQ(r.exit_code, 0) << a << "\n" << r.out;
+    EXPECT_FALSE(contains(r.out, "no gradient allreduce")) << r.out;
+    shots.push_back(load_png(d.file(name + ".png")));
+    EXPECT_GT(shots.back().variance, 100.0) << a;
+  }
+  EXPECT_GT(differing(shots[0], shots[1]), 0.02) << "naive and tree look the same";
+  // DataParallel has no allreduce to stop in: refused before any window
+  const auto dp = testutil::run_cli("gui --mode dp --steps 3 --ring-steps 2");
+  EXPECT_EQ(dp.exit_code, lab::kExitUsage) << dp.out;
+  EXPECT_TRUE(contains(dp.out, "--mode dp has none")) << dp.out;
+}
+
 TEST(Gui, StopsMidRingAllreduce) {
   DTLAB_REQUIRE_GUI();
   DTLAB_REQUIRE_DATASET();

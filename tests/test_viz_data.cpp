@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "batching_model.h"
+#include "data_parallel.h"
 #include "errors.h"
 #include "frame_stats.h"
 #include "paths.h"
@@ -219,6 +220,33 @@ TEST(VizBatching, PaddingCutAndShortBatchesAsTorchDoesThem) {
   EXPECT_EQ(l.global, (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7}));
   EXPECT_EQ(l.cut_tail, (std::vector<int64_t>{8, 9}));
   EXPECT_EQ(l.padding, 0);
+}
+
+TEST(VizBatching, DataParallelCutsEachGlobalBatchLikeTorchChunk) {
+  lab::RunConfig c;
+  c.mode = "dp";
+  c.world_size = 3;
+  c.batch_size = 4;
+  c.shuffle = false;
+  viz::DpEpochLayout l = viz::layout_dp_epoch(c, 10, 0);
+  ASSERT_EQ(l.batches.size(), 3u);
+  EXPECT_EQ(l.batches[0], (std::vector<int64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(l.batches[2], (std::vector<int64_t>{8, 9}));
+  EXPECT_EQ(l.chunks(0), (std::vector<int64_t>{2, 2})) << "ceil(4 / 3) = 2: two chunks, device 2 idles";
+  EXPECT_EQ(l.chunks(2), (std::vector<int64_t>{1, 1}));
+  EXPECT_EQ(l.chunk_size(), 2);
+  EXPECT_TRUE(l.dropped.empty());
+  c.drop_last = true;
+  l = viz::layout_dp_epoch(c, 10, 0);
+  EXPECT_EQ(l.batches.size(), 2u);
+  EXPECT_EQ(l.dropped, (std::vector<int64_t>{8, 9}));
+  // shuffled: the training's own loader, its generator carried from epoch to epoch
+  c.shuffle = true;
+  c.drop_last = false;
+  c.seed = 7;
+  lab::SingleProcessLoader loader(10, 4, true, false, 7);
+  loader.next_epoch();
+  EXPECT_EQ(viz::layout_dp_epoch(c, 10, 1).batches, loader.next_epoch());
 }
 
 TEST(VizSettings, ChecksNameTheSettingAndTheReason) {

@@ -85,6 +85,7 @@ struct BatchingViewState {
   bool by_rank = true;       // each row: rank 0's batch, rank 1's, ... (else global order)
   // cache
   EpochLayout layout;
+  DpEpochLayout dp_layout;   // --mode dp
   std::string layout_key;    // what the cached layout was computed for
   std::string layout_error;
 };

@@ -593,7 +593,9 @@ void draw_ring_view(const RunData& d, RingViewState& st, const FrameClock& clock
   // controls
   const std::vector<const char*> filters = filter_names(d.cfg.mode);
   st.filter = std::clamp(st.filter, 0, static_cast<int>(filters.size()) - 1);
-  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 11);
+  float combo_w = 0;  // as wide as the longest choice
+  for (const char* f : filters) combo_w = std::max(combo_w, ImGui::CalcTextSize(f).x);
+  ImGui::SetNextItemWidth(combo_w + ImGui::GetFrameHeight() + ImGui::GetStyle().FramePadding.x * 2);
   if (ImGui::Combo("show", &st.filter, filters.data(), static_cast<int>(filters.size()))) {
     st.have_shown = false;
     st.trace_seq = ~uint64_t{0};

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "data_parallel.h"
+#include "errors.h"
 #include "sampler.h"
 
 namespace viz {
@@ -35,6 +37,35 @@ EpochLayout layout_epoch(const lab::RunConfig& c, int64_t dataset_size, int64_t 
     full.set_epoch(epoch);
     const std::vector<int64_t> all = full.global_indices();
     l.cut_tail.assign(all.begin() + l.total_size, all.begin() + dataset_size);
+  }
+  return l;
+}
+
+std::vector<int64_t> DpEpochLayout::chunks(int64_t b) const {
+  if (b < 0 || b >= static_cast<int64_t>(batches.size())) return {};
+  return lab::torch_chunk_sizes(static_cast<int64_t>(batches[static_cast<size_t>(b)].size()), devices);
+}
+
+int64_t DpEpochLayout::chunk_size() const { return (batch_size + devices - 1) / std::max(1, devices); }
+
+DpEpochLayout layout_dp_epoch(const lab::RunConfig& c, int64_t dataset_size, int64_t epoch) {
+  if (c.batch_size <= 0)
+    throw lab::ConfigError("batch_size should be a positive integer value, but got batch_size=" +
+                           std::to_string(c.batch_size));
+  DpEpochLayout l;
+  l.dataset_size = dataset_size;
+  l.devices = std::max(1, c.world_size);
+  l.batch_size = c.batch_size;
+  l.epoch = epoch;
+  l.shuffle = c.shuffle;
+  l.drop_last = c.drop_last;
+  // The generator's state carries over from epoch to epoch, as the training's loader's does.
+  lab::SingleProcessLoader loader(dataset_size, c.batch_size, c.shuffle, false, c.seed);
+  for (int64_t e = 0; e < epoch; ++e) loader.next_epoch();
+  l.batches = loader.next_epoch();
+  if (c.drop_last && !l.batches.empty() && static_cast<int64_t>(l.batches.back().size()) < c.batch_size) {
+    l.dropped = std::move(l.batches.back());
+    l.batches.pop_back();
   }
   return l;
 }
