@@ -6,6 +6,9 @@
 // BatchNorm batch-of-one failure says so here, and a run that failed with it shows the error.
 // DataParallel (--mode dp) has no sampler: its one DataLoader's global batches, each cut over the
 // devices by torch.chunk, in the same grid.
+//
+// Sections: 1. DistributedSampler: formulas, legend, grid  2. DataParallel: formulas, grid
+// 3. the view
 #include <algorithm>
 #include <cmath>
 
@@ -18,6 +21,8 @@ namespace viz {
 namespace {
 
 constexpr ImU32 kPadMark = IM_COL32(213, 94, 0, 255);   // vermillion: padding, the single sample
+
+// ---- 1. DistributedSampler + per-rank DataLoader ----
 
 std::string layout_key(const lab::RunConfig& c, int64_t L, int64_t epoch) {
   return fmt("%lld/%d/%lld/%d/%llu/%d/%d/%lld", static_cast<long long>(L), c.world_size, static_cast<long long>(c.batch_size),
@@ -205,7 +210,7 @@ void draw_grid(const RunData& d, const EpochLayout& l, int64_t current_step_in_e
   ImGui::EndChild();
 }
 
-// ---- DataParallel: one DataLoader, torch.chunk over the devices ----
+// ---- 2. DataParallel: one DataLoader, torch.chunk over the devices ----
 
 void draw_dp_formulas(const DpEpochLayout& l) {
   const long long L = l.dataset_size, B = l.batch_size, k = l.devices;
@@ -344,6 +349,8 @@ void draw_dp_batching(const RunData& d, BatchingViewState& st, int64_t L, int64_
 }
 
 }  // namespace
+
+// ---- 3. the view ----
 
 void draw_batching_view(const RunData& d, BatchingViewState& st) {
   const lab::RunConfig& c = d.cfg;

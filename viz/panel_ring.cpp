@@ -10,7 +10,8 @@
 // at full speed, the newest finished one replayed at a readable pace; or any step chosen with the
 // slider.
 //
-// Sections: 1. choosing the collective and the step  2. the ring  3. the side panel
+// Sections: 1. choosing the collective and the step  2. the ring  3. the side panel (phase words,
+// the algorithm's rule, buffers)  4. the view
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
@@ -559,6 +560,8 @@ void draw_side(const RunData& d, RingViewState& st, const Shown& sh) {
   }
   (void)n;
 }
+
+// ---- 4. the view ----
 
 // What the view shows, in words, before there is anything to show.
 std::string intro(const RunData& d) {
