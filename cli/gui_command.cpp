@@ -50,6 +50,10 @@ void add_gui_flags(CLI::App& app, GuiOptions& o) {
   app.add_option("--delay-ms", o.delay_ms, "slow motion: milliseconds every rank waits at each ring step and iteration");
   app.add_option("--exit-after", o.exit_after, "close the window after this many seconds (0: never), e.g. for "
                                                "--frame-stats of an interactive session");
+  app.add_option("--rank-nice", o.rank_nice,
+                 "run the ranks this much nicer than the window (0-19; 0: the same priority): frames are drawn "
+                 "first when both want the CPU, at some cost in throughput")
+      ->capture_default_str();
   app.add_option("--fps", o.fps, "frame-rate cap while you interact (lower while you watch)")->capture_default_str();
   app.add_option_function<std::string>(
       "--window-size",
@@ -75,6 +79,9 @@ bool gui_available() {
 int cmd_gui(lab::RunConfig& cfg, GuiOptions& opt) {
   // Bad settings are bad with or without a window: refused first, in PyTorch's words.
   if (opt.open_dir.empty()) lab::validate(cfg);
+  if (opt.ring_steps >= 0 && cfg.mode == "dp")
+    throw lab::ConfigError("--ring-steps stops inside a gradient allreduce, and --mode dp has none",
+                           "DataParallel reduces the gradients into device 0; drop --ring-steps");
 #ifndef DTLAB_HAVE_GUI
   (void)opt;
   std::fprintf(stderr,
@@ -92,6 +99,8 @@ int cmd_gui(lab::RunConfig& cfg, GuiOptions& opt) {
   if (opt.ui_scale < 0 || opt.ui_scale > 8) throw lab::ConfigError("--ui-scale must be between 0 (auto) and 8");
   if (opt.ring_steps >= 0 && cfg.steps <= 0)
     throw lab::ConfigError("--ring-steps needs --steps N: the iteration whose allreduce to stop in");
+  if (opt.rank_nice < 0 || opt.rank_nice > 19)
+    throw lab::ConfigError("--rank-nice must be between 0 and 19, got " + std::to_string(opt.rank_nice));
   if (opt.delay_ms < 0 || opt.delay_ms > 2000) throw lab::ConfigError("--delay-ms must be between 0 and 2000");
   opt.steps_given = cfg.steps > 0;
   return viz::run_app(cfg, opt);

@@ -443,6 +443,22 @@ void Run::rank_main(int rank) {
       rs.latest = std::make_shared<const StepRecord>(rec);
       rs.pending.push_back(std::move(rec));
     };
+    // Periodic evaluation (eval_every) of a copy of rank 0's model after iteration `at_step`.
+    auto periodic_eval = [&](int64_t at_step, int64_t at_epoch) {
+      if (rank != 0 || !eval_due(at_step + 1)) return;
+      Event pe;
+      pe.kind = EventKind::Compute;
+      pe.rank = rank;
+      pe.train_step = at_step;
+      pe.phase = Phase::Eval;
+      pe.op = "periodic eval";
+      pe.t_start = now_seconds();
+      EvalPoint p = evaluate_point(model, at_step + 1, at_epoch);
+      pe.t_end = now_seconds();
+      comm.record(pe);
+      std::lock_guard<std::mutex> lock(m_epoch_mu);
+      m_evals.push_back(std::move(p));
+    };
     bool require_forward_param_sync = true;  // DDP: sync buffers before the next forward
     Tensor x, dlogits;
     std::vector<int> labels;
@@ -495,6 +511,7 @@ void Run::rank_main(int rank) {
                   throw InjectedFailure("injected failure in backward (--fail-at backward)");
               });
           record_dp_step(step, epoch, static_cast<int64_t>(bi), r);
+          periodic_eval(step, epoch);  // device 0 holds the module itself
           continue;
         }
 
@@ -565,20 +582,7 @@ void Run::rank_main(int rank) {
           rs.latest = std::make_shared<const StepRecord>(rec);
           rs.pending.push_back(std::move(rec));
         }
-        if (rank == 0 && eval_due(step + 1)) {
-          Event pe;
-          pe.kind = EventKind::Compute;
-          pe.rank = rank;
-          pe.train_step = step;
-          pe.phase = Phase::Eval;
-          pe.op = "periodic eval";
-          pe.t_start = now_seconds();
-          EvalPoint p = evaluate_point(model, step + 1, epoch);
-          pe.t_end = now_seconds();
-          comm.record(pe);
-          std::lock_guard<std::mutex> lock(m_epoch_mu);
-          m_evals.push_back(std::move(p));
-        }
+        periodic_eval(step, epoch);
       }
       if (c.join) {
         // DDP join (join.h): out of data (or at the end of the epoch), shadow the collectives of

@@ -138,10 +138,57 @@ TEST(Gui, EveryViewRendersWithABusyRun) {
   ASSERT_EQ(r.exit_code, 0) << r.out;
   expect_views(d.file("busy"));
   const auto j = nlohmann::json::parse(testutil::read_file(d.file("frames.json")));
-  EXPECT_GT(j["frames"].get<int>(), 5);
-  for (const char* k : {"p50", "p95", "p99", "max"}) EXPECT_GT(j["frame_ms"][k].get<double>(), 0) << k;
+  EXPECT_GT(j["all_frames"].get<int>(), 5);
+  for (const char* k : {"p50", "p95", "p99", "max"}) EXPECT_GT(j["all_frame_ms"][k].get<double>(), 0) << k;
+  EXPECT_LE(j["frames"].get<int>(), j["all_frames"].get<int>()) << "frames counts those drawn while the ranks train";
   EXPECT_GT(j["samples_per_s"].get<double>(), 0);
   EXPECT_FALSE(std::filesystem::exists(d.file("config/dtlab/layout.ini"))) << "scripted runs never save a layout";
+}
+
+// The parallelism modes in every view: DataParallel (no allreduce, one DataLoader, a chunk of one
+// sample in the last batch) and local SGD (gradients, then parameter averages).
+TEST(Gui, EveryViewRendersForDataParallelAndLocalSgd) {
+  DTLAB_REQUIRE_GUI();
+  DTLAB_REQUIRE_DATASET();
+  testutil::TempDir d;
+  const char* modes[][2] = {{"dp", "--mode dp --batch-size 30"},
+                            {"lsgd", "--mode local-sgd --average-every 3 --warmup-steps 2 --allreduce tree"}};
+  for (const auto& m : modes) {
+    const auto r = run_gui(std::string("--model mlp --world-size 4 --limit-train 1000 --limit-test 200 --steps 12 ") + m[1] +
+                               " --eval-every 5 --eval-samples 100 --view ring,batchnorm,batching,traineval,layout "
+                               "--frame-stats " + d.file(std::string(m[0]) + ".json") + " --screenshot " +
+                               d.file(std::string(m[0]) + ".png"),
+                           d.file("config"));
+    ASSERT_EQ(r.exit_code, 0) << m[0] << "\n" << r.out;
+    EXPECT_FALSE(contains(r.out, "error")) << m[0] << "\n" << r.out;
+    expect_views(d.file(m[0]));
+    const auto j = nlohmann::json::parse(testutil::read_file(d.file(std::string(m[0]) + ".json")));
+    EXPECT_EQ(j["run_phase"].get<std::string>(), "finished") << m[0];
+  }
+}
+
+// The allreduce view mid-collective for the other algorithms: naive (everything through rank 0)
+// and tree (six ranks: two fold into the power-of-two core first). Different traffic, different
+// pictures.
+TEST(Gui, StopsMidNaiveAndTreeAllreduce) {
+  DTLAB_REQUIRE_GUI();
+  DTLAB_REQUIRE_DATASET();
+  testutil::TempDir d;
+  std::vector<Png> shots;
+  for (const char* a : {"naive --world-size 4", "tree --world-size 6"}) {
+    const std::string name = std::string(a).substr(0, std::string(a).find(' '));
+    const auto r = run_gui(std::string("--model mlp --allreduce ") + a + " --limit-train 1000 --limit-test 200 --steps 3 "
+                           "--ring-steps 2 --view ring --screenshot " + d.file(name + ".png"), d.file("config"));
+    ASSERT_EQ(r.exit_code, 0) << a << "\n" << r.out;
+    EXPECT_FALSE(contains(r.out, "no gradient allreduce")) << r.out;
+    shots.push_back(load_png(d.file(name + ".png")));
+    EXPECT_GT(shots.back().variance, 100.0) << a;
+  }
+  EXPECT_GT(differing(shots[0], shots[1]), 0.02) << "naive and tree look the same";
+  // DataParallel has no allreduce to stop in: refused before any window
+  const auto dp = testutil::run_cli("gui --mode dp --steps 3 --ring-steps 2");
+  EXPECT_EQ(dp.exit_code, lab::kExitUsage) << dp.out;
+  EXPECT_TRUE(contains(dp.out, "--mode dp has none")) << dp.out;
 }
 
 TEST(Gui, StopsMidRingAllreduce) {
@@ -188,17 +235,21 @@ TEST(Gui, PartialRedrawsEqualFullOnes) {
   DTLAB_REQUIRE_GUI();
   DTLAB_REQUIRE_DATASET();
   testutil::TempDir d;
-  // slow motion keeps frames coming; every partial frame is compared with a full redraw
-  const auto r = testutil::run_cli_with_prefix(
-      "DTLAB_VERIFY_REDRAW=1 XDG_CONFIG_HOME=" + d.file("config") + " xvfb-run -a -s \"-screen 0 1600x1000x24\"",
-      "gui --world-size 4 --limit-train 1000 --limit-test 200 --eval-every 5 --eval-samples 100 --delay-ms 20 "
-      "--exit-after 4 --frame-stats " + d.file("frames.json"));
-  ASSERT_EQ(r.exit_code, 0) << r.out;
-  EXPECT_FALSE(contains(r.out, "partial redraw differs")) << r.out;
-  const auto j = nlohmann::json::parse(testutil::read_file(d.file("frames.json")));
-  EXPECT_GT(j["frames"].get<int>(), 2);
-  if (j["partial_redraw"].get<bool>()) {
-    EXPECT_LT(j["drawn_fraction_mean"].get<double>(), 1.0);
+  // Every partial frame is compared with a full redraw: in slow motion (the newest collective as
+  // it happens), and at full speed with eight ranks (a finished collective replayed, curves and
+  // the timeline moving every frame).
+  for (const std::string flags : {"--world-size 4 --delay-ms 20", "--world-size 8"}) {
+    const auto r = testutil::run_cli_with_prefix(
+        "DTLAB_VERIFY_REDRAW=1 XDG_CONFIG_HOME=" + d.file("config") + " xvfb-run -a -s \"-screen 0 1600x1000x24\"",
+        "gui " + flags + " --limit-train 4000 --limit-test 200 --eval-every 5 --eval-samples 100 --exit-after 4 "
+        "--frame-stats " + d.file("frames.json"));
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_FALSE(contains(r.out, "partial redraw differs")) << flags << "\n" << r.out;
+    const auto j = nlohmann::json::parse(testutil::read_file(d.file("frames.json")));
+    EXPECT_GT(j["all_frames"].get<int>(), 2) << flags;
+    if (j["partial_redraw"].get<bool>()) {
+      EXPECT_LT(j["drawn_fraction_mean"].get<double>(), 1.0) << flags;
+    }
   }
 }
 

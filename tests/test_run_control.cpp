@@ -101,6 +101,29 @@ TEST(RunControl, StepSinkGetsEveryRecordInStepRankOrder) {
   }
 }
 
+// DataParallel's device 0 holds the module itself: it is evaluated as DDP's rank 0 is (the
+// train vs eval view), and training does not notice.
+TEST(RunControl, PeriodicEvaluationUnderDataParallel) {
+  DTLAB_REQUIRE_DATASET();
+  testutil::TempDir d1, d2;
+  auto c = tiny(2);
+  c.mode = "dp";
+  c.batch_size = 32;  // the global batch: 16 per device
+  c.out_dir = d1.path();
+  lab::Run plain(c, lab::make_world);
+  plain.run();
+  c.out_dir = d2.path();
+  c.eval_every = 4;
+  c.eval_samples = 40;
+  lab::Run evaluated(c, lab::make_world);
+  evaluated.run();
+  const auto& evals = evaluated.snapshot()->evals;
+  ASSERT_EQ(evals.size(), 4u);  // after 1, 2, 4 and 8 iterations
+  EXPECT_EQ(evals[3].steps, 8);
+  EXPECT_EQ(evals[0].samples, 40);
+  EXPECT_EQ(testutil::read_file(d1.file("final.safetensors")), testutil::read_file(d2.file("final.safetensors")));
+}
+
 TEST(RunControl, PeriodicEvaluationInBothModesLeavesTrainingAlone) {
   DTLAB_REQUIRE_DATASET();
   testutil::TempDir d1, d2;

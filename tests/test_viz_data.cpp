@@ -3,17 +3,22 @@
 // host's stepping, and a run directory read back (viz/data: no GUI headers).
 #include <gtest/gtest.h>
 
+#include <array>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <set>
 #include <thread>
 
 #include "batching_model.h"
+#include "data_parallel.h"
 #include "errors.h"
 #include "frame_stats.h"
 #include "paths.h"
 #include "rank_threads.h"
 #include "ring_allreduce.h"
+#include "tree_allreduce.h"
 #include "ring_model.h"
 #include "run_data.h"
 #include "run_host.h"
@@ -22,10 +27,12 @@
 
 namespace {
 
-// Events of one real ring allreduce of `count` floats on n ranks.
-std::vector<std::vector<lab::Event>> allreduce_events(int n, size_t count) {
+// Events of one real allreduce of `count` floats on n ranks (ring unless told).
+std::vector<std::vector<lab::Event>> allreduce_events(int n, size_t count,
+                                                      lab::AllreduceAlgorithm a = lab::AllreduceAlgorithm::Ring) {
   labtest::RankWorld w(n);
   auto errors = w.run([&](int, lab::Communicator& comm) {
+    comm.set_allreduce_algorithm(a);
     std::vector<float> data(count, 1.0f);
     comm.allreduce_sum(data.data(), data.size(), lab::CollectiveInfo{"grad bucket", 0});
   });
@@ -90,6 +97,74 @@ TEST(VizRing, TraceOfARingAllreduceFollowsTheRule) {
   }
 }
 
+// The view's model of the other algorithms, rebuilt from their real events: the blocks each cuts
+// the buffer into, who owns what after the combining steps, every rank's share of the bytes and
+// messages, and the global step of an event on its own (what --ring-steps stops at).
+TEST(VizRing, NaiveAndTreeTracesFollowTheirAlgorithms) {
+  struct Case {
+    lab::AllreduceAlgorithm a;
+    const char* name;
+    int n;
+    size_t count;
+  };
+  const Case cases[] = {{lab::AllreduceAlgorithm::Ring, "ring", 4, 1000},   {lab::AllreduceAlgorithm::Naive, "naive", 4, 1000},
+                        {lab::AllreduceAlgorithm::Naive, "naive", 3, 999},  {lab::AllreduceAlgorithm::Tree, "tree", 4, 40000},
+                        {lab::AllreduceAlgorithm::Tree, "tree", 6, 40001},  {lab::AllreduceAlgorithm::Tree, "tree", 8, 40000},
+                        {lab::AllreduceAlgorithm::Tree, "tree", 6, 1000}};  // the last: recursive doubling
+  for (const Case& k : cases) {
+    SCOPED_TRACE(std::string(k.name) + " on " + std::to_string(k.n) + " ranks, " + std::to_string(k.count) + " floats");
+    const auto ev = allreduce_events(k.n, k.count, k.a);
+    uint64_t seq = 0;
+    ASSERT_TRUE(viz::latest_collective(ev, viz::CollectiveFilter{}, true, seq));
+    const viz::CollectiveTrace t = viz::collect_trace(ev, seq, k.name);
+    EXPECT_EQ(t.bytes, k.count * 4);
+    EXPECT_EQ(t.chunks, viz::allreduce_blocks(k.name, k.n));
+    int expected_steps = 0, combining = 0;
+    for (const viz::PhaseSteps& p : viz::allreduce_phases(k.name, k.n, t.bytes)) {
+      expected_steps += p.steps;
+      if (p.phase == lab::Phase::Gather || p.phase == lab::Phase::ReduceScatter) combining += p.steps;
+    }
+    EXPECT_EQ(t.steps, expected_steps);
+    for (int r = 0; r < k.n; ++r) {
+      const viz::RankSends share = viz::allreduce_rank_sends(k.name, k.n, t.bytes, r);
+      EXPECT_EQ(t.rank_bytes_sent[static_cast<size_t>(r)], share.bytes) << "rank " << r;
+      EXPECT_EQ(t.rank_messages[static_cast<size_t>(r)], share.messages) << "rank " << r;
+    }
+    // after the combining steps: naive's rank 0 holds the sum; a tree's core rank r owns block r
+    const viz::BufferState mid = viz::buffer_state(t, combining);
+    const std::string name = k.name;
+    int p = 1;
+    while (p * 2 <= k.n) p *= 2;
+    const bool doubling = name == "tree" && k.count * 4 <= lab::kTreeDoublingBytes;
+    for (int r = 0; r < k.n; ++r) {
+      if (name == "naive") {
+        EXPECT_EQ(viz::owned_chunk(t, r), r == 0 ? 0 : -1) << r;
+      }
+      if (name == "tree" && !doubling) {
+        EXPECT_EQ(viz::owned_chunk(t, r), r < p ? r : -1) << r;
+      }
+      if (doubling && r < p) {
+        for (int c = 0; c < t.chunks; ++c) EXPECT_TRUE(mid.full(r, c)) << "doubling: the whole sum on rank " << r;
+      }
+    }
+    const viz::BufferState end = viz::buffer_state(t, t.steps);
+    for (int r = 0; r < k.n; ++r)
+      for (int c = 0; c < t.chunks; ++c) EXPECT_TRUE(end.full(r, c)) << r << " " << c;
+    // the global step from an event alone is the one the trace gives it
+    for (const auto& log : ev)
+      for (const lab::Event& e : log) {
+        if (e.kind != lab::EventKind::Chunk || e.op_seq != seq) continue;
+        bool found = false;
+        for (const viz::Transfer& x : t.transfers)
+          if (x.src == e.src && x.dst == e.dst && x.phase == e.phase && x.ring_step == e.ring_step && x.chunk == e.chunk) {
+            EXPECT_EQ(viz::allreduce_global_step(k.name, k.n, e), x.global_step);
+            found = true;
+          }
+        EXPECT_TRUE(found);
+      }
+  }
+}
+
 TEST(VizRing, IncompleteTraceKnowsItsBufferSize) {
   const auto full = allreduce_events(4, 1000);
   // keep only the first reduce-scatter step of every rank
@@ -127,6 +202,8 @@ TEST(VizBatching, PaddingCutAndShortBatchesAsTorchDoesThem) {
   EXPECT_EQ(l.steps, 2);
   EXPECT_EQ(l.last_batch, 1);
   EXPECT_EQ(l.position(2, 1, 0), 10) << "rank 2's batch 1 is the padded sample 0";
+  EXPECT_TRUE(viz::batch_of_one_problem(l, c).empty()) << "the cnn's BatchNorm2d has 28 x 28 values per channel";
+  c.model = "mlp";
   EXPECT_FALSE(viz::batch_of_one_problem(l, c).empty()) << "local BN, last batch of one";
   c.bn = "sync";
   EXPECT_TRUE(viz::batch_of_one_problem(l, c).empty()) << "sync BN counts 4 samples";
@@ -145,6 +222,33 @@ TEST(VizBatching, PaddingCutAndShortBatchesAsTorchDoesThem) {
   EXPECT_EQ(l.padding, 0);
 }
 
+TEST(VizBatching, DataParallelCutsEachGlobalBatchLikeTorchChunk) {
+  lab::RunConfig c;
+  c.mode = "dp";
+  c.world_size = 3;
+  c.batch_size = 4;
+  c.shuffle = false;
+  viz::DpEpochLayout l = viz::layout_dp_epoch(c, 10, 0);
+  ASSERT_EQ(l.batches.size(), 3u);
+  EXPECT_EQ(l.batches[0], (std::vector<int64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(l.batches[2], (std::vector<int64_t>{8, 9}));
+  EXPECT_EQ(l.chunks(0), (std::vector<int64_t>{2, 2})) << "ceil(4 / 3) = 2: two chunks, device 2 idles";
+  EXPECT_EQ(l.chunks(2), (std::vector<int64_t>{1, 1}));
+  EXPECT_EQ(l.chunk_size(), 2);
+  EXPECT_TRUE(l.dropped.empty());
+  c.drop_last = true;
+  l = viz::layout_dp_epoch(c, 10, 0);
+  EXPECT_EQ(l.batches.size(), 2u);
+  EXPECT_EQ(l.dropped, (std::vector<int64_t>{8, 9}));
+  // shuffled: the training's own loader, its generator carried from epoch to epoch
+  c.shuffle = true;
+  c.drop_last = false;
+  c.seed = 7;
+  lab::SingleProcessLoader loader(10, 4, true, false, 7);
+  loader.next_epoch();
+  EXPECT_EQ(viz::layout_dp_epoch(c, 10, 1).batches, loader.next_epoch());
+}
+
 TEST(VizSettings, ChecksNameTheSettingAndTheReason) {
   lab::RunConfig c;
   c.world_size = 1;
@@ -155,6 +259,7 @@ TEST(VizSettings, ChecksNameTheSettingAndTheReason) {
   EXPECT_NE(note->message.find("no effect"), std::string::npos);
 
   c = lab::RunConfig{};
+  c.model = "mlp";
   c.world_size = 4;
   c.batch_size = 62;
   checks = viz::check_settings(c, 250);  // 63 per rank: 62 + 1
@@ -162,6 +267,9 @@ TEST(VizSettings, ChecksNameTheSettingAndTheReason) {
   ASSERT_NE(warn, nullptr);
   EXPECT_NE(warn->message.find("Expected more than 1 value per channel"), std::string::npos) << warn->message;
   EXPECT_NE(viz::find_check(checks, "sampler_drop_last", viz::Severity::Note), nullptr) << "250 = 4 x 63 - 2: padding";
+  c.model = "cnn";  // BatchNorm2d: 28 x 28 values per channel even for one sample
+  EXPECT_EQ(viz::find_check(viz::check_settings(c, 250), "batch_size", viz::Severity::Warning), nullptr);
+  c.model = "mlp";
 
   c.batch_size = 0;
   checks = viz::check_settings(c, 250);
@@ -174,6 +282,142 @@ TEST(VizSettings, ChecksNameTheSettingAndTheReason) {
   checks = viz::check_settings(c, 250);
   const viz::SettingCheck* err = viz::find_check(checks, "batch_size", viz::Severity::Error);
   ASSERT_NE(err, nullptr) << "63 samples per rank, batch 100 with drop_last: no step at all";
+}
+
+// The greying-out rules: a choice that lab::validate would reject after the change is greyed out
+// with validate's reason, and one that is not greyed out is accepted by validate; a choice is not
+// blamed for a problem the configuration already has.
+TEST(VizSettings, WhatValidateRejectsIsGreyedOutWithItsReason) {
+  auto valid = [](const lab::RunConfig& c) {
+    try {
+      lab::validate(c);
+      return true;
+    } catch (const lab::Error&) {
+      return false;
+    }
+  };
+  std::vector<lab::RunConfig> bases;
+  for (const char* mode : {"ddp", "dp", "local-sgd"})
+    for (int world : {1, 4})
+      for (const char* bn : {"local", "sync"}) {
+        lab::RunConfig c;
+        c.model = "mlp";
+        c.mode = mode;
+        c.world_size = world;
+        c.bn = bn;
+        if (valid(c)) bases.push_back(c);
+      }
+  ASSERT_GE(bases.size(), 8u);
+  const std::vector<std::pair<std::string, std::vector<std::string>>> choices = {
+      {"mode", {"ddp", "dp", "local-sgd", "pipeline"}},
+      {"allreduce", {"ring", "naive", "tree", "mpi"}},
+      {"bn", {"local", "sync"}},
+      {"sampler_drop_last", {"true", "false"}},
+      {"drop_last", {"true", "false"}},
+      {"no_sync_steps", {"0", "2", "-1"}},
+      {"average_every", {"0", "1", "4"}},
+      {"warmup_steps", {"-1", "0", "3"}},
+      {"batch_size", {"0", "16"}},
+      {"world_size", {"0", "1", "4", "65"}},
+      {"overlap", {"true", "false"}}};
+  int greyed = 0, rejected = 0;
+  for (const lab::RunConfig& base : bases)
+    for (const auto& [setting, values] : choices)
+      for (const std::string& value : values) {
+        lab::RunConfig changed = base;
+        ASSERT_TRUE(viz::apply_choice(changed, setting, value)) << setting << " " << value;
+        const std::string why = viz::unavailable_reason(base, setting, value);
+        const std::string what = "mode " + base.mode + ", world " + std::to_string(base.world_size) + ", bn " + base.bn +
+                                 ": " + setting + " = " + value;
+        if (!valid(changed)) {
+          ++rejected;
+          EXPECT_NE(why, "") << what << " would be refused by lab::validate, so it must be greyed out";
+        }
+        if (why.empty()) {
+          EXPECT_TRUE(valid(changed)) << what;
+        }
+        greyed += !why.empty();
+      }
+  EXPECT_GT(rejected, 20);
+  EXPECT_GE(greyed, rejected);
+
+  lab::RunConfig c;
+  c.model = "mlp";
+  c.world_size = 4;
+  c.bn = "sync";
+  EXPECT_NE(viz::unavailable_reason(c, "mode", "dp").find("SyncBatchNorm is only supported within"), std::string::npos);
+  EXPECT_NE(viz::unavailable_reason(c, "allreduce", "mpi").find("mpirun"), std::string::npos);
+  EXPECT_EQ(viz::unavailable_reason(c, "allreduce", "naive"), "");
+  EXPECT_EQ(viz::unavailable_reason(c, "mode", "local-sgd"), "");
+  c.bn = "local";
+  c.mode = "dp";
+  EXPECT_NE(viz::unavailable_reason(c, "bn", "sync").find("SyncBatchNorm"), std::string::npos);
+  EXPECT_NE(viz::unavailable_reason(c, "sampler_drop_last", "true").find("DistributedSampler"), std::string::npos);
+  EXPECT_NE(viz::unavailable_reason(c, "allreduce", "tree").find("no allreduce"), std::string::npos)
+      << "no effect in DataParallel";
+  EXPECT_NE(viz::unavailable_reason(c, "broadcast_buffers", "false").find("replicate"), std::string::npos);
+  EXPECT_NE(viz::unavailable_reason(c, "no_sync_steps", "2"), "");
+  // not blamed for a problem the configuration already has
+  c = lab::RunConfig{};
+  c.world_size = 4;
+  c.batch_size = 0;
+  EXPECT_EQ(viz::unavailable_reason(c, "allreduce", "tree"), "");
+  EXPECT_NE(viz::unavailable_reason(c, "allreduce", "mpi"), "");
+}
+
+TEST(VizSettings, DataParallelChunksTheGlobalBatchLikeTorchChunk) {
+  lab::RunConfig c;
+  c.model = "mlp";
+  c.mode = "dp";
+  c.world_size = 4;
+  c.batch_size = 10;  // 3, 3, 3, 1: device 3 normalizes one sample
+  auto checks = viz::check_settings(c, 1000);
+  const viz::SettingCheck* w = viz::find_check(checks, "batch_size", viz::Severity::Warning);
+  ASSERT_NE(w, nullptr);
+  EXPECT_NE(w->message.find("device 3's chunk holds 1 sample (3, 3, 3, 1)"), std::string::npos) << w->message;
+  c.model = "cnn";
+  EXPECT_EQ(viz::find_check(viz::check_settings(c, 1000), "batch_size", viz::Severity::Warning), nullptr);
+  c.model = "mlp";
+  c.batch_size = 6;  // 2, 2, 2: device 3 idles
+  checks = viz::check_settings(c, 1002);
+  EXPECT_EQ(viz::find_check(checks, "batch_size", viz::Severity::Warning), nullptr);
+  bool idle = false;
+  for (const auto& x : checks) idle = idle || x.message.find("device(s) 3 to 3 idle") != std::string::npos;
+  EXPECT_TRUE(idle);
+  c.batch_size = 8;  // 1001 = 125 x 8 + 1: the last batch is one sample, on device 0
+  checks = viz::check_settings(c, 1001);
+  w = viz::find_check(checks, "batch_size", viz::Severity::Warning);
+  ASSERT_NE(w, nullptr);
+  EXPECT_NE(w->message.find("the last batch of each epoch holds 1 samples"), std::string::npos) << w->message;
+  c.drop_last = true;
+  EXPECT_EQ(viz::find_check(viz::check_settings(c, 1001), "batch_size", viz::Severity::Warning), nullptr);
+  c.batch_size = 2000;  // one DataLoader over 1000 samples, drop_last: nothing to train on
+  EXPECT_NE(viz::find_check(viz::check_settings(c, 1000), "batch_size", viz::Severity::Error), nullptr);
+}
+
+TEST(VizSettings, LocalSgdSaysWhenItAveragesAndWhenItNeverDoes) {
+  lab::RunConfig c;
+  c.model = "mlp";
+  c.mode = "local-sgd";
+  c.world_size = 4;
+  c.batch_size = 25;  // 1000 samples: 250 per rank, 10 iterations an epoch
+  c.epochs = 1;
+  c.warmup_steps = 2;
+  c.average_every = 3;
+  auto checks = viz::check_settings(c, 1000);
+  const viz::SettingCheck* n = viz::find_check(checks, "average_every", viz::Severity::Note);
+  ASSERT_NE(n, nullptr);
+  EXPECT_NE(n->message.find("averaged after iterations 2, 5, 8, ..."), std::string::npos) << n->message;
+  c.warmup_steps = 10;
+  checks = viz::check_settings(c, 1000);
+  n = viz::find_check(checks, "warmup_steps", viz::Severity::Note);
+  ASSERT_NE(n, nullptr);
+  EXPECT_NE(n->message.find("never averaged"), std::string::npos) << n->message;
+  c.average_every = 0;
+  checks = viz::check_settings(c, 1000);
+  ASSERT_FALSE(checks.empty());
+  EXPECT_EQ(checks[0].severity, viz::Severity::Error);
+  EXPECT_EQ(checks[0].setting, "average_every") << checks[0].message;
 }
 
 TEST(VizPaths, ConfigDirFollowsXdgThenHome) {
@@ -208,6 +452,34 @@ TEST(VizFrameStats, NearestRankPercentiles) {
   EXPECT_EQ(viz::percentiles({}).max, 0);
 }
 
+TEST(VizFrameStats, OnlyFramesDrawnWhileTrainingCount) {
+  viz::FrameStats f;
+  std::array<viz::FramePartTime, viz::kFrameParts> parts{};
+  parts[static_cast<size_t>(viz::FramePart::Render)] = {8.0, 6.0};
+  f.add(2.0, 0, 0, parts, false);     // while the data loads: cheap, not counted
+  f.add(10.0, 0, 1.0, parts, true);   // the first training frame has no interval
+  f.add(20.0, 50.0, 3.0, parts, true);
+  f.add(1.0, 40.0, 0, parts, false);  // after the run
+  EXPECT_EQ(f.frames(), 2u);
+  EXPECT_EQ(f.all_frames(), 4u);
+  EXPECT_EQ(f.frame().p50, 10.0);
+  EXPECT_EQ(f.frame().max, 20.0);
+  EXPECT_EQ(f.all_frame().max, 20.0);
+  EXPECT_EQ(f.all_frame().p50, 2.0);
+  EXPECT_EQ(f.interval().max, 50.0);
+  EXPECT_EQ(f.interval().p50, 50.0) << "one interval: between the two training frames";
+  EXPECT_EQ(f.late().max, 3.0);
+  EXPECT_EQ(f.part_mean(viz::FramePart::Render).wall_ms, 8.0);
+  EXPECT_EQ(f.part_mean(viz::FramePart::Render).cpu_ms, 6.0);
+  EXPECT_EQ(f.part_mean(viz::FramePart::Swap).wall_ms, 0.0);
+  const nlohmann::json j = f.to_json({{"extra", 1}});
+  EXPECT_EQ(j["frames"].get<int>(), 2);
+  EXPECT_EQ(j["all_frames"].get<int>(), 4);
+  EXPECT_EQ(j["parts_mean_ms"]["render"]["cpu"].get<double>(), 6.0);
+  EXPECT_EQ(j["extra"].get<int>(), 1);
+  EXPECT_GT(viz::thread_cpu_seconds(), 0.0);
+}
+
 TEST(VizRunData, StepsByIterationAndRankWithBoundedBatchNormHistory) {
   viz::RunData d;
   d.cfg.world_size = 2;
@@ -232,6 +504,46 @@ TEST(VizRunData, StepsByIterationAndRankWithBoundedBatchNormHistory) {
   EXPECT_LE(with_bn, viz::RunData::kMaxBnSteps);
   EXPECT_FALSE(d.by_step.back()[0].bn.empty()) << "the newest steps keep their statistics";
   EXPECT_FALSE(d.by_step.front()[0].bn.empty()) << "thinning keeps every stride-th step, the first included";
+}
+
+// The lab window runs its ranks nicer than itself (run_host.h): every thread the run starts, the
+// driver, the ranks and their communication threads, has the nice value asked for; the caller's
+// stays as it was. (Threads that were there before, e.g. OpenBLAS's workers, are not the run's.)
+TEST(VizRunHost, EveryThreadOfTheRunHasTheNiceValueAskedFor) {
+  DTLAB_REQUIRE_DATASET();
+  lab::RunConfig c;
+  c.model = "mlp";
+  c.world_size = 3;
+  c.batch_size = 16;
+  c.limit_train = 480;
+  c.limit_test = 64;
+  c.steps = 6;
+  c.threads = 1;
+  c.timeout_s = 20;
+  auto threads = [] {
+    std::set<int> tids;
+    for (const auto& e : std::filesystem::directory_iterator("/proc/self/task"))
+      tids.insert(std::atoi(e.path().filename().c_str()));
+    return tids;
+  };
+  const std::set<int> before = threads();
+  const int mine = viz::thread_nice();
+  ASSERT_GT(mine, -100);
+  viz::RunHost host(c, /*start_paused=*/true, /*nice=*/7);
+  ASSERT_TRUE(wait_for([&] { return host.status().phase == viz::RunPhase::Paused; }, 30)) << host.status().error;
+  host.step_iteration();  // the communication threads start with the first gradient allreduce
+  ASSERT_TRUE(wait_for([&] {
+    const auto it = host.iterations();
+    return it.size() == 3 && it[0] == 1 && it[1] == 1 && it[2] == 1;
+  }, 30));
+  int started = 0;
+  for (int tid : threads()) {
+    if (before.count(tid)) continue;
+    ++started;
+    EXPECT_EQ(viz::thread_nice_of(tid), std::min(19, mine + 7)) << "thread " << tid;
+  }
+  EXPECT_GE(started, 1 + 3 + 3) << "the driver, the ranks and their communication threads";
+  EXPECT_EQ(viz::thread_nice(), mine) << "the caller's priority is untouched";
 }
 
 TEST(VizRunHost, StepsOneIterationOneAllreduceThenFinishes) {

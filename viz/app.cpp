@@ -9,6 +9,7 @@
 #include "app.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -42,7 +43,7 @@ const char* view_key(ViewId v) {
 
 const char* view_title(ViewId v) {
   switch (v) {
-    case ViewId::Ring: return "Ring allreduce";
+    case ViewId::Ring: return "Allreduce";
     case ViewId::BatchNorm: return "BatchNorm";
     case ViewId::Batching: return "Batching & drop_last";
     case ViewId::TrainEval: return "Train vs eval";
@@ -135,16 +136,16 @@ void start_live(AppState& app, const lab::RunConfig& cfg, bool paused, double t0
   app.live_cfg = cfg;
   app.data.reset_live(cfg);
   app.data.gate_delay_s = app.controls.delay_ms / 1000.0;
-  app.host = std::make_unique<RunHost>(cfg, paused);
+  app.host = std::make_unique<RunHost>(cfg, paused, app.opts.rank_nice);
   app.host->set_delay(app.data.gate_delay_s);
   app.twin_data = RunData();
-  if (app.compare_bn && cfg.world_size > 1) {
+  if (app.compare_bn && cfg.world_size > 1 && cfg.mode != "dp") {  // DataParallel has no SyncBatchNorm
     lab::RunConfig t = cfg;
     t.bn = other_bn(cfg.bn);
     t.out_dir.clear();  // one run directory per run
     app.twin_data.reset_live(t);
     app.twin_data.gate_delay_s = app.data.gate_delay_s;
-    app.twin = std::make_unique<RunHost>(t, paused);
+    app.twin = std::make_unique<RunHost>(t, paused, app.opts.rank_nice);
     app.twin->set_delay(app.data.gate_delay_s);
   }
   reset_view_caches(app);
@@ -152,9 +153,9 @@ void start_live(AppState& app, const lab::RunConfig& cfg, bool paused, double t0
   app.last_status = HostStatus{};
   app.last_twin_phase = RunPhase::Loading;
   app.log.add(LogLevel::Info,
-              fmt("new run: %s, world_size %d, batch_size %d per rank, bn %s%s, seed %llu%s", cfg.model.c_str(),
-                  cfg.world_size, static_cast<int>(cfg.batch_size), cfg.bn.c_str(),
-                  cfg.broadcast_buffers ? "" : ", broadcast_buffers off", static_cast<unsigned long long>(cfg.seed),
+              fmt("new run: %s, %s, %s, bn %s%s, seed %llu%s", cfg.model.c_str(), describe_parallelism(cfg).c_str(),
+                  describe_batch(cfg).c_str(), cfg.bn.c_str(), cfg.broadcast_buffers ? "" : ", broadcast_buffers off",
+                  static_cast<unsigned long long>(cfg.seed),
                   app.twin ? fmt(" (+ twin with bn %s)", other_bn(cfg.bn).c_str()).c_str() : ""),
               since_start(t0));
 }
@@ -318,9 +319,8 @@ void draw_menu(AppState& app, Commands& cmd) {
       ImGui::EndMenu();
     }
     const RunData& d = app.data;
-    ImGui::TextDisabled("  %s | %s, %d ranks, batch %d/rank, bn %s | %s", d.live ? "live" : d.source.c_str(),
-                        d.cfg.model.c_str(), d.cfg.world_size, static_cast<int>(d.cfg.batch_size), d.cfg.bn.c_str(),
-                        run_phase_name(d.phase));
+    ImGui::TextDisabled("  %s | %s, %s, %s, bn %s | %s", d.live ? "live" : d.source.c_str(), d.cfg.model.c_str(),
+                        describe_parallelism(d.cfg).c_str(), describe_batch(d.cfg).c_str(), d.cfg.bn.c_str(), run_phase_name(d.phase));
     ImGui::EndMainMenuBar();
   }
   if (open_popup) ImGui::OpenPopup("Open run directory");
@@ -367,8 +367,8 @@ void draw_views_window(AppState& app, Commands& cmd) {
     heading(view_title(*app.solo));
     ImGui::SameLine();
     const RunData& d = app.data;
-    ImGui::TextDisabled("  %s, world_size %d, batch_size %d per rank, bn %s%s, %lld iteration%s done | %s",
-                        d.cfg.model.c_str(), d.cfg.world_size, static_cast<int>(d.cfg.batch_size), d.cfg.bn.c_str(),
+    ImGui::TextDisabled("  %s, %s, %s, bn %s%s, %lld iteration%s done | %s", d.cfg.model.c_str(),
+                        describe_parallelism(d.cfg).c_str(), describe_batch(d.cfg).c_str(), d.cfg.bn.c_str(),
                         app.twin ? fmt(" (twin: bn %s)", app.twin_data.cfg.bn.c_str()).c_str() : "",
                         static_cast<long long>(d.steps_done()), d.steps_done() == 1 ? "" : "s", run_phase_name(d.phase));
     ImGui::Separator();
@@ -523,13 +523,31 @@ bool script_ready(AppState& app) {
     if (!sc.staged) return false;
     auto staged_in = [&](const RunData& r) {
       uint64_t seq = 0;
-      if (!latest_collective(r.events, CollectiveFilter{}, false, seq)) return false;
-      const CollectiveTrace t = collect_trace(r.events, seq);
+      if (!latest_collective(r.events, training_sync_filter(r.cfg.mode), false, seq)) return false;
+      const CollectiveTrace t = collect_trace(r.events, seq, r.cfg.allreduce);
       if (t.train_step != sc.target_steps) return false;
-      int done = 0;
-      for (const Transfer& x : t.transfers) done += x.global_step < sc.ring_steps;
-      return done >= r.world() * sc.ring_steps;
+      // every sender of each of the first ring_steps steps has recorded its transfer
+      std::vector<int> senders;
+      for (const PhaseSteps& p : allreduce_phases(r.cfg.allreduce, r.world(), t.bytes))
+        senders.insert(senders.end(), static_cast<size_t>(p.steps), p.senders);
+      for (int k = 0; k < sc.ring_steps && k < static_cast<int>(senders.size()); ++k) {
+        std::vector<int> srcs;
+        for (const Transfer& x : t.transfers)
+          if (x.global_step == k && std::find(srcs.begin(), srcs.end(), x.src) == srcs.end()) srcs.push_back(x.src);
+        if (static_cast<int>(srcs.size()) < senders[static_cast<size_t>(k)]) return false;
+      }
+      return true;
     };
+    // An iteration without a gradient allreduce (local SGD between averages) stages nothing: the
+    // run waits at the start of the next one, and the picture is taken there.
+    auto passed = [&](const RunData& r) { return r.steps_done() > sc.target_steps; };
+    if (passed(d) && !staged_in(d)) {
+      if (!sc.warned)
+        std::fprintf(stderr, "dtlab gui: iteration %lld has no gradient allreduce to stop in (--ring-steps)\n",
+                     static_cast<long long>(sc.target_steps));
+      sc.warned = true;
+      return true;
+    }
     return staged_in(d) && (!app.twin || staged_in(app.twin_data) || app.twin_data.phase == RunPhase::Failed);
   }
   if (!app.opts.steps_given) {
@@ -643,10 +661,26 @@ int run_app(const lab::RunConfig& cfg_in, const AppOptions& opts) {
     app.log.add(LogLevel::Info, "the window runs at the ranks' priority (raising it is not permitted here)", 0);
 
   double prev_start = 0;
+  double due = 0;  // when the last wait was to end (0: it did not wait)
+  bool prev_training = false;  // the last drawn frame was drawn while the ranks trained
   while (!app.quit && !win.should_close()) {
     const double frame_start = lab::now_seconds();
+    const double late = due > 0 ? frame_start - due : 0;
+    const bool training_before = app.data.live && app.data.phase == RunPhase::Running;
+    // the parts of this frame (FrameStats): wall and thread-CPU time at each boundary
+    std::array<FrameStats::Part, kFrameParts> parts{};
+    double mark_wall = frame_start, mark_cpu = thread_cpu_seconds();
+    auto mark = [&](FramePart p) {
+      const double w = lab::now_seconds(), c = thread_cpu_seconds();
+      parts[static_cast<size_t>(p)].wall_ms += (w - mark_wall) * 1e3;
+      parts[static_cast<size_t>(p)].cpu_ms += (c - mark_cpu) * 1e3;
+      mark_wall = w;
+      mark_cpu = c;
+    };
     app.clock.now = frame_start - t0;
-    app.clock.frozen = sc.active;
+    // Screenshots hold animations at a fixed phase; a benchmark (--frame-stats) animates as the
+    // user would see it, or it would measure less than a user gets.
+    app.clock.frozen = sc.active && !opts.screenshot.empty();
 
     // the script picks what to show before the frame is drawn
     const bool ready = sc.active && script_ready(app);
@@ -669,6 +703,7 @@ int run_app(const lab::RunConfig& cfg_in, const AppOptions& opts) {
     echo_log(app);
     reap(app);
     update_checks(app);
+    mark(FramePart::News);
 
     win.new_frame(sc.active);
     const ImGuiIO& cio = ImGui::GetIO();
@@ -681,7 +716,9 @@ int run_app(const lab::RunConfig& cfg_in, const AppOptions& opts) {
     // a few frames before a scripted capture, so that layouts settle (ImGui sizes some windows
     // from the previous frame)
     const bool capture = ready && sc.settle_frames + 1 >= 4;
+    mark(FramePart::Ui);
     const bool drawn = win.render(cmd.screenshot || capture);
+    mark(FramePart::Render);
 
     if (cmd.screenshot) {
       char name[64];
@@ -720,6 +757,7 @@ int run_app(const lab::RunConfig& cfg_in, const AppOptions& opts) {
       app.quit = true;
     }
     if (drawn) win.swap();
+    mark(FramePart::Swap);
     apply_commands(app, cmd, t0);
     if (persist && io.WantSaveIniSettings) {
       save_layout(app);
@@ -730,8 +768,14 @@ int run_app(const lab::RunConfig& cfg_in, const AppOptions& opts) {
     if (drawn) {
       int fw = 0, fh = 0;
       win.framebuffer_size(fw, fh);
-      app.drawn_fraction_sum += fw > 0 && fh > 0 ? win.drawn_pixels() / (static_cast<double>(fw) * fh) : 1.0;
-      app.frames.add((end - frame_start) * 1e3, prev_start > 0 ? (frame_start - prev_start) * 1e3 : 0);
+      // a frame drawn while the ranks train (FrameStats); the interval only between two of them
+      const bool training = app.data.live && app.data.phase == RunPhase::Running && training_before;
+      if (training)
+        app.drawn_fraction_sum += fw > 0 && fh > 0 ? win.drawn_pixels() / (static_cast<double>(fw) * fh) : 1.0;
+      app.frames.add((end - frame_start) * 1e3,
+                     prev_start > 0 && training && prev_training ? (frame_start - prev_start) * 1e3 : 0, late * 1e3,
+                     parts, training);
+      prev_training = training;
       prev_start = frame_start;
     } else {
       ++app.frames_skipped;
@@ -751,6 +795,7 @@ int run_app(const lab::RunConfig& cfg_in, const AppOptions& opts) {
     if (drawn) app.frame_work_ema = 0.8 * app.frame_work_ema + 0.2 * (end - frame_start);
     if (!interacting && moving) interval = std::max(interval, app.frame_work_ema / kWatchDuty);
     const double wait = interval - (lab::now_seconds() - frame_start);
+    due = wait > 0 ? lab::now_seconds() + wait : 0;
     win.wait_events(wait > 0 ? wait : 0);
   }
   if (persist) save_layout(app);
@@ -773,10 +818,16 @@ int run_app(const lab::RunConfig& cfg_in, const AppOptions& opts) {
         {"frames_skipped", app.frames_skipped},
         {"partial_redraw", win.partial_redraw()},
         {"ui_priority_raised", raised},
+        {"rank_nice", opts.rank_nice},
         {"drawn_fraction_mean", app.frames.frames() ? app.drawn_fraction_sum / static_cast<double>(app.frames.frames()) : 0.0},
-        {"note", "frame_ms: work of each drawn frame (input, UI, rendering, swap); frames identical to the one on "
-                 "screen are not drawn (frames_skipped); drawn_fraction_mean: share of the window's pixels a drawn "
-                 "frame painted (partial redraws paint only what changed)"}};
+        {"note", "frames, frame_ms, interval_ms, late_ms, parts_mean_ms: over the frames drawn while the ranks "
+                 "train (all_frames, all_frame_ms: every drawn frame). frame_ms: time to produce a drawn frame, "
+                 "from waking up to handing it to the window system (run news, UI, rendering, swap); "
+                 "interval_ms: time between the starts of drawn frames (includes the pacing wait); late_ms: how "
+                 "long after its due time a frame started (waiting for a CPU); parts_mean_ms: wall and thread-CPU "
+                 "ms per part; frames identical to the one on screen are not drawn (frames_skipped); "
+                 "drawn_fraction_mean: share of the window's pixels a drawn frame painted (partial redraws paint "
+                 "only what changed)"}};
     std::ofstream f(opts.frame_stats, std::ios::trunc);
     f << app.frames.to_json(extra).dump(2) << "\n";
     if (!f) {

@@ -1,6 +1,7 @@
 #include "app_glfw.h"
 
 #include <algorithm>
+#include <array>
 #include <cfloat>
 #include <cmath>
 #include <cstdio>
@@ -95,8 +96,8 @@ std::string GlfwWindow::open(const char* title, int width, int height, float sca
   // against a full redraw (the tests do).
   const std::string r = renderer();
   const char* full_env = std::getenv("DTLAB_FULL_REDRAW");
-  m_partial = (r.find("llvmpipe") != std::string::npos || r.find("softpipe") != std::string::npos) &&
-              !(full_env && full_env[0] == '1');
+  m_software = r.find("llvmpipe") != std::string::npos || r.find("softpipe") != std::string::npos;
+  m_partial = m_software && !(full_env && full_env[0] == '1');
   const char* verify_env = std::getenv("DTLAB_VERIFY_REDRAW");
   m_verify = verify_env && verify_env[0] == '1';
   return "";
@@ -125,69 +126,156 @@ void GlfwWindow::draw_all(int w, int h) {
   m_drawn_pixels = static_cast<double>(w) * h;
 }
 
-// Clears each rectangle and draws what falls into it, in the usual order: inside the rectangle
-// the result is the full frame's, outside it the previous frame's pixels stay. For each rectangle
-// every command is clipped to it and keeps only the triangles that reach into it (llvmpipe would
-// otherwise set up every triangle of the window once per rectangle).
+// Clears the rectangles, then draws what falls into them in one pass: every command is cut to
+// each rectangle it reaches and keeps only the triangles that reach into it (llvmpipe would
+// otherwise set up every triangle of the window once per rectangle). Inside the rectangles the
+// result is the full frame's, outside them the previous frame's pixels stay. The rectangles
+// never overlap (DamageTracker keeps them apart), so no pixel is blended twice.
+//
+// Which triangles reach which rectangle: a grid of kCell-pixel cells lists the rectangles over
+// each cell, so a triangle (most are a glyph or a line segment, within one or two cells) is
+// tested against the few rectangles near it, not all of them.
 void GlfwWindow::draw_rects(const std::vector<DirtyRect>& rects, int w, int h) {
+  constexpr float kCell = 32;
   ImDrawData* dd = ImGui::GetDrawData();
   const ImVec2 off = dd->DisplayPos, scale = dd->FramebufferScale;
   m_drawn_pixels = 0;
-  std::vector<ImVector<ImDrawIdx>> saved_idx(static_cast<size_t>(dd->CmdListsCount));
-  std::vector<ImVector<ImDrawCmd>> saved_cmds(static_cast<size_t>(dd->CmdListsCount));
-  for (const DirtyRect& r : rects) {
-    // whole framebuffer pixels, rounded outwards
-    const float x0 = std::floor(r.x0), y0 = std::floor(r.y0), x1 = std::ceil(r.x1), y1 = std::ceil(r.y1);
-    const int fx0 = static_cast<int>((x0 - off.x) * scale.x), fy0 = static_cast<int>((y0 - off.y) * scale.y);
-    const int fx1 = static_cast<int>((x1 - off.x) * scale.x), fy1 = static_cast<int>((y1 - off.y) * scale.y);
-    glEnable(GL_SCISSOR_TEST);
+  const size_t nr = std::min<size_t>(rects.size(), 32);  // a bit each in a 32-bit mask
+  // whole framebuffer pixels, rounded outwards
+  std::vector<ImVec4> px(nr);
+  std::vector<std::array<int, 4>> fpx(nr);  // the same in framebuffer pixels, top-down
+  glEnable(GL_SCISSOR_TEST);
+  for (size_t i = 0; i < nr; ++i) {
+    const DirtyRect& r = rects[i];
+    px[i] = ImVec4(std::floor(r.x0), std::floor(r.y0), std::ceil(r.x1), std::ceil(r.y1));
+    const int fx0 = static_cast<int>((px[i].x - off.x) * scale.x), fy0 = static_cast<int>((px[i].y - off.y) * scale.y);
+    const int fx1 = static_cast<int>((px[i].z - off.x) * scale.x), fy1 = static_cast<int>((px[i].w - off.y) * scale.y);
+    fpx[i] = {fx0, fy0, fx1, fy1};
     glScissor(fx0, h - fy1, fx1 - fx0, fy1 - fy0);
     glClear(GL_COLOR_BUFFER_BIT);
-    for (int i = 0; i < dd->CmdListsCount; ++i) {
-      ImDrawList* l = dd->CmdLists[i];
-      saved_idx[static_cast<size_t>(i)].swap(l->IdxBuffer);
-      saved_cmds[static_cast<size_t>(i)].swap(l->CmdBuffer);
-      const ImVector<ImDrawIdx>& idx = saved_idx[static_cast<size_t>(i)];
-      for (const ImDrawCmd& c : saved_cmds[static_cast<size_t>(i)]) {
-        if (c.UserCallback) {
-          l->CmdBuffer.push_back(c);
-          continue;
-        }
-        const ImVec4 clip(std::max(c.ClipRect.x, x0), std::max(c.ClipRect.y, y0), std::min(c.ClipRect.z, x1),
-                          std::min(c.ClipRect.w, y1));
-        if (clip.z <= clip.x || clip.w <= clip.y) continue;
-        ImDrawCmd k = c;
-        k.ClipRect = clip;
-        k.IdxOffset = static_cast<unsigned int>(l->IdxBuffer.Size);
-        for (unsigned int t = 0; t + 2 < c.ElemCount; t += 3) {
-          const ImDrawVert& a = l->VtxBuffer[static_cast<int>(c.VtxOffset + idx[static_cast<int>(c.IdxOffset + t)])];
-          const ImDrawVert& b = l->VtxBuffer[static_cast<int>(c.VtxOffset + idx[static_cast<int>(c.IdxOffset + t + 1)])];
-          const ImDrawVert& v = l->VtxBuffer[static_cast<int>(c.VtxOffset + idx[static_cast<int>(c.IdxOffset + t + 2)])];
-          if (std::max({a.pos.x, b.pos.x, v.pos.x}) < clip.x || std::min({a.pos.x, b.pos.x, v.pos.x}) > clip.z ||
-              std::max({a.pos.y, b.pos.y, v.pos.y}) < clip.y || std::min({a.pos.y, b.pos.y, v.pos.y}) > clip.w)
-            continue;
-          for (unsigned int e = 0; e < 3; ++e) l->IdxBuffer.push_back(idx[static_cast<int>(c.IdxOffset + t + e)]);
-        }
-        k.ElemCount = static_cast<unsigned int>(l->IdxBuffer.Size) - k.IdxOffset;
-        if (k.ElemCount) l->CmdBuffer.push_back(k);
-      }
-      if (l->CmdBuffer.empty()) {
-        ImDrawCmd none;  // the backend expects at least one command per list
-        none.ClipRect = ImVec4(0, 0, 0, 0);
-        l->CmdBuffer.push_back(none);
-      }
-    }
-    ImGui_ImplOpenGL3_RenderDrawData(dd);
-    for (int i = 0; i < dd->CmdListsCount; ++i) {
-      ImDrawList* l = dd->CmdLists[i];
-      l->IdxBuffer.swap(saved_idx[static_cast<size_t>(i)]);
-      l->CmdBuffer.swap(saved_cmds[static_cast<size_t>(i)]);
-      saved_idx[static_cast<size_t>(i)].resize(0);
-      saved_cmds[static_cast<size_t>(i)].resize(0);
-    }
     m_drawn_pixels += static_cast<double>(fx1 - fx0) * (fy1 - fy0);
   }
   glDisable(GL_SCISSOR_TEST);
+  // the grid: a mask of the rectangles over each cell
+  const int gw = std::max(1, static_cast<int>(std::ceil(dd->DisplaySize.x / kCell)));
+  const int gh = std::max(1, static_cast<int>(std::ceil(dd->DisplaySize.y / kCell)));
+  auto cell_x = [&](float x) { return std::clamp(static_cast<int>((x - off.x) / kCell), 0, gw - 1); };
+  auto cell_y = [&](float y) { return std::clamp(static_cast<int>((y - off.y) / kCell), 0, gh - 1); };
+  std::vector<uint32_t>& grid = m_scratch.grid;
+  grid.assign(static_cast<size_t>(gw) * static_cast<size_t>(gh), 0);
+  for (size_t i = 0; i < nr; ++i)
+    for (int y = cell_y(px[i].y); y <= cell_y(px[i].w); ++y)
+      for (int x = cell_x(px[i].x); x <= cell_x(px[i].z); ++x) grid[static_cast<size_t>(y * gw + x)] |= uint32_t{1} << i;
+
+  // The lists' own index and command buffers are swapped out for scratch ones, filled with what
+  // falls into the rectangles, and swapped back after drawing. Scratch buffers keep their
+  // capacity from frame to frame.
+  std::vector<ImVector<ImDrawIdx>>& saved_idx = m_scratch.idx;
+  std::vector<ImVector<ImDrawCmd>>& saved_cmds = m_scratch.cmds;
+  std::vector<ImVector<ImDrawVert>>& saved_vtx = m_scratch.vtx;
+  std::vector<std::vector<ImDrawIdx>>& kept = m_scratch.kept;  // per rectangle: a command's triangles in it
+  std::vector<int>& remap = m_scratch.remap;
+  if (saved_idx.size() < static_cast<size_t>(dd->CmdListsCount)) {
+    saved_idx.resize(static_cast<size_t>(dd->CmdListsCount));
+    saved_cmds.resize(static_cast<size_t>(dd->CmdListsCount));
+    saved_vtx.resize(static_cast<size_t>(dd->CmdListsCount));
+  }
+  kept.resize(std::max(kept.size(), nr));
+  std::vector<ImVec4> clip(nr);
+  std::vector<char> compacted(static_cast<size_t>(dd->CmdListsCount), 0);
+  for (int i = 0; i < dd->CmdListsCount; ++i) {
+    ImDrawList* l = dd->CmdLists[i];
+    saved_idx[static_cast<size_t>(i)].swap(l->IdxBuffer);
+    saved_cmds[static_cast<size_t>(i)].swap(l->CmdBuffer);
+    l->IdxBuffer.resize(0);
+    l->CmdBuffer.resize(0);
+    const ImVector<ImDrawIdx>& idx = saved_idx[static_cast<size_t>(i)];
+    // Only the vertices of kept triangles are uploaded (a frame keeps a small part of the
+    // window's): renumbered from 0 in a compact buffer. Not for lists past 16-bit indices.
+    ImVector<ImDrawVert>& compact = saved_vtx[static_cast<size_t>(i)];
+    const bool compacting = sizeof(ImDrawIdx) > 2 || l->VtxBuffer.Size <= 0xFFFF;
+    if (compacting) {
+      compact.resize(0);
+      remap.assign(static_cast<size_t>(l->VtxBuffer.Size), -1);
+    }
+    for (const ImDrawCmd& c : saved_cmds[static_cast<size_t>(i)]) {
+      if (c.UserCallback) {
+        l->CmdBuffer.push_back(c);
+        continue;
+      }
+      // The pixels the backend's scissor gives this command in a full frame: it truncates the
+      // origin and the size separately, so the clip is cut to whole pixels the same way here,
+      // or a partial frame would draw a column more or less at a fractional edge.
+      const ImVec2 cmin((c.ClipRect.x - off.x) * scale.x, (c.ClipRect.y - off.y) * scale.y);
+      const ImVec2 cmax((c.ClipRect.z - off.x) * scale.x, (c.ClipRect.w - off.y) * scale.y);
+      if (cmax.x <= cmin.x || cmax.y <= cmin.y) continue;
+      const int sx0 = static_cast<int>(cmin.x), sx1 = sx0 + static_cast<int>(cmax.x - cmin.x);
+      const int sy1 = h - static_cast<int>(static_cast<float>(h) - cmax.y), sy0 = sy1 - static_cast<int>(cmax.y - cmin.y);
+      uint32_t reach = 0;  // rectangles this command's clip rectangle meets
+      for (size_t r = 0; r < nr; ++r) {
+        kept[r].clear();
+        const int x0 = std::max(sx0, fpx[r][0]), y0 = std::max(sy0, fpx[r][1]);
+        const int x1 = std::min(sx1, fpx[r][2]), y1 = std::min(sy1, fpx[r][3]);
+        if (x0 >= x1 || y0 >= y1) continue;
+        clip[r] = ImVec4(static_cast<float>(x0) / scale.x + off.x, static_cast<float>(y0) / scale.y + off.y,
+                         static_cast<float>(x1) / scale.x + off.x, static_cast<float>(y1) / scale.y + off.y);
+        reach |= uint32_t{1} << r;
+      }
+      if (!reach) continue;
+      for (unsigned int t = 0; t + 2 < c.ElemCount; t += 3) {
+        const ImDrawIdx* tri = &idx[static_cast<int>(c.IdxOffset + t)];
+        const ImVec2 a = l->VtxBuffer[static_cast<int>(c.VtxOffset + tri[0])].pos;
+        const ImVec2 b = l->VtxBuffer[static_cast<int>(c.VtxOffset + tri[1])].pos;
+        const ImVec2 v = l->VtxBuffer[static_cast<int>(c.VtxOffset + tri[2])].pos;
+        const float x0 = std::min({a.x, b.x, v.x}), x1 = std::max({a.x, b.x, v.x});
+        const float y0 = std::min({a.y, b.y, v.y}), y1 = std::max({a.y, b.y, v.y});
+        uint32_t near = 0;
+        for (int y = cell_y(y0); y <= cell_y(y1); ++y)
+          for (int x = cell_x(x0); x <= cell_x(x1); ++x) near |= grid[static_cast<size_t>(y * gw + x)];
+        near &= reach;
+        for (uint32_t m = near; m; m &= m - 1) {
+          const size_t r = static_cast<size_t>(__builtin_ctz(m));
+          if (x1 < clip[r].x || x0 > clip[r].z || y1 < clip[r].y || y0 > clip[r].w) continue;
+          kept[r].insert(kept[r].end(), tri, tri + 3);
+        }
+      }
+      for (size_t r = 0; r < nr; ++r) {
+        if (kept[r].empty()) continue;
+        ImDrawCmd k = c;
+        k.ClipRect = clip[r];
+        k.IdxOffset = static_cast<unsigned int>(l->IdxBuffer.Size);
+        k.ElemCount = static_cast<unsigned int>(kept[r].size());
+        if (compacting) {
+          k.VtxOffset = 0;
+          for (ImDrawIdx e : kept[r]) {
+            const size_t v = c.VtxOffset + e;
+            if (remap[v] < 0) {
+              remap[v] = compact.Size;
+              compact.push_back(l->VtxBuffer[static_cast<int>(v)]);
+            }
+            l->IdxBuffer.push_back(static_cast<ImDrawIdx>(remap[v]));
+          }
+        } else {
+          for (ImDrawIdx e : kept[r]) l->IdxBuffer.push_back(e);
+        }
+        l->CmdBuffer.push_back(k);
+      }
+    }
+    if (compacting) l->VtxBuffer.swap(compact);
+    compacted[static_cast<size_t>(i)] = compacting;
+    if (l->CmdBuffer.empty()) {
+      ImDrawCmd none;  // the backend expects at least one command per list
+      none.ClipRect = ImVec4(0, 0, 0, 0);
+      l->CmdBuffer.push_back(none);
+    }
+  }
+  ImGui_ImplOpenGL3_RenderDrawData(dd);
+  for (int i = 0; i < dd->CmdListsCount; ++i) {
+    ImDrawList* l = dd->CmdLists[i];
+    l->IdxBuffer.swap(saved_idx[static_cast<size_t>(i)]);
+    l->CmdBuffer.swap(saved_cmds[static_cast<size_t>(i)]);
+    if (compacted[static_cast<size_t>(i)]) l->VtxBuffer.swap(saved_vtx[static_cast<size_t>(i)]);
+  }
   (void)w;
 }
 
@@ -233,6 +321,10 @@ bool GlfwWindow::render(bool force) {
     }
   }
   m_refresh = false;
+  // Software rasterizers draw at the next flush: finish here, so that render() is the drawing
+  // and swap() the presenting (frame statistics tell them apart). No cost: the pixels have to be
+  // drawn before the swap anyway, on this thread (LP_NUM_THREADS=0, see init()).
+  if (m_software) glFinish();
   return true;
 }
 

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <imgui.h>
+
 #include "damage.h"
 
 struct GLFWwindow;
@@ -69,12 +71,21 @@ class GlfwWindow {
 
   GLFWwindow* m_window = nullptr;
   bool m_glfw = false, m_imgui = false;
+  bool m_software = false;    // Mesa's llvmpipe or softpipe: the CPU draws every pixel
   bool m_partial = false;     // draw only damage (the back buffer survives a swap)
   bool m_verify = false;      // compare every partial frame with a full one (tests)
   bool m_refresh = true;      // the window system lost the picture: draw everything
   int m_fb_w = 0, m_fb_h = 0;
   double m_drawn_pixels = 0;
   DamageTracker m_damage;
+  struct Scratch {  // draw_rects' buffers, kept between frames
+    std::vector<ImVector<ImDrawIdx>> idx;
+    std::vector<ImVector<ImDrawCmd>> cmds;
+    std::vector<ImVector<ImDrawVert>> vtx;
+    std::vector<std::vector<ImDrawIdx>> kept;
+    std::vector<int> remap;
+    std::vector<uint32_t> grid;
+  } m_scratch;
   std::vector<KeyPress> m_keys;
 };
 

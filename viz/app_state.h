@@ -85,6 +85,7 @@ struct BatchingViewState {
   bool by_rank = true;       // each row: rank 0's batch, rank 1's, ... (else global order)
   // cache
   EpochLayout layout;
+  DpEpochLayout dp_layout;   // --mode dp
   std::string layout_key;    // what the cached layout was computed for
   std::string layout_error;
 };
@@ -132,6 +133,7 @@ struct ControlsState {
 struct Script {
   bool active = false;
   bool staged = false;       // run_into_allreduce sent
+  bool warned = false;       // said that there was nothing to stage in
   int64_t target_steps = 0;
   int ring_steps = -1;
   std::vector<ViewId> views;   // views to capture, in order; empty: the whole layout

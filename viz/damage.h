@@ -5,12 +5,20 @@
 // leaves the CPU to the ranks. The app uses it where the back buffer survives a swap (see
 // app_glfw.cpp); elsewhere every frame is drawn whole.
 //
-// How: per draw list (one per window), the vertices that differ are found from both ends (what
-// precedes and follows a change keeps its place), and every triangle that uses one of them, in the
-// old frame or the new, adds its bounding box, cut to its command's clip rectangle. Lists that
-// appear, disappear, or change their commands' clip rectangles or textures are dirty as a whole.
+// How: per draw list (one per window), the old and new vertex sequences (position, uv, colour)
+// are compared as a diff: runs that are the same in both, in the same order, are matched (an
+// anchor search resynchronizes after each difference), and every vertex outside them has
+// changed. Every triangle that uses a changed vertex, in the old frame or the new, adds its
+// bounding box, cut to its clip rectangle; neighbouring boxes are merged. A command whose clip
+// rectangle or texture changed is dirty where it draws in either frame, and so is a list that
+// appears, disappears or changes its number of commands; a change of the windows' order
+// redraws everything.
+//
+// Cost: linear in the vertices and indices, on buffers kept from frame to frame (large
+// allocations every frame cost page faults).
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include <imgui.h>
@@ -22,17 +30,22 @@ struct DirtyRect {
   float area() const { return (x1 - x0) * (y1 - y0); }
 };
 
+// Merges rectangles that are within `gap` pixels of each other, then the pairs whose union grows
+// least, until at most `max` remain. The result's rectangles are at least `gap` apart: they never
+// overlap, so they can be cleared and drawn in one pass.
+std::vector<DirtyRect> merge_rects(std::vector<DirtyRect> rects, size_t max, float gap);
+
 class DamageTracker {
  public:
   // Compares dd with the last frame given here. full: the whole window must be drawn (first
   // frame, new size, windows reordered); otherwise the returned rectangles are what changed
-  // (empty: nothing did). At most kMaxRects rectangles, merged when they touch.
+  // (empty: nothing did). At most kMaxRects rectangles, pairwise at least kGap pixels apart.
   std::vector<DirtyRect> update(const ImDrawData& dd, bool& full);
   void invalidate() { m_valid = false; }
 
-  static constexpr int kMaxRects = 8;
+  static constexpr int kMaxRects = 24;
+  static constexpr float kGap = 8;
 
- private:
   struct Cmd {
     ImVec4 clip;
     ImTextureID texture;
@@ -43,13 +56,13 @@ class DamageTracker {
     std::vector<ImDrawVert> vtx;
     std::vector<ImDrawIdx> idx;
     std::vector<Cmd> cmds;
-    DirtyRect bbox;  // union of the commands' clip rectangles
   };
-  static List copy(const ImDrawList& l);
-  // Bounding boxes of the triangles of `l` that use a vertex in [first, end), cut to their clips.
-  static void add_triangles(const List& l, unsigned int first, unsigned int end, std::vector<DirtyRect>& out);
 
-  std::vector<List> m_prev;
+ private:
+  std::vector<List> m_prev, m_now;  // swapped every frame; their buffers are reused
+  std::vector<char> m_old_changed, m_new_changed;
+  std::vector<uint64_t> m_hash;
+  std::vector<int64_t> m_head, m_next;
   ImVec2 m_size{0, 0};
   bool m_valid = false;
 };

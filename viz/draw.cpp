@@ -186,7 +186,7 @@ float line_chart(const ChartOptions& opt, const std::vector<ChartSeries>& series
     y0 -= pad;
     y1 += pad;
   } else if (auto_y0 || auto_y1) {
-    const float pad = (y1 - y0) * 0.06f;
+    const float pad = (y1 - y0) * 0.03f;
     if (auto_y0) y0 -= pad;
     if (auto_y1) y1 += pad;
   }
@@ -196,6 +196,25 @@ float line_chart(const ChartOptions& opt, const std::vector<ChartSeries>& series
   const ImVec2 a(p0.x + left, p0.y + top), b(p1.x - right, p1.y - bottom);
   if (b.x - a.x < 10 || b.y - a.y < 10) return NAN;
   const bool lx = opt.log_x && x0 > 0;
+  // Automatic ranges end on a tick: while a run adds points the axes then stay put most frames,
+  // and so does every point already drawn (a partial redraw paints only the new segment).
+  const int y_ticks = std::max(2, static_cast<int>((b.y - a.y) / (fs * 2.2f)));
+  const int x_ticks = std::max(2, static_cast<int>((b.x - a.x) / (fs * 5.0f)));
+  if (auto_y0 || auto_y1) {
+    const double step = nice_step(y0, y1, y_ticks);
+    if (auto_y0) y0 = static_cast<float>(std::floor(y0 / step) * step);
+    if (auto_y1) y1 = static_cast<float>(std::ceil(y1 / step) * step);
+  }
+  if (auto_x1 && lx) {
+    double p = std::pow(10.0, std::floor(std::log10(x1)));
+    const double m = x1 / p;
+    x1 = static_cast<float>(p * (m <= 1 ? 1 : m <= 2 ? 2 : m <= 5 ? 5 : 10));
+  } else if (auto_x1) {
+    double step = nice_step(x0, x1, x_ticks);
+    if (opt.integer_x) step = std::max(step, 1.0);
+    x1 = static_cast<float>(std::ceil(x1 / step) * step);
+  }
+  if (x1 <= x0) x1 = x0 + 1;
   auto X = [&](float x) {
     if (lx) return a.x + std::log(std::max(x, x0) / x0) / std::log(x1 / x0) * (b.x - a.x);
     return a.x + (x - x0) / (x1 - x0) * (b.x - a.x);
@@ -205,7 +224,7 @@ float line_chart(const ChartOptions& opt, const std::vector<ChartSeries>& series
   // grid and ticks
   ImFont* small = font(FontId::Small);
   const float sfs = small->FontSize;
-  const double ys = nice_step(y0, y1, std::max(2, static_cast<int>((b.y - a.y) / (fs * 2.2f))));
+  const double ys = nice_step(y0, y1, y_ticks);
   for (double v = std::ceil(y0 / ys) * ys; v <= y1 + 1e-9; v += ys) {
     const float y = Y(static_cast<float>(v));
     dl->AddLine(ImVec2(a.x, y), ImVec2(b.x, y), col::kGrid);
@@ -219,7 +238,7 @@ float line_chart(const ChartOptions& opt, const std::vector<ChartSeries>& series
       for (double m : {1.0, 2.0, 5.0})
         if (p * m >= x0 && p * m <= x1) xticks.push_back(p * m);
   } else {
-    double xs = nice_step(x0, x1, std::max(2, static_cast<int>((b.x - a.x) / (fs * 5.0f))));
+    double xs = nice_step(x0, x1, x_ticks);
     if (opt.integer_x) xs = std::max(xs, 1.0);
     for (double v = std::ceil(x0 / xs) * xs; v <= x1 + 1e-9; v += xs) xticks.push_back(v);
   }
@@ -239,23 +258,28 @@ float line_chart(const ChartOptions& opt, const std::vector<ChartSeries>& series
   for (float m : opt.x_marks)
     if (m >= x0 && m <= x1) dl->AddLine(ImVec2(X(m), a.y), ImVec2(X(m), b.y), opt.mark_color, 1.0f);
 
-  // series: at most about two points per pixel column are drawn (every k-th point)
-  const int budget = static_cast<int>((b.x - a.x) * 2);
+  // Series: at most about one point per pixel column is drawn (every k-th point), with a whole
+  // pixel width: ImGui draws those anti-aliased from its font texture in 2 triangles per
+  // segment, where a width of 1.5 takes 6. Mesa's software renderer pays per triangle: eight
+  // ranks' curves at 2 points per column and width 1.5 were 58,000 triangles per frame.
+  const int budget = static_cast<int>(b.x - a.x);
   std::vector<ImVec2> pts;
   for (const ChartSeries& s : series) {
     if (s.n <= 0) continue;
     const int first = std::max(0, lower_bound_x(s.x, s.n, x0) - 1);
     const int last = std::min(s.n, lower_bound_x(s.x, s.n, x1) + 1);
-    const int stride = std::max(1, (last - first) / std::max(1, budget));
+    // a power of two, and points at its multiples: as points are added, those drawn stay the same
+    int stride = 1;
+    while (stride * std::max(1, budget) < last - first) stride *= 2;
     pts.clear();
-    for (int i = first; i < last; i += stride)
+    for (int i = first - first % stride; i < last; i += stride)
       if (std::isfinite(s.y[i])) pts.emplace_back(X(s.x[i]), Y(s.y[i]));
     if (last - 1 > first && (last - 1 - first) % stride != 0 && std::isfinite(s.y[last - 1]))
       pts.emplace_back(X(s.x[last - 1]), Y(s.y[last - 1]));
     if (s.dots) {
       for (const ImVec2& p : pts) dl->AddCircleFilled(p, s.thickness + 0.5f, s.color, 6);
     } else if (pts.size() >= 2) {
-      dl->AddPolyline(pts.data(), static_cast<int>(pts.size()), s.color, 0, s.thickness);
+      dl->AddPolyline(pts.data(), static_cast<int>(pts.size()), s.color, 0, std::max(1.0f, std::round(s.thickness)));
     } else if (pts.size() == 1) {
       dl->AddCircleFilled(pts[0], s.thickness + 1.5f, s.color, 8);
     }

@@ -4,9 +4,15 @@
 // samples the sampler's or the loader's drop_last removes, and each rank's short last batch are
 // marked; the formulas above the grid give the same numbers. A configuration that runs into the
 // BatchNorm batch-of-one failure says so here, and a run that failed with it shows the error.
+// DataParallel (--mode dp) has no sampler: its one DataLoader's global batches, each cut over the
+// devices by torch.chunk, in the same grid.
+//
+// Sections: 1. DistributedSampler: formulas, legend, grid  2. DataParallel: formulas, grid
+// 3. the view
 #include <algorithm>
 #include <cmath>
 
+#include "data_parallel.h"
 #include "draw.h"
 #include "panels.h"
 
@@ -15,6 +21,8 @@ namespace viz {
 namespace {
 
 constexpr ImU32 kPadMark = IM_COL32(213, 94, 0, 255);   // vermillion: padding, the single sample
+
+// ---- 1. DistributedSampler + per-rank DataLoader ----
 
 std::string layout_key(const lab::RunConfig& c, int64_t L, int64_t epoch) {
   return fmt("%lld/%d/%lld/%d/%llu/%d/%d/%lld", static_cast<long long>(L), c.world_size, static_cast<long long>(c.batch_size),
@@ -89,6 +97,26 @@ void legend(int world) {
   ImGui::Dummy(ImVec2(fs * 0.9f, fs));
   ImGui::SameLine();
   ImGui::TextUnformatted("no sample (short batch)");
+  ImGui::SameLine();
+  ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(col::kDim), "faded: dropped");
+}
+
+void legend_devices(int devices) {
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const float fs = ImGui::GetFontSize();
+  for (int r = 0; r < devices; ++r) {
+    const ImVec2 p = ImGui::GetCursorScreenPos();
+    dl->AddRectFilled(ImVec2(p.x, p.y + 3), ImVec2(p.x + fs * 0.8f, p.y + fs - 1), rank_color(r));
+    ImGui::Dummy(ImVec2(fs * 0.9f, fs));
+    ImGui::SameLine();
+    ImGui::Text("device %d", r);
+    ImGui::SameLine();
+  }
+  const ImVec2 q = ImGui::GetCursorScreenPos();
+  dl->AddRect(ImVec2(q.x, q.y + 2), ImVec2(q.x + fs * 0.8f, q.y + fs - 1), col::kFaint);
+  ImGui::Dummy(ImVec2(fs * 0.9f, fs));
+  ImGui::SameLine();
+  ImGui::TextUnformatted("no sample (short chunk, idle device)");
   ImGui::SameLine();
   ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(col::kDim), "faded: dropped");
 }
@@ -182,7 +210,147 @@ void draw_grid(const RunData& d, const EpochLayout& l, int64_t current_step_in_e
   ImGui::EndChild();
 }
 
+// ---- 2. DataParallel: one DataLoader, torch.chunk over the devices ----
+
+void draw_dp_formulas(const DpEpochLayout& l) {
+  const long long L = l.dataset_size, B = l.batch_size, k = l.devices;
+  const long long steps = static_cast<long long>(l.batches.size());
+  labeled_value("iterations per epoch", fmt("%s(L / B) = %s(%lld / %lld) = %lld", l.drop_last ? "floor" : "ceil",
+                                             l.drop_last ? "floor" : "ceil", L, B, steps),
+                l.drop_last ? "DataLoader(drop_last=True): full global batches only; the rest is dropped."
+                            : "DataLoader(drop_last=False): the last global batch may be shorter.");
+  ImGui::SameLine(0, ImGui::GetFontSize() * 2);
+  labeled_value("chunk", fmt("ceil(B / devices) = ceil(%lld / %lld) = %lld", B, k, static_cast<long long>(l.chunk_size())),
+                "torch.chunk(batch, devices): chunks of ceil(B / devices) samples, the last one the rest; when B is "
+                "small there are fewer chunks than devices and the last devices idle.");
+  const long long last = steps > 0 ? static_cast<long long>(l.batches.back().size()) : 0;
+  std::string sizes;
+  for (int64_t n : l.chunks(steps - 1)) sizes += fmt("%s%lld", sizes.empty() ? "" : ", ", static_cast<long long>(n));
+  ImGui::SameLine(0, ImGui::GetFontSize() * 2);
+  labeled_value("last batch", fmt("%lld: %s", last, sizes.c_str()),
+                fmt("The last global batch of the epoch holds %lld samples (L mod B = %lld mod %lld = %lld%s), chunked "
+                    "over the devices as %s.",
+                    last, L, B, L % B, l.drop_last && !l.dropped.empty() ? ", dropped by drop_last" : "", sizes.c_str()));
+}
+
+void draw_dp_grid(const DpEpochLayout& l, int64_t current, bool one_fails) {
+  const float fs = ImGui::GetFontSize();
+  const int64_t rows = static_cast<int64_t>(l.batches.size()) + (l.dropped.empty() ? 0 : 1);
+  const int k = l.devices;
+  const int64_t cs = std::max<int64_t>(1, l.chunk_size());
+  const float label_w = fs * 3.2f;
+  const float gap = fs * 0.45f;
+  const float avail = ImGui::GetContentRegionAvail().x - label_w - gap * static_cast<float>(k) - fs;
+  const float cell = std::clamp(avail / static_cast<float>(k * cs), 3.0f, fs * 2.6f);
+  const float row_h = std::max(cell, fs * 1.3f) + 3;
+  ImFont* small = font(FontId::Small);
+  const std::string widest = fmt("%lld", static_cast<long long>(std::max<int64_t>(l.dataset_size - 1, 1)));
+  const bool numbers = small->CalcTextSizeA(small->FontSize, FLT_MAX, 0, widest.c_str()).x + 2 <= cell;
+  ImGui::BeginChild("batching_grid", ImVec2(0, 0), false);
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  ImGuiListClipper clip;
+  clip.Begin(static_cast<int>(rows), row_h);
+  const ImVec2 mouse = ImGui::GetIO().MousePos;
+  while (clip.Step()) {
+    for (int b = clip.DisplayStart; b < clip.DisplayEnd; ++b) {
+      const ImVec2 p0 = ImGui::GetCursorScreenPos();
+      const bool dropped_row = b >= static_cast<int64_t>(l.batches.size());
+      const std::vector<int64_t>& batch = dropped_row ? l.dropped : l.batches[static_cast<size_t>(b)];
+      const std::vector<int64_t> chunks = lab::torch_chunk_sizes(static_cast<int64_t>(batch.size()), k);
+      dl->AddText(small, small->FontSize, ImVec2(p0.x, p0.y + (row_h - small->FontSize) / 2),
+                  b == current ? col::kText : col::kDim, dropped_row ? "dropped" : fmt("it %d", b).c_str());
+      int64_t offset = 0;
+      for (int j = 0; j < k; ++j) {
+        const int64_t len = j < static_cast<int>(chunks.size()) ? chunks[static_cast<size_t>(j)] : 0;
+        const float x0 = p0.x + label_w + static_cast<float>(j) * (static_cast<float>(cs) * cell + gap);
+        for (int64_t i = 0; i < cs; ++i) {
+          const ImVec2 a(x0 + static_cast<float>(i) * cell, p0.y + 1);
+          const ImVec2 c(a.x + cell - 1, a.y + row_h - 3);
+          if (i >= len) {
+            dl->AddRect(a, c, col::kFaint);
+            continue;
+          }
+          const int64_t index = batch[static_cast<size_t>(offset + i)];
+          const ImU32 fill = rank_color(j, dropped_row ? 0.25f : 1.0f);
+          dl->AddRectFilled(a, c, fill);
+          if (one_fails && len == 1 && !dropped_row)
+            dl->AddRect(ImVec2(a.x - 2, a.y - 2), ImVec2(c.x + 2, c.y + 2), col::kError, 0, 0, 2.5f);
+          if (numbers) {
+            const std::string t = fmt("%lld", static_cast<long long>(index));
+            const ImVec2 ts = small->CalcTextSizeA(small->FontSize, FLT_MAX, 0, t.c_str());
+            dl->AddText(small, small->FontSize, ImVec2((a.x + c.x - ts.x) / 2, (a.y + c.y - ts.y) / 2), text_on(fill),
+                        t.c_str());
+          }
+          if (mouse.x >= a.x && mouse.x < c.x && mouse.y >= a.y && mouse.y < c.y && ImGui::IsWindowHovered()) {
+            ImGui::BeginTooltip();
+            ImGui::Text("dataset index %lld", static_cast<long long>(index));
+            ImGui::Text("global batch %d, sample %lld -> device %d's chunk (%lld samples), its sample %lld", b,
+                        static_cast<long long>(offset + i), j, static_cast<long long>(len), static_cast<long long>(i));
+            if (dropped_row) ImGui::TextDisabled("dropped by the loader's drop_last");
+            ImGui::EndTooltip();
+          }
+        }
+        offset += len;
+      }
+      const float row_w = label_w + static_cast<float>(k) * (static_cast<float>(cs) * cell + gap);
+      if (b == current) dl->AddRect(ImVec2(p0.x + label_w - 3, p0.y - 1), ImVec2(p0.x + row_w, p0.y + row_h - 1), col::kText, 0, 0, 1.5f);
+      ImGui::Dummy(ImVec2(row_w, row_h));
+    }
+  }
+  clip.End();
+  ImGui::EndChild();
+}
+
+void draw_dp_batching(const RunData& d, BatchingViewState& st, int64_t L, int64_t epoch, int64_t current) {
+  const lab::RunConfig& c = d.cfg;
+  const std::string key = "dp/" + layout_key(c, L, epoch);
+  if (key != st.layout_key) {
+    st.layout_key = key;
+    st.layout_error.clear();
+    try {
+      st.dp_layout = layout_dp_epoch(c, L, epoch);
+    } catch (const std::exception& e) {
+      st.layout_error = e.what();
+    }
+  }
+  if (!st.layout_error.empty()) {
+    text_wrapped_colored(col::kError, st.layout_error);
+    return;
+  }
+  const DpEpochLayout& l = st.dp_layout;
+  ImGui::SameLine();
+  ImGui::TextDisabled("epoch %lld: L = %lld samples, B = %lld per iteration (global), %d devices%s",
+                      static_cast<long long>(epoch), static_cast<long long>(L), static_cast<long long>(l.batch_size),
+                      l.devices, c.shuffle ? fmt(", shuffled (seed %llu)", static_cast<unsigned long long>(c.seed)).c_str()
+                                           : ", in order (shuffle off)");
+  draw_dp_formulas(l);
+  // the batch-of-one BatchNorm failure: a chunk of one sample (the mlp's BatchNorm1d)
+  bool one = false;
+  for (int64_t b = 0; b < static_cast<int64_t>(l.batches.size()) && c.model == "mlp"; ++b)
+    for (int64_t n : l.chunks(b)) one = one || n == 1;
+  const bool failed_one = d.phase == RunPhase::Failed && d.error.find("Expected more than 1 value per channel") != std::string::npos;
+  if (failed_one) {
+    text_wrapped_colored(col::kError, "TrainingError: " + d.error);
+    if (!d.error_hint.empty()) text_wrapped_colored(col::kWarn, "why: " + d.error_hint);
+  } else if (one) {
+    text_wrapped_colored(col::kWarn, "warning: a device's chunk holds 1 sample (red frame): BatchNorm in training mode "
+                                     "fails there with \"Expected more than 1 value per channel when training\"");
+  }
+  legend_devices(l.devices);
+  ImGui::NewLine();
+  ImGui::TextWrapped("DataParallel has one DataLoader and no DistributedSampler: every iteration takes the next %lld "
+                     "samples of the epoch's order, and torch.chunk cuts them into %d chunk(s) of up to %lld, one per "
+                     "device. %s",
+                     static_cast<long long>(l.batch_size), static_cast<int>(l.chunks(0).size()),
+                     static_cast<long long>(l.chunk_size()),
+                     static_cast<int>(l.chunks(0).size()) < l.devices ? "The batch is too small for every device: the last ones idle."
+                                                                       : "Nothing is padded and nothing is seen twice.");
+  draw_dp_grid(l, current, one || failed_one);
+}
+
 }  // namespace
+
+// ---- 3. the view ----
 
 void draw_batching_view(const RunData& d, BatchingViewState& st) {
   const lab::RunConfig& c = d.cfg;
@@ -203,11 +371,17 @@ void draw_batching_view(const RunData& d, BatchingViewState& st) {
     ImGui::SetNextItemWidth(ImGui::GetFontSize() * 6);
     if (ImGui::InputInt("epoch", &e)) st.epoch = std::max(0, e);
   }
-  ImGui::SameLine();
-  ImGui::Checkbox("group by rank", &st.by_rank);
-  tooltip("On: each row shows rank 0's batch, then rank 1's, ... Off: the positions of the global list in order "
-          "(rank = position mod world_size: the sampler deals them out like cards).");
+  if (c.mode != "dp") {  // DataParallel's chunks are slices of the global batch already
+    ImGui::SameLine();
+    ImGui::Checkbox("group by rank", &st.by_rank);
+    tooltip("On: each row shows rank 0's batch, then rank 1's, ... Off: the positions of the global list in order "
+            "(rank = position mod world_size: the sampler deals them out like cards).");
+  }
   const int64_t epoch = st.follow ? run_epoch : st.epoch;
+  if (c.mode == "dp") {
+    draw_dp_batching(d, st, L, epoch, st.follow && d.live ? in_epoch : -1);
+    return;
+  }
   const std::string key = layout_key(c, L, epoch);
   if (key != st.layout_key) {
     st.layout_key = key;

@@ -2,9 +2,9 @@
 // Settings use PyTorch's names. They take effect when the run is reset (Apply or R), because a
 // change of world size or batch size means a different training from the first step on.
 //
-// Adding a setting (e.g. an allreduce algorithm or a parallelism mode once RunConfig has it): one
-// block in draw_settings() reading and writing lab::RunConfig, and its checks in
-// data/settings_check.cpp, which grey it out with the reason when it cannot apply.
+// Adding a setting: one block in draw_settings() reading and writing lab::RunConfig, and its rules
+// in data/settings_check.cpp (apply_choice, no_effect_reason, check_settings): a choice that
+// lab::validate would refuse, or that has no effect, is greyed out with the reason in its tooltip.
 #include <algorithm>
 #include <cmath>
 
@@ -111,33 +111,151 @@ void draw_run_buttons(const RunData& d, double delay_s, ControlsState& st, Comma
               delay_s * 1000));
 }
 
+// Whether a choice is greyed out, and its tooltip: what it is, then why it cannot be chosen.
+struct Offer {
+  bool disabled = false;
+  std::string tip;
+};
+Offer offer(const lab::RunConfig& c, const char* setting, const std::string& value, bool selected,
+            const std::string& what) {
+  const std::string why = unavailable_reason(c, setting, value);
+  Offer o;
+  o.disabled = !why.empty() && !selected;
+  o.tip = why.empty() ? what : what + "\n\nNot available here: " + why;
+  return o;
+}
+
+// A radio button for setting = value, greyed out when that cannot be chosen here.
+void choice_radio(lab::RunConfig& c, const char* label, const char* setting, const char* value, bool selected,
+                  const std::string& what) {
+  const Offer o = offer(c, setting, value, selected, what);
+  ImGui::BeginDisabled(o.disabled);
+  if (ImGui::RadioButton(label, selected)) apply_choice(c, setting, value);
+  ImGui::EndDisabled();
+  tooltip(o.tip);
+}
+
+// A checkbox for a boolean setting: greyed out when the other value cannot be chosen.
+void choice_checkbox(lab::RunConfig& c, const char* label, const char* setting, bool& v, const std::string& what) {
+  const Offer o = offer(c, setting, v ? "false" : "true", false, what);
+  ImGui::BeginDisabled(o.disabled);
+  bool x = v;
+  if (ImGui::Checkbox(label, &x)) apply_choice(c, setting, x ? "true" : "false");
+  ImGui::EndDisabled();
+  tooltip(o.tip);
+}
+
+// An integer setting: greyed out when it has no effect here.
+void choice_int(lab::RunConfig& c, const char* label, const char* setting, int64_t& v, int min, float width,
+                const std::string& what) {
+  const std::string none = no_effect_reason(c, setting);
+  ImGui::BeginDisabled(!none.empty());
+  int x = static_cast<int>(v);
+  ImGui::SetNextItemWidth(width);
+  if (ImGui::InputInt(label, &x)) apply_choice(c, setting, std::to_string(std::max(min, x)));
+  ImGui::EndDisabled();
+  tooltip(none.empty() ? what : what + "\n\nNot available here: " + none);
+}
+
+bool same_settings(const lab::RunConfig& a, const lab::RunConfig& b) {
+  return a.model == b.model && a.world_size == b.world_size && a.batch_size == b.batch_size &&
+         a.limit_train == b.limit_train && a.drop_last == b.drop_last && a.sampler_drop_last == b.sampler_drop_last &&
+         a.shuffle == b.shuffle && a.seed == b.seed && a.bn == b.bn && a.broadcast_buffers == b.broadcast_buffers &&
+         a.lr == b.lr && a.momentum == b.momentum && a.epochs == b.epochs && a.eval_every == b.eval_every &&
+         a.mode == b.mode && a.allreduce == b.allreduce && a.average_every == b.average_every &&
+         a.warmup_steps == b.warmup_steps && a.overlap == b.overlap && a.no_sync_steps == b.no_sync_steps;
+}
+
+// Parallelism mode and communication: DDP, DataParallel or local SGD, and the allreduce algorithm.
+void draw_parallelism(lab::RunConfig& c, const std::vector<SettingCheck>& checks, float w) {
+  ImGui::TextUnformatted("mode");
+  ImGui::SameLine();
+  choice_radio(c, "ddp", "mode", "ddp", c.mode == "ddp",
+               "DistributedDataParallel: every rank trains its replica on its own shard; gradients are averaged by "
+               "allreduce in buckets during backward, so every rank takes the same optimizer step.");
+  ImGui::SameLine();
+  choice_radio(c, "dp", "mode", "dp", c.mode == "dp",
+               "nn.DataParallel: one process drives world_size devices. batch_size is the global batch, split over the "
+               "devices like torch.chunk; device 0 scatters the inputs, copies its parameters and buffers to every "
+               "device each iteration, gathers the outputs, computes the loss and receives every gradient. Every byte "
+               "passes through device 0.");
+  ImGui::SameLine();
+  choice_radio(c, "local-sgd", "mode", "local-sgd", c.mode == "local-sgd",
+               "Local SGD (post-localSGD hook + PeriodicModelAverager): gradients are allreduced for warmup_steps "
+               "iterations, then every rank steps on its own gradients and the parameters are averaged every "
+               "average_every iterations. Less communication; the replicas drift apart in between.");
+  check_marker(checks, "mode");
+  if (c.mode == "local-sgd") {
+    choice_int(c, "average_every", "average_every", c.average_every, 1, w,
+               "PeriodicModelAverager(period): average the parameters after every this many optimizer steps.");
+    check_marker(checks, "average_every");
+    choice_int(c, "warmup_steps", "warmup_steps", c.warmup_steps, 0, w,
+               "Iterations that allreduce gradients as plain DDP does before local SGD starts (the hook's "
+               "start_localSGD_iter and the averager's warmup_steps).");
+    check_marker(checks, "warmup_steps");
+  }
+  if (c.mode == "ddp") {
+    choice_checkbox(c, "overlap", "overlap", c.overlap,
+                    "Each bucket's allreduce starts on the rank's communication thread as soon as its gradients are "
+                    "ready, during the rest of backward (DDP's overlap). Off: every allreduce after backward. The "
+                    "results are bit-identical; the timeline shows the difference.");
+    check_marker(checks, "overlap");
+    choice_int(c, "no_sync steps", "no_sync_steps", c.no_sync_steps, 0, w,
+               "K backward passes under DDP's no_sync() (gradients accumulate, no allreduce, no optimizer step) "
+               "before each synchronized one. 0: every step synchronizes.");
+    check_marker(checks, "no_sync_steps");
+  }
+  ImGui::TextUnformatted("allreduce");
+  ImGui::SameLine();
+  const bool ar = c.allreduce == "ring";
+  choice_radio(c, "ring", "allreduce", "ring", ar,
+               "Ring: N-1 reduce-scatter steps then N-1 allgather steps, one chunk (1/N of the buffer) per step to the "
+               "right neighbour: every rank sends 2(N-1)/N of the buffer, however many ranks there are.");
+  ImGui::SameLine();
+  choice_radio(c, "naive", "allreduce", "naive", c.allreduce == "naive",
+               "Naive: every rank sends its whole buffer to rank 0, which adds them in rank order and sends the sum back "
+               "(the parameter-server picture): rank 0's link carries 2(N-1) buffers.");
+  ImGui::SameLine();
+  choice_radio(c, "tree", "allreduce", "tree", c.allreduce == "tree",
+               "Tree: recursive halving-doubling (Rabenseifner), log2 N steps each way; for buffers up to 64 KiB "
+               "recursive doubling, log2 N steps of the whole buffer.");
+  ImGui::SameLine();
+  choice_radio(c, "mpi", "allreduce", "mpi", c.allreduce == "mpi", "The MPI library's own allreduce.");
+  check_marker(checks, "allreduce");
+}
+
 // One block per setting. Returns nothing: edits go to st.pending.
 void draw_settings(const RunData& d, ControlsState& st, bool compare_bn, Commands& cmd) {
   lab::RunConfig& c = st.pending;
   const std::vector<SettingCheck>& checks = st.checks;
   const float w = ImGui::GetFontSize() * 8;
+  const bool dp = c.mode == "dp";
 
   ImGui::TextUnformatted("model");
   ImGui::SameLine();
-  if (ImGui::RadioButton("mlp", c.model == "mlp")) c.model = "mlp";
-  tooltip("784-256-128-10 with BatchNorm1d after each hidden Linear: fast");
+  choice_radio(c, "mlp", "model", "mlp", c.model == "mlp",
+               "784-256-128-10 with BatchNorm1d after each hidden Linear: fast");
   ImGui::SameLine();
-  if (ImGui::RadioButton("cnn", c.model == "cnn")) c.model = "cnn";
-  tooltip("two 3x3 conv layers with BatchNorm2d, then two Linear layers: about 15x slower per sample");
+  choice_radio(c, "cnn", "model", "cnn", c.model == "cnn",
+               "two 3x3 conv layers with BatchNorm2d, then two Linear layers: about 15x slower per sample");
 
   int world = c.world_size;
   ImGui::SetNextItemWidth(w);
-  if (ImGui::SliderInt("world_size", &world, 1, 16)) c.world_size = world;
-  tooltip("Number of ranks (emulated as threads), each with its own model replica, optimizer and data shard.");
+  if (ImGui::SliderInt(dp ? "devices" : "world_size", &world, 1, 16)) c.world_size = world;
+  tooltip(dp ? "DataParallel's devices (device_ids), emulated as threads of one process; device 0 is the master."
+             : "Number of ranks (emulated as threads), each with its own model replica, optimizer and data shard.");
   check_marker(checks, "world_size");
 
   int bs = static_cast<int>(c.batch_size);
   ImGui::SetNextItemWidth(w);
-  if (ImGui::InputInt("batch_size", &bs, 1, 8)) c.batch_size = std::max(1, bs);
-  tooltip(fmt("Per-rank batch size (DataLoader batch_size). The global batch is world_size x batch_size = %d x %lld "
-              "= %lld.",
-              c.world_size, static_cast<long long>(c.batch_size),
-              static_cast<long long>(c.world_size) * static_cast<long long>(c.batch_size)));
+  if (ImGui::InputInt(dp ? "batch_size (global)" : "batch_size", &bs, 1, 8)) c.batch_size = std::max(1, bs);
+  tooltip(dp ? fmt("DataParallel's DataLoader batch_size: the global batch, split over the %d devices like torch.chunk "
+                   "(ceil(%lld / %d) samples each, the last device the rest, or idle).",
+                   c.world_size, static_cast<long long>(c.batch_size), c.world_size)
+             : fmt("Per-rank batch size (DataLoader batch_size). The global batch is world_size x batch_size = %d x %lld "
+                   "= %lld.",
+                   c.world_size, static_cast<long long>(c.batch_size),
+                   static_cast<long long>(c.world_size) * static_cast<long long>(c.batch_size)));
   check_marker(checks, "batch_size");
 
   int limit = static_cast<int>(c.limit_train);
@@ -146,39 +264,47 @@ void draw_settings(const RunData& d, ControlsState& st, bool compare_bn, Command
   tooltip("Use only the first N training samples (0: all 60,000). Small numbers make padding and short last batches "
           "easy to see in the batching view.");
 
-  ImGui::Checkbox("drop_last (DataLoader)", &c.drop_last);
-  tooltip("DataLoader drop_last=True: drop each rank's last incomplete batch.");
+  choice_checkbox(c, "drop_last (DataLoader)", "drop_last", c.drop_last,
+                  dp ? "DataLoader drop_last=True: drop the last incomplete global batch."
+                     : "DataLoader drop_last=True: drop each rank's last incomplete batch.");
   check_marker(checks, "drop_last");
-  ImGui::Checkbox("drop_last (DistributedSampler)", &c.sampler_drop_last);
-  tooltip("DistributedSampler drop_last=True: cut the tail of the shuffled list to a multiple of world_size instead "
-          "of padding it with samples from its head.");
+  choice_checkbox(c, "drop_last (DistributedSampler)", "sampler_drop_last", c.sampler_drop_last,
+                  "DistributedSampler drop_last=True: cut the tail of the shuffled list to a multiple of world_size "
+                  "instead of padding it with samples from its head.");
   check_marker(checks, "sampler_drop_last");
-  ImGui::Checkbox("shuffle", &c.shuffle);
-  tooltip("DistributedSampler shuffle: one permutation per epoch, seeded by seed + epoch, the same on every rank.");
+  choice_checkbox(c, "shuffle", "shuffle", c.shuffle,
+                  dp ? "DataLoader shuffle: one permutation per epoch from a generator seeded with seed."
+                     : "DistributedSampler shuffle: one permutation per epoch, seeded by seed + epoch, the same on "
+                       "every rank.");
   int seed = static_cast<int>(c.seed);
   ImGui::SetNextItemWidth(w);
   if (ImGui::InputInt("seed", &seed)) c.seed = static_cast<uint64_t>(std::max(0, seed));
-  tooltip("torch.manual_seed for the initial weights and the DistributedSampler's seed.");
+  tooltip("torch.manual_seed for the initial weights and the data order's seed.");
 
   ImGui::TextUnformatted("BatchNorm");
   ImGui::SameLine();
-  if (ImGui::RadioButton("local", c.bn == "local")) c.bn = "local";
-  tooltip("nn.BatchNorm under DDP: every rank normalizes with its own batch's statistics.");
+  choice_radio(c, "local", "bn", "local", c.bn == "local",
+               dp ? "nn.BatchNorm under DataParallel: every device normalizes with its own chunk's statistics; only "
+                    "device 0's running statistics survive the next replicate."
+                  : "nn.BatchNorm under DDP: every rank normalizes with its own batch's statistics.");
   ImGui::SameLine();
-  ImGui::BeginDisabled(c.world_size == 1 && c.bn != "sync");
-  if (ImGui::RadioButton("sync", c.bn == "sync")) c.bn = "sync";
-  ImGui::EndDisabled();
-  tooltip(c.world_size == 1 ? "SyncBatchNorm has no effect with world_size 1: the global batch is the only rank's "
-                              "batch."
-                            : "nn.SyncBatchNorm: statistics of the global batch (count-weighted over ranks).");
+  if (c.world_size == 1 && c.bn != "sync") {
+    ImGui::BeginDisabled();
+    ImGui::RadioButton("sync", false);
+    ImGui::EndDisabled();
+    tooltip("SyncBatchNorm has no effect with world_size 1: the global batch is the only rank's batch.");
+  } else {
+    choice_radio(c, "sync", "bn", "sync", c.bn == "sync",
+                 "nn.SyncBatchNorm: statistics of the global batch (count-weighted over ranks).");
+  }
   check_marker(checks, "bn");
 
-  ImGui::BeginDisabled(c.world_size == 1);
-  ImGui::Checkbox("broadcast_buffers", &c.broadcast_buffers);
-  ImGui::EndDisabled();
-  tooltip(c.world_size == 1 ? "No effect with one rank: there is nobody to broadcast to."
-                            : "DDP broadcast_buffers: rank 0's BatchNorm running statistics overwrite every rank's "
-                              "before each forward.");
+  choice_checkbox(c, "broadcast_buffers", "broadcast_buffers", c.broadcast_buffers,
+                  "DDP broadcast_buffers: rank 0's BatchNorm running statistics overwrite every rank's before each "
+                  "forward.");
+  check_marker(checks, "broadcast_buffers");
+
+  draw_parallelism(c, checks, w);
 
   float lr = static_cast<float>(c.lr);
   ImGui::SetNextItemWidth(w);
@@ -199,11 +325,7 @@ void draw_settings(const RunData& d, ControlsState& st, bool compare_bn, Command
   tooltip("Every N iterations, evaluate a copy of rank 0's model on the first test samples in eval mode (running "
           "statistics) and train mode (batch statistics): the train vs eval view. 0: off.");
 
-  bool same = c.model == d.cfg.model && c.world_size == d.cfg.world_size && c.batch_size == d.cfg.batch_size &&
-              c.limit_train == d.cfg.limit_train && c.drop_last == d.cfg.drop_last &&
-              c.sampler_drop_last == d.cfg.sampler_drop_last && c.shuffle == d.cfg.shuffle && c.seed == d.cfg.seed &&
-              c.bn == d.cfg.bn && c.broadcast_buffers == d.cfg.broadcast_buffers && c.lr == d.cfg.lr &&
-              c.momentum == d.cfg.momentum && c.epochs == d.cfg.epochs && c.eval_every == d.cfg.eval_every;
+  const bool same = same_settings(c, d.cfg);
   const SettingCheck* err = nullptr;
   for (const SettingCheck& x : checks)
     if (x.severity == Severity::Error) err = &x;
@@ -227,11 +349,13 @@ void draw_settings(const RunData& d, ControlsState& st, bool compare_bn, Command
 
   ImGui::Separator();
   bool cmp = compare_bn;
-  ImGui::BeginDisabled(!d.live || d.cfg.world_size == 1);
+  const bool twin_dp = d.cfg.mode == "dp";
+  ImGui::BeginDisabled(!d.live || d.cfg.world_size == 1 || twin_dp);
   if (ImGui::Checkbox(fmt("twin run with bn=%s", d.cfg.bn == "sync" ? "local" : "sync").c_str(), &cmp))
     cmd.compare_bn = cmp;
   ImGui::EndDisabled();
   tooltip(d.cfg.world_size == 1 ? "With one rank local and sync BatchNorm are the same."
+          : twin_dp             ? "DataParallel has no SyncBatchNorm (it needs DistributedDataParallel): no twin run."
                                 : "Train a second run with the other BatchNorm mode, the same seed and the same data "
                                   "order, stepped together with this one; the BatchNorm view shows both side by side. "
                                   "It shares the CPU, so both run at about half speed.");

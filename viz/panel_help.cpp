@@ -15,11 +15,11 @@ void draw_help_window(bool* open) {
   }
   heading("Keys");
   const char* keys[][2] = {{"Space", "play / pause"},
-                           {"Right arrow", "one ring step (every rank sends one chunk)"},
+                           {"Right arrow", "one step of a collective (a ring step: every rank sends one chunk)"},
                            {"Shift + Right", "one iteration"},
                            {"R", "reset: a new run with the settings in the Controls panel"},
                            {"S", "screenshot of the window (PNG in the current directory)"},
-                           {"1 2 3 4", "ring, BatchNorm, batching, train vs eval view"},
+                           {"1 2 3 4", "allreduce, BatchNorm, batching, train vs eval view"},
                            {"F1", "this help"}};
   if (ImGui::BeginTable("keys", 2, ImGuiTableFlags_SizingFixedFit)) {
     ImGui::TableSetupColumn("key", ImGuiTableColumnFlags_WidthFixed);
@@ -34,12 +34,16 @@ void draw_help_window(bool* open) {
   }
   ImGui::Separator();
   heading("Views");
-  ImGui::TextWrapped("Ring allreduce: how DDP's gradient buckets are summed. Each rank sends 2(N-1)/N of the buffer, "
-                     "in 2(N-1) steps; hover any number for its formula.");
+  ImGui::TextWrapped("Allreduce: how the gradients are summed, by the algorithm chosen in Settings. A ring has each "
+                     "rank send 2(N-1)/N of the buffer in 2(N-1) steps; naive sends everything through rank 0; the "
+                     "tree halves and doubles in 2 log2(N) steps. Local SGD also shows its parameter averages; "
+                     "DataParallel its reduce of every device's gradients into device 0 (no allreduce). Hover any "
+                     "number for its formula.");
   ImGui::TextWrapped("BatchNorm: each rank's batch statistics next to the global ones, and the running statistics "
                      "over time. 'twin run' trains the other BN mode on the same data to compare.");
-  ImGui::TextWrapped("Batching: the epoch as DistributedSampler and the DataLoader cut it: padding, drop_last, the "
-                     "short last batch, and the batch-of-one BatchNorm failure.");
+  ImGui::TextWrapped("Batching: the epoch as DistributedSampler and the DataLoader cut it (DataParallel: its one "
+                     "DataLoader and torch.chunk): padding, drop_last, the short last batch, and the batch-of-one "
+                     "BatchNorm failure.");
   ImGui::TextWrapped("Train vs eval: test accuracy with batch statistics (train mode) and running statistics (eval "
                      "mode) over time.");
   ImGui::Separator();

@@ -71,13 +71,22 @@ void draw_ranks_panel(const RunData& d, RanksViewState& st) {
     ImGui::SameLine();
     const size_t i = c.x.size() - 1;
     std::string s;
-    for (int r = 0; r < c.world; ++r) s += fmt("rank %d: loss %.4f, accuracy %.3f\n", r, c.loss[static_cast<size_t>(r)][i], c.acc[static_cast<size_t>(r)][i]);
+    for (int r = 0; r < (d.cfg.mode == "dp" ? std::min(1, c.world) : c.world); ++r)
+      s += fmt("rank %d: loss %.4f, accuracy %.3f\n", r, c.loss[static_cast<size_t>(r)][i], c.acc[static_cast<size_t>(r)][i]);
     ImGui::TextDisabled("iteration %lld", static_cast<long long>(c.x.back()));
     tooltip("Each rank's batch loss and accuracy at this iteration (its own samples):\n" + s);
   }
-  const float h = std::max(fs * 4, (ImGui::GetContentRegionAvail().y - fs * 3.4f) / 2);
+  // DataParallel: device 0 computes the loss and accuracy over the whole global batch; the other
+  // devices only run their chunk's forward and backward, so they have none of their own.
+  const bool dp = d.cfg.mode == "dp";
+  const float h = std::max(fs * 4, (ImGui::GetContentRegionAvail().y - fs * (dp ? 4.6f : 3.4f)) / 2);
+  if (dp) {
+    ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
+    ImGui::TextWrapped("DataParallel: only device 0 has a loss, over the whole batch");
+    ImGui::PopStyleColor();
+  }
   std::vector<ChartSeries> loss, acc;
-  for (int r = 0; r < c.world; ++r) {
+  for (int r = 0; r < (dp ? std::min(1, c.world) : c.world); ++r) {
     const int n = static_cast<int>(c.x.size());
     loss.push_back({fmt("rank %d", r), rank_color(r), c.x.data(), c.loss_s[static_cast<size_t>(r)].data(), n, 1.5f, false, rank_color_is_repeat(r)});
     acc.push_back({fmt("rank %d", r), rank_color(r), c.x.data(), c.acc_s[static_cast<size_t>(r)].data(), n, 1.5f, false, rank_color_is_repeat(r)});

@@ -1,19 +1,24 @@
-// View 1, ring allreduce traffic. Ranks sit on a circle; every transfer the Chunk events record
-// is an arrow from src to dst, and the chunk travels along it during its step. A table shows what
-// each rank's buffer holds (a stripe per rank whose data is summed in), which chunk each rank owns
-// after reduce-scatter, the bytes per link, and the 2(N-1)/N rule with the live numbers.
+// View 1, allreduce traffic. Ranks sit on a circle; every transfer the Chunk events record is an
+// arrow from src to dst, and the chunk travels along it during its step. A table shows what each
+// rank's buffer holds (a stripe per rank whose data is summed in), which chunk each rank owns
+// after reduce-scatter, the bytes per link, and the algorithm's rule with the live numbers: the
+// ring's 2(N-1)/N, naive's everything through rank 0, the tree's halving and doubling. With
+// DataParallel there is no allreduce: the view shows its reduce of every device's gradients into
+// device 0 (and, asked for, its scatters, replicates and gathers).
 //
 // What is shown: while the run is paused or in slow motion, the newest collective as it happens;
 // at full speed, the newest finished one replayed at a readable pace; or any step chosen with the
 // slider.
 //
-// Sections: 1. choosing the collective and the step  2. the ring  3. the side panel
+// Sections: 1. choosing the collective and the step  2. the ring  3. the side panel (phase words,
+// the algorithm's rule, buffers)  4. the view
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
 
 #include "draw.h"
 #include "panels.h"
+#include "tree_allreduce.h"  // kTreeDoublingBytes
 
 namespace viz {
 
@@ -23,18 +28,61 @@ constexpr double kReplayStepSeconds = 0.7;  // per step when replaying a finishe
 constexpr double kReplayHoldSeconds = 1.5;  // on the final state before the next one
 constexpr float kPi = 3.14159265f;
 
-CollectiveFilter filter_of(int i) {
-  CollectiveFilter f;
-  if (i == 1) f.what = "";
-  if (i == 2) f.op = f.what = "";
+// The "show" choices of a parallelism mode: what synchronizes training first.
+std::vector<const char*> filter_names(const std::string& mode) {
+  if (mode == "dp") return {"gradient reduce", "every transfer"};
+  return {mode == "local-sgd" ? "gradients and averages" : "gradient buckets", "every allreduce", "every collective"};
+}
+
+CollectiveFilter filter_of(int i, const std::string& mode) {
+  CollectiveFilter f = training_sync_filter(mode);
+  const int n = static_cast<int>(filter_names(mode).size());
+  i = std::clamp(i, 0, n - 1);
+  if (i == n - 1 && i > 0) {
+    f.op.clear();
+    f.what.clear();
+  } else if (i == 1) {
+    f.what.clear();
+  }
   return f;
+}
+
+// The phases the shown collective will have, in order (an allreduce: as its algorithm runs; else
+// the phases seen so far).
+std::vector<PhaseSteps> expected_phases(const CollectiveTrace& t) {
+  if (t.op == "allreduce" && !t.algorithm.empty()) {
+    std::vector<PhaseSteps> p = allreduce_phases(t.algorithm, t.world, t.bytes);
+    int total = 0;
+    for (const PhaseSteps& x : p) total += x.steps;
+    if (total >= t.steps) return p;
+  }
+  std::vector<PhaseSteps> seen;
+  for (const Transfer& x : t.transfers) {
+    if (seen.empty() || seen.back().phase != x.phase) seen.push_back({x.phase, 0});
+    seen.back().steps = std::max(seen.back().steps, x.ring_step + 1);
+  }
+  return seen;
 }
 
 // Total global steps the shown collective will have (a ring allreduce: 2(N - 1)).
 int expected_steps(const CollectiveTrace& t) {
-  if (t.op == "allreduce" && t.world > 1) return std::max(t.steps, 2 * (t.world - 1));
-  if (t.op == "allgather" && t.world > 1) return std::max(t.steps, t.world - 1);
-  return t.steps;
+  int total = 0;
+  for (const PhaseSteps& x : expected_phases(t)) total += x.steps;
+  return std::max(total, t.steps);
+}
+
+// Combining phases are blue in the strip of steps, copying ones green.
+bool combining(lab::Phase p) {
+  return p == lab::Phase::ReduceScatter || p == lab::Phase::Gather || p == lab::Phase::Reduce;
+}
+
+// The algorithm in words, for the view's headings.
+std::string algorithm_title(const RunData& d) {
+  if (d.cfg.mode == "dp") return "DataParallel: no allreduce, everything through device 0";
+  if (d.cfg.allreduce == "naive") return "naive allreduce: everything through rank 0";
+  if (d.cfg.allreduce == "tree") return "tree allreduce: recursive halving-doubling";
+  if (d.cfg.allreduce == "mpi") return "MPI's own allreduce (its steps are not visible)";
+  return "ring allreduce";
 }
 
 // ---- 1. which collective, which step ----
@@ -52,7 +100,7 @@ struct Shown {
 
 Shown choose(const RunData& d, RingViewState& st, const FrameClock& clock) {
   Shown s;
-  const CollectiveFilter f = filter_of(st.filter);
+  const CollectiveFilter f = filter_of(st.filter, d.cfg.mode);
   const bool live_now = d.live && (d.phase == RunPhase::Paused || d.gate_delay_s >= 0.05);
   if (st.follow) {
     uint64_t seq = 0;
@@ -78,7 +126,7 @@ Shown choose(const RunData& d, RingViewState& st, const FrameClock& clock) {
   }
   if (!st.have_shown) return s;
   if (st.trace_seq != st.shown_seq || (st.trace_version != d.events_version && !st.trace.complete())) {
-    st.trace = collect_trace(d.events, st.shown_seq);
+    st.trace = collect_trace(d.events, st.shown_seq, d.cfg.allreduce);
     st.trace_seq = st.shown_seq;
     st.trace_version = d.events_version;
   }
@@ -215,7 +263,8 @@ void draw_ring(const RunData& d, const RingViewState& st, const Shown& sh, ImVec
       const uint64_t v = x.chunk >= 0 && x.chunk < before.chunks ? before.at(x.src, x.chunk) : 0;
       chunk_box(dl, ImVec2(p.x - box / 2, p.y - box * 0.35f), ImVec2(p.x + box / 2, p.y + box * 0.35f), v, n, true,
                 IM_COL32(255, 255, 255, 255));
-      const std::string lab = fmt("c%d", x.chunk);
+      const std::string lab = t.chunks == 1 ? std::string("all") : x.blocks > 1 ? fmt("c%d-c%d", x.chunk, x.chunk + x.blocks - 1)
+                                                                                  : fmt("c%d", x.chunk);
       dl->AddText(small, small->FontSize, ImVec2(p.x - box / 2, p.y + box * 0.38f), col::kText, lab.c_str());
     }
   }
@@ -232,7 +281,7 @@ void draw_ring(const RunData& d, const RingViewState& st, const Shown& sh, ImVec
     ImGui::PopFont();
     const int own = owned_chunk(t, r);
     if (own >= 0) {
-      const std::string o = fmt("owns c%d", own);
+      const std::string o = t.chunks == 1 ? std::string("the sum") : fmt("owns c%d", own);
       const float ox = p.x - center.x, oy = p.y - center.y, ol = std::sqrt(ox * ox + oy * oy) + 1e-3f;
       const ImVec2 os = small->CalcTextSizeA(small->FontSize, FLT_MAX, 0, o.c_str());
       const float off = node_r + 6 + std::fabs(ox / ol) * os.x * 0.5f + std::fabs(oy / ol) * os.y * 0.5f;
@@ -246,32 +295,170 @@ void draw_ring(const RunData& d, const RingViewState& st, const Shown& sh, ImVec
     const ImVec2 p = pos[static_cast<size_t>(r)];
     if ((mouse.x - p.x) * (mouse.x - p.x) + (mouse.y - p.y) * (mouse.y - p.y) > node_r * node_r) continue;
     ImGui::BeginTooltip();
-    ImGui::Text("rank %d", r);
+    ImGui::Text(d.cfg.mode == "dp" ? "device %d" : "rank %d", r);
     if (r < static_cast<int>(t.rank_bytes_sent.size()))
       ImGui::Text("sent %s in %d messages in this %s", fmt_bytes(static_cast<double>(t.rank_bytes_sent[static_cast<size_t>(r)])).c_str(),
                   t.rank_messages[static_cast<size_t>(r)], t.op.c_str());
     const int own = owned_chunk(t, r);
-    if (own >= 0) ImGui::Text("owns chunk %d: it holds that chunk's full sum after reduce-scatter", own);
+    if (own >= 0 && t.chunks == 1) ImGui::Text("holds the full sum after the %s", t.op == "reduce" ? "reduce" : "gather");
+    else if (own >= 0) ImGui::Text("owns chunk %d: it holds that chunk's full sum after reduce-scatter", own);
     ImGui::EndTooltip();
   }
 }
 
 // ---- 3. the side panel ----
 
-const char* phase_text(lab::Phase p) {
+// What happens in a phase, in the words of the collective's algorithm.
+const char* phase_text(const CollectiveTrace& t, lab::Phase p) {
+  const bool tree = t.algorithm == "tree", naive = t.algorithm == "naive";
+  const bool doubling = tree && t.bytes <= lab::kTreeDoublingBytes;
   switch (p) {
     case lab::Phase::ReduceScatter:
+      if (doubling)
+        return "Recursive doubling (a buffer up to 64 KiB): partners 2^k apart swap their whole partial sums and both "
+               "add; after log2 p steps every rank of the power-of-two core holds the full sum.";
+      if (tree)
+        return "Reduce-scatter by halving: each rank swaps half of its current range of chunks with its partner and "
+               "adds the half it keeps; after log2 p steps rank r holds chunk r summed over all ranks: it owns it.";
       return "Reduce-scatter: every rank sends one chunk to its right neighbour, which adds it into its own copy of "
              "that chunk. After N-1 steps rank r holds chunk (r+1) mod N summed over all ranks: it owns it.";
     case lab::Phase::Allgather:
+      if (tree)
+        return "Allgather by doubling: each rank sends its finished range to its partner and copies the partner's: "
+               "the finished range doubles every step until every rank holds every chunk.";
       return "Allgather: every rank forwards a finished chunk; the receiver overwrites its copy. After N-1 more steps "
              "every rank holds every finished chunk, bit for bit the same.";
     case lab::Phase::Broadcast:
+      if (naive)
+        return "Broadcast: rank 0 sends the sum to one rank per step. Rank 0's link carries N-1 whole buffers out, as "
+               "it carried N-1 in.";
+      if (tree)
+        return "Fold-out: each rank past the power-of-two core gets the result from its partner r - p.";
+      if (t.op == "replicate")
+        return "Replicate: device 0 copies its parameters and buffers to every device, every iteration (replica 0 is "
+               "the module itself, so only its BatchNorm updates survive).";
       return "Broadcast: the root's bytes travel down a chain of ranks, segment by segment.";
     case lab::Phase::Gather:
+      if (naive)
+        return "Gather: one rank per step sends its whole buffer to rank 0, which adds it in rank order. Rank 0 does "
+               "every addition and receives N-1 whole buffers: the parameter server's bottleneck.";
+      if (tree)
+        return "Fold-in: each rank past the largest power of two p sends its whole buffer to rank r - p, which adds "
+               "it; it then waits for the fold-out.";
+      if (t.op == "gather") return "Gather: every device sends its outputs to device 0, which computes the loss.";
       return "Gather: ranks send their data to one rank, which combines it.";
+    case lab::Phase::Scatter:
+      return "Scatter: device 0 sends every device its slice of the batch (torch.chunk), or of the gradients of the "
+             "outputs.";
+    case lab::Phase::Reduce:
+      return "Reduce: every device sends its whole gradient buffer to device 0, which adds them in device order and "
+             "takes the optimizer step. No allreduce: device 0 receives N-1 buffers, the others only send.";
     default:
       return "";
+  }
+}
+
+// The rule of the shown collective with its live numbers: what each rank sends, by algorithm.
+void draw_rule(const RunData& d, const CollectiveTrace& t, int settled) {
+  const int n = std::max(1, t.world);
+  const double S = static_cast<double>(t.bytes);
+  if (t.op == "reduce") {  // DataParallel: every device's gradients into device 0
+    double each = 0;  // one device's whole gradient buffer: what each transfer carries
+    for (const Transfer& x : t.transfers) each = std::max(each, static_cast<double>(x.bytes));
+    labeled_value("gradients S", fmt_bytes(each), "S = one device's gradients: every parameter's, 4 bytes a float.");
+    labeled_value("device 0 receives",
+                  fmt("(N-1) x S = %d x %s = %s", n - 1, fmt_bytes(each).c_str(), fmt_bytes((n - 1) * each).c_str()),
+                  "DataParallel reduces, it does not allreduce: every other device sends its whole gradient buffer to "
+                  "device 0, which adds them. A ring allreduce would have every rank send 2(N-1)/N x S instead, "
+                  "spread over all links.");
+    return;
+  }
+  if (t.op != "allreduce" || n <= 1) {
+    if (S > 0) labeled_value("buffer", fmt_bytes(S), "Bytes of this collective's buffer.");
+    return;
+  }
+  labeled_value("buffer S", fmt_bytes(S),
+                fmt("S = the bytes allreduced (%s floats x 4 bytes): %s.", fmt_count(S / 4).c_str(),
+                    t.what == "param average" ? "every parameter, divided by N first (local SGD's averaging)"
+                                              : "this bucket's gradients"));
+  if (t.algorithm == "naive") {
+    ImGui::SameLine();
+    labeled_value("rank 0 sends", fmt("(N-1) x S = %s", fmt_bytes((n - 1) * S).c_str()),
+                  "Naive: every other rank sends S to rank 0 and gets S back; rank 0 receives (N-1) x S and sends "
+                  "(N-1) x S. A ring sends 2(N-1)/N x S per rank, spread over every link.");
+    labeled_value("rank 0's link carries", fmt("2(N-1) x S = %s", fmt_bytes(2.0 * (n - 1) * S).c_str()),
+                  fmt("in %d messages; every other rank's link carries 2 x S.", 2 * (n - 1)));
+  } else if (t.algorithm == "tree") {
+    int levels = 0, p = 1;
+    while (p * 2 <= n) {
+      p *= 2;
+      ++levels;
+    }
+    const bool doubling = t.bytes <= lab::kTreeDoublingBytes;
+    ImGui::SameLine();
+    if (doubling)
+      labeled_value("each rank sends", fmt("log2(p) x S = %d x %s = %s", levels, fmt_bytes(S).c_str(), fmt_bytes(levels * S).c_str()),
+                    "Recursive doubling (buffers up to 64 KiB): log2(p) steps, each moving the whole buffer: fewer "
+                    "waits on peers, which is what costs when messages are small.");
+    else
+      labeled_value("each rank sends", fmt("about 2(p-1)/p x S = %s", fmt_bytes(2.0 * (p - 1) / p * S).c_str()),
+                    fmt("Halving-doubling: 2 log2(p) = %d messages where a ring needs 2(N-1) = %d; the same bytes as a "
+                        "ring of p ranks.",
+                        2 * levels, 2 * (n - 1)));
+    if (n > p)
+      labeled_value("ranks past p", fmt("%d of %d", n - p, n),
+                    fmt("p = %d, the largest power of two <= N. Ranks %d..%d fold their buffers into ranks 0..%d first "
+                        "and get the result back last: one extra step each way.",
+                        p, p, n - 1, n - p - 1));
+  } else {
+    const double rule = 2.0 * (n - 1) / n * S;
+    ImGui::SameLine();
+    labeled_value("chunk", fmt_bytes(S / n), fmt("chunk = S / N = %s / %d (the first S mod N chunks are one float longer)",
+                                                 fmt_bytes(S).c_str(), n));
+    labeled_value("each rank sends", fmt("2(N-1)/N x S = 2x%d/%d x %s = %s", n - 1, n, fmt_bytes(S).c_str(), fmt_bytes(rule).c_str()),
+                  "Ring allreduce: N-1 reduce-scatter steps and N-1 allgather steps, one chunk of S/N each: "
+                  "2(N-1) messages, 2(N-1)/N x S bytes per rank, almost 2S however many ranks there are.");
+  }
+  const Bandwidth bw = allreduce_bandwidth(t);
+  if (bw.valid) {
+    labeled_value("algbw", fmt_rate(bw.algbw),
+                  fmt("algbw = S / t = %s / %.3g ms.\nt: the shortest of the ranks' times for this call (the last rank "
+                      "to arrive waits least; the others' times include waiting for it)%s.",
+                      fmt_bytes(S).c_str(), bw.seconds * 1e3, d.gate_delay_s > 0 ? ", including the slow-motion wait" : ""));
+    ImGui::SameLine();
+    labeled_value("busbw", fmt_rate(bw.busbw),
+                  fmt("busbw = algbw x 2(N-1)/N = %s x 2x%d/%d: nccl-tests' bus bandwidth, the same formula for every "
+                      "algorithm, so algorithms and world sizes compare (a ring's links each carry it).",
+                      fmt_rate(bw.algbw).c_str(), n - 1, n));
+  }
+  // per rank: how far along its share each rank is
+  if (ImGui::BeginTable("ring_ranks", 4, ImGuiTableFlags_SizingFixedFit | ImGuiTableFlags_RowBg)) {
+    ImGui::TableSetupColumn("rank");
+    ImGui::TableSetupColumn("messages sent");
+    ImGui::TableSetupColumn("bytes sent");
+    ImGui::TableSetupColumn("of its share");
+    ImGui::TableHeadersRow();
+    tooltip("Measured from each rank's Chunk events of this collective, up to the shown step, against what the "
+            "algorithm has the rank send in the whole call.");
+    for (int r = 0; r < n; ++r) {
+      uint64_t sent = 0;
+      int msgs = 0;
+      for (const Transfer& x : t.transfers)
+        if (x.src == r && x.global_step < settled) {
+          sent += x.bytes;
+          ++msgs;
+        }
+      const RankSends share = allreduce_rank_sends(t.algorithm.empty() ? "ring" : t.algorithm, n, t.bytes, r);
+      ImGui::TableNextColumn();
+      ImGui::TextColored(rank_color_vec(r), "%d", r);
+      ImGui::TableNextColumn();
+      ImGui::Text("%d of %d", msgs, share.messages);
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(fmt_bytes(static_cast<double>(sent)).c_str());
+      ImGui::TableNextColumn();
+      ImGui::Text("%.0f%%", share.bytes > 0 ? 100.0 * static_cast<double>(sent) / static_cast<double>(share.bytes) : 0.0);
+    }
+    ImGui::EndTable();
   }
 }
 
@@ -281,12 +468,17 @@ void draw_side(const RunData& d, RingViewState& st, const Shown& sh) {
   const int total = expected_steps(t);
   heading(fmt("%s #%llu", t.op.c_str(), static_cast<unsigned long long>(t.op_seq)).c_str());
   ImGui::SameLine();
-  ImGui::TextDisabled("%s%s, iteration %lld", t.what.c_str(), t.tag >= 0 ? fmt(" %d", t.tag).c_str() : "",
-                      static_cast<long long>(t.train_step));
+  ImGui::TextDisabled("%s%s, iteration %lld%s", t.what.c_str(), t.tag >= 0 ? fmt(" %d", t.tag).c_str() : "",
+                      static_cast<long long>(t.train_step),
+                      t.algorithm.empty() ? "" : fmt(", %s", t.algorithm.c_str()).c_str());
   tooltip("op_seq numbers the collectives of a run; it is the same on every rank. 'grad bucket k' is DDP's k-th "
-          "gradient bucket; 'buffers' is the BatchNorm buffer broadcast; 'bn stats' is SyncBatchNorm.");
+          "gradient bucket; 'param average' is local SGD's averaging; 'buffers' is the BatchNorm buffer broadcast; "
+          "'bn stats' is SyncBatchNorm; DataParallel's are scatter, replicate, gather and reduce.");
 
   // phase and step
+  const std::vector<PhaseSteps> phases = expected_phases(t);
+  std::vector<lab::Phase> step_phase;  // per global step
+  for (const PhaseSteps& x : phases) step_phase.insert(step_phase.end(), static_cast<size_t>(x.steps), x.phase);
   lab::Phase ph = lab::Phase::None;
   int in_phase = 0, phase_len = 0;
   const int cur = sh.anim_step >= 0 ? sh.anim_step : std::max(0, sh.steps_done - 1);
@@ -295,41 +487,43 @@ void draw_side(const RunData& d, RingViewState& st, const Shown& sh) {
       ph = x.phase;
       in_phase = x.ring_step;
     }
-  for (const Transfer& x : t.transfers)
-    if (x.phase == ph) phase_len = std::max(phase_len, x.ring_step + 1);
-  if (t.op == "allreduce" && n > 1) phase_len = n - 1;
+  for (const PhaseSteps& x : phases)
+    if (x.phase == ph) phase_len = x.steps;
   if (ph != lab::Phase::None)
-    ImGui::Text("%s step %d of %d  (step %d of %d overall)%s", lab::phase_name(ph), in_phase + 1, phase_len, cur + 1,
-                total, sh.live ? "" : "");
+    ImGui::Text("%s step %d of %d  (step %d of %d overall)", lab::phase_name(ph), in_phase + 1, std::max(phase_len, in_phase + 1),
+                cur + 1, total);
   else
     ImGui::TextDisabled("no transfers (world size 1)");
-  // a strip of all steps: reduce-scatter then allgather
+  // a strip of all steps: combining (blue) then copying (green)
   {
     ImDrawList* dl = ImGui::GetWindowDrawList();
     const ImVec2 p0 = ImGui::GetCursorScreenPos();
     const float w = ImGui::GetContentRegionAvail().x, h = ImGui::GetFontSize() * 0.7f;
     const float sw = w / static_cast<float>(std::max(1, total));
     for (int k = 0; k < total; ++k) {
-      const bool rs = t.op == "allreduce" ? k < n - 1 : true;
-      ImU32 c = rs ? IM_COL32(0, 114, 178, 255) : IM_COL32(0, 158, 115, 255);
+      const lab::Phase kp = k < static_cast<int>(step_phase.size()) ? step_phase[static_cast<size_t>(k)] : ph;
+      ImU32 c = combining(kp) ? IM_COL32(0, 114, 178, 255) : IM_COL32(0, 158, 115, 255);
       if (k >= sh.steps_done) c = with_alpha(c, 0.25f);
       dl->AddRectFilled(ImVec2(p0.x + sw * static_cast<float>(k) + 1, p0.y), ImVec2(p0.x + sw * static_cast<float>(k + 1) - 1, p0.y + h), c);
       if (k == cur) dl->AddRect(ImVec2(p0.x + sw * static_cast<float>(k), p0.y - 1), ImVec2(p0.x + sw * static_cast<float>(k + 1), p0.y + h + 1), col::kText, 0, 0, 2);
     }
     ImGui::Dummy(ImVec2(w, h + 2));
-    tooltip("The collective's steps: blue = reduce-scatter, green = allgather (faded: not yet).");
+    tooltip("The collective's steps: blue = combining (reduce-scatter, gather, reduce), green = copying (allgather, "
+            "broadcast, scatter); faded: not yet.");
   }
   ImGui::PushTextWrapPos(0);
-  ImGui::TextDisabled("%s", phase_text(ph));
+  ImGui::TextDisabled("%s", phase_text(t, ph));
   ImGui::PopTextWrapPos();
 
   // buffers table
   ImGui::Spacing();
   ImGui::TextUnformatted(sh.anim_step >= 0 && sh.progress < 1.0f ? "What each rank's buffer holds (before the step in flight)"
                                                                    : "What each rank's buffer holds");
-  help_marker("One box per chunk (1/N of the buffer). Its stripes are the ranks whose data is summed into this rank's "
-              "copy of the chunk; grey: not yet. A white frame marks the chunk the rank owns (fully summed) after "
-              "reduce-scatter.");
+  help_marker(t.chunks == 1 ? "One box per rank: its whole buffer. Its stripes are the ranks whose data is summed into "
+                              "it; grey: not yet. A white frame marks the rank that holds the full sum."
+                            : "One box per chunk (a part of the buffer as the algorithm cuts it). Its stripes are the "
+                              "ranks whose data is summed into this rank's copy of the chunk; grey: not yet. A white "
+                              "frame marks the chunk the rank owns (fully summed) after the combining steps.");
   const BufferState bs = buffer_state(t, sh.settled());
   {
     ImDrawList* dl = ImGui::GetWindowDrawList();
@@ -339,7 +533,7 @@ void draw_side(const RunData& d, RingViewState& st, const Shown& sh) {
     const float bh = std::clamp(fs * 1.0f, 8.0f, bw * 0.8f + 6);
     for (int r = 0; r < bs.world; ++r) {
       const ImVec2 p0 = ImGui::GetCursorScreenPos();
-      dl->AddText(p0, rank_color(r), fmt("rank %d", r).c_str());
+      dl->AddText(p0, rank_color(r), fmt(d.cfg.mode == "dp" ? "dev %d" : "rank %d", r).c_str());
       const int own = owned_chunk(t, r);
       for (int c = 0; c < bs.chunks; ++c) {
         const ImVec2 a(p0.x + fs * 3.5f + static_cast<float>(c) * (bw + 3), p0.y + 1);
@@ -351,60 +545,7 @@ void draw_side(const RunData& d, RingViewState& st, const Shown& sh) {
 
   // the rule with the live numbers
   ImGui::Spacing();
-  const double S = static_cast<double>(t.bytes);
-  if (t.op == "allreduce" && n > 1) {
-    const double rule = 2.0 * (n - 1) / n * S;
-    labeled_value("buffer S", fmt_bytes(S),
-                  fmt("S = the bytes allreduced: this bucket's gradients, %s floats x 4 bytes.", fmt_count(S / 4).c_str()));
-    ImGui::SameLine();
-    labeled_value("chunk", fmt_bytes(S / n), fmt("chunk = S / N = %s / %d (the first S mod N chunks are one float longer)",
-                                                 fmt_bytes(S).c_str(), n));
-    labeled_value("each rank sends", fmt("2(N-1)/N x S = 2x%d/%d x %s = %s", n - 1, n, fmt_bytes(S).c_str(), fmt_bytes(rule).c_str()),
-                  "Ring allreduce: N-1 reduce-scatter steps and N-1 allgather steps, one chunk of S/N each: "
-                  "2(N-1) messages, 2(N-1)/N x S bytes per rank, almost 2S however many ranks there are.");
-    const Bandwidth bw = allreduce_bandwidth(t);
-    if (bw.valid) {
-      labeled_value("algbw", fmt_rate(bw.algbw),
-                    fmt("algbw = S / t = %s / %.3g ms.\nt: the shortest of the ranks' times for this call (the last "
-                        "rank to arrive waits least; the others' times include waiting for it)%s.",
-                        fmt_bytes(S).c_str(), bw.seconds * 1e3, d.gate_delay_s > 0 ? ", including the slow-motion wait" : ""));
-      ImGui::SameLine();
-      labeled_value("busbw", fmt_rate(bw.busbw),
-                    fmt("busbw = algbw x 2(N-1)/N = %s x 2x%d/%d: the bandwidth each link carried, comparable across "
-                        "world sizes (as nccl-tests reports it).",
-                        fmt_rate(bw.algbw).c_str(), n - 1, n));
-    }
-  } else if (S > 0) {
-    labeled_value("buffer", fmt_bytes(S), "Bytes of this collective's buffer.");
-  }
-  // per rank: how far along the rule each rank is
-  if (t.op == "allreduce" && n > 1 && ImGui::BeginTable("ring_ranks", 4, ImGuiTableFlags_SizingFixedFit | ImGuiTableFlags_RowBg)) {
-    ImGui::TableSetupColumn("rank");
-    ImGui::TableSetupColumn("messages sent");
-    ImGui::TableSetupColumn("bytes sent");
-    ImGui::TableSetupColumn("of 2(N-1)/N x S");
-    ImGui::TableHeadersRow();
-    tooltip("Measured from each rank's Chunk events of this collective, up to the shown step.");
-    const double rule = 2.0 * (n - 1) / n * static_cast<double>(t.bytes);
-    for (int r = 0; r < n; ++r) {
-      uint64_t sent = 0;
-      int msgs = 0;
-      for (const Transfer& x : t.transfers)
-        if (x.src == r && x.global_step < sh.settled()) {
-          sent += x.bytes;
-          ++msgs;
-        }
-      ImGui::TableNextColumn();
-      ImGui::TextColored(rank_color_vec(r), "%d", r);
-      ImGui::TableNextColumn();
-      ImGui::Text("%d of %d", msgs, 2 * (n - 1));
-      ImGui::TableNextColumn();
-      ImGui::TextUnformatted(fmt_bytes(static_cast<double>(sent)).c_str());
-      ImGui::TableNextColumn();
-      ImGui::Text("%.0f%%", rule > 0 ? 100.0 * static_cast<double>(sent) / rule : 0.0);
-    }
-    ImGui::EndTable();
-  }
+  draw_rule(d, t, sh.settled());
   // per-link bytes
   const std::vector<LinkBytes> links = link_bytes(t, sh.settled());
   if (!links.empty()) {
@@ -417,24 +558,63 @@ void draw_side(const RunData& d, RingViewState& st, const Shown& sh) {
     labeled_value("links", fmt("%zu used, %s so far", links.size(), fmt_bytes(static_cast<double>(total_b)).c_str()),
                   "Bytes per link (src -> dst) in this collective so far:\n" + s);
   }
+  (void)n;
+}
+
+// ---- 4. the view ----
+
+// What the view shows, in words, before there is anything to show.
+std::string intro(const RunData& d) {
+  const lab::RunConfig& c = d.cfg;
+  if (c.mode == "dp")
+    return "With DataParallel there is no allreduce. One process drives the devices and device 0 is the hub: each "
+           "iteration it scatters the batch, replicates its parameters and buffers to every device, gathers the "
+           "outputs, computes the loss, scatters the output gradients and receives every device's gradients (reduce), "
+           "which it adds before its optimizer step. Every arrow touches device 0. 'every transfer' shows all of them.";
+  std::string s = c.mode == "local-sgd"
+                      ? "Local SGD allreduces gradients only in its first warmup_steps iterations; after that every "
+                        "rank steps on its own gradients and the parameters are averaged (an allreduce of 'param "
+                        "average') every average_every iterations. "
+                      : "This view shows how DDP sums the gradients. ";
+  if (c.allreduce == "naive")
+    s += "Naive allreduce, the parameter-server picture: every rank sends its whole buffer to rank 0, one per step, "
+         "which adds them in rank order and sends the sum back. Rank 0's link carries 2(N-1) buffers.";
+  else if (c.allreduce == "tree")
+    s += "Tree allreduce, recursive halving-doubling: in each reduce-scatter step every rank swaps half of its range "
+         "of chunks with a partner and adds the half it keeps; the allgather doubles the ranges back. 2 log2(N) steps "
+         "instead of the ring's 2(N-1); buffers up to 64 KiB take log2(N) steps of the whole buffer.";
+  else
+    s += "Ring allreduce: the ranks sit on a circle; in each step every rank sends one chunk (1/N of the buffer) to "
+         "its neighbour. N-1 reduce-scatter steps add the chunks up, N-1 allgather steps copy the finished chunks "
+         "around: every rank sends 2(N-1)/N of the buffer.";
+  return s + " Chunks travel the arrows as the run records them; the table shows what every rank's buffer holds.";
 }
 
 }  // namespace
 
 void draw_ring_view(const RunData& d, RingViewState& st, const FrameClock& clock) {
   // controls
-  const char* filters[] = {"gradient buckets", "every allreduce", "every collective"};
-  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 10);
-  if (ImGui::Combo("show", &st.filter, filters, 3)) {
+  const std::vector<const char*> filters = filter_names(d.cfg.mode);
+  st.filter = std::clamp(st.filter, 0, static_cast<int>(filters.size()) - 1);
+  float combo_w = 0;  // as wide as the longest choice
+  for (const char* f : filters) combo_w = std::max(combo_w, ImGui::CalcTextSize(f).x);
+  ImGui::SetNextItemWidth(combo_w + ImGui::GetFrameHeight() + ImGui::GetStyle().FramePadding.x * 2);
+  if (ImGui::Combo("show", &st.filter, filters.data(), static_cast<int>(filters.size()))) {
     st.have_shown = false;
     st.trace_seq = ~uint64_t{0};
   }
-  tooltip("Which collectives to show: DDP's gradient bucket allreduces, or also SyncBN's and the evaluation's "
-          "allreduces, or also broadcasts (BatchNorm buffers) and allgathers (SyncBN statistics).");
+  tooltip(d.cfg.mode == "dp"
+              ? "Which transfers to show: DataParallel's reduce of the gradients into device 0, or every transfer of "
+                "an iteration (scatter of inputs and output gradients, replicate, gather of outputs, reduce)."
+              : "Which collectives to show: the gradient bucket allreduces (and local SGD's parameter averages), or "
+                "also SyncBN's and the evaluation's allreduces, or also broadcasts (BatchNorm buffers) and allgathers "
+                "(SyncBN statistics).");
   ImGui::SameLine();
   if (ImGui::Checkbox("follow the run", &st.follow) && !st.follow) st.scrub_step = 1 << 20;
   tooltip("On: paused or in slow motion, the newest collective as it happens; at full speed, the newest finished one "
           "replayed at 0.7 s per step. Off: choose the step with the slider.");
+  ImGui::SameLine();
+  ImGui::TextDisabled("  %s", algorithm_title(d).c_str());
   Shown sh = choose(d, st, clock);
   if (!st.follow && sh.valid) {
     ImGui::SameLine();
@@ -447,7 +627,8 @@ void draw_ring_view(const RunData& d, RingViewState& st, const FrameClock& clock
     else st.scrub_step = k;
     ImGui::SameLine();
     uint64_t prev = 0;
-    if (ImGui::SmallButton("previous") && previous_collective(d.events, filter_of(st.filter), st.shown_seq, prev)) {
+    if (ImGui::SmallButton("previous") &&
+        previous_collective(d.events, filter_of(st.filter, d.cfg.mode), st.shown_seq, prev)) {
       st.shown_seq = prev;
       st.scrub_step = 1 << 20;
     }
@@ -456,11 +637,7 @@ void draw_ring_view(const RunData& d, RingViewState& st, const FrameClock& clock
   if (!sh.valid) {
     ImGui::Spacing();
     ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
-    ImGui::TextWrapped(
-        "This view shows how DDP sums the gradients: a ring allreduce. The ranks sit on a circle; in each step every "
-        "rank sends one chunk (1/N of the buffer) to its neighbour. N-1 reduce-scatter steps add the chunks up, N-1 "
-        "allgather steps copy the finished chunks around: every rank sends 2(N-1)/N of the buffer. Chunks travel the "
-        "arrows as the run records them; the table shows what every rank's buffer holds.");
+    ImGui::TextWrapped("%s", intro(d).c_str());
     ImGui::PopStyleColor();
     ImGui::Spacing();
     if (d.world() <= 1)

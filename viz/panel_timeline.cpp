@@ -4,6 +4,7 @@
 // visited (binary search on their end time, which grows along each rank's log).
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "draw.h"
 #include "panels.h"
@@ -14,6 +15,10 @@ namespace {
 
 // single chunk transfers: thin white bars (their length includes waiting for the peer)
 constexpr ImU32 kChunkColor = IM_COL32(250, 250, 250, 230);
+constexpr ImU32 kAllreduceColor = IM_COL32(230, 159, 0, 255);
+constexpr ImU32 kBroadcastColor = IM_COL32(204, 121, 167, 255);
+constexpr ImU32 kAllgatherColor = IM_COL32(240, 228, 66, 255);
+constexpr ImU32 kReduceColor = IM_COL32(213, 94, 0, 255);
 
 ImU32 event_color(const lab::Event& e) {
   if (e.kind == lab::EventKind::Compute) {
@@ -24,9 +29,11 @@ ImU32 event_color(const lab::Event& e) {
       default: return IM_COL32(150, 150, 150, 255);
     }
   }
-  if (std::strcmp(e.op, "allreduce") == 0) return IM_COL32(230, 159, 0, 255);
-  if (std::strcmp(e.op, "broadcast") == 0) return IM_COL32(204, 121, 167, 255);
-  return IM_COL32(240, 228, 66, 255);
+  if (std::strcmp(e.op, "allreduce") == 0) return kAllreduceColor;
+  // DataParallel's replicate is a broadcast of device 0's parameters and buffers
+  if (std::strcmp(e.op, "broadcast") == 0 || std::strcmp(e.op, "replicate") == 0) return kBroadcastColor;
+  if (std::strcmp(e.op, "reduce") == 0) return kReduceColor;
+  return kAllgatherColor;  // allgather; DataParallel's scatter and gather
 }
 
 std::string describe(const lab::Event& e) {
@@ -57,13 +64,25 @@ void draw_timeline_panel(const RunData& d, TimelineState& st) {
   ImGui::Checkbox("follow", &st.follow);
   tooltip("Keep the newest events at the right edge; off: drag the window to look back.");
   ImGui::SameLine();
-  const struct {
+  struct Entry {
     const char* name;
     ImU32 c;
-  } legend[] = {{"forward", IM_COL32(86, 180, 233, 255)},   {"backward", IM_COL32(40, 130, 220, 255)},
-                {"optimizer", IM_COL32(0, 158, 115, 255)},  {"eval", IM_COL32(150, 150, 150, 255)},
-                {"allreduce", IM_COL32(230, 159, 0, 255)},  {"broadcast", IM_COL32(204, 121, 167, 255)},
-                {"allgather", IM_COL32(240, 228, 66, 255)}, {"one chunk (incl. waiting)", kChunkColor}};
+  };
+  const std::vector<Entry> compute = {{"forward", IM_COL32(86, 180, 233, 255)},
+                                      {"backward", IM_COL32(40, 130, 220, 255)},
+                                      {"optimizer", IM_COL32(0, 158, 115, 255)},
+                                      {"eval", IM_COL32(150, 150, 150, 255)}};
+  std::vector<Entry> legend = compute;
+  if (d.cfg.mode == "dp")
+    legend.insert(legend.end(), {{"replicate", kBroadcastColor},
+                                 {"scatter / gather", kAllgatherColor},
+                                 {"reduce", kReduceColor},
+                                 {"one transfer (incl. waiting)", kChunkColor}});
+  else
+    legend.insert(legend.end(), {{d.cfg.mode == "local-sgd" ? "allreduce (and average)" : "allreduce", kAllreduceColor},
+                                 {"broadcast", kBroadcastColor},
+                                 {"allgather", kAllgatherColor},
+                                 {"one chunk (incl. waiting)", kChunkColor}});
   ImDrawList* dl = ImGui::GetWindowDrawList();
   for (const auto& l : legend) {
     // wrap the legend when the next entry would not fit
@@ -104,6 +123,17 @@ void draw_timeline_panel(const RunData& d, TimelineState& st) {
     dl->AddText(ImVec2(p0.x + 4, y + (lane_h - fs) / 2), rank_color(r), fmt("rank %d", r).c_str());
     dl->AddLine(ImVec2(p0.x, y + lane_h), ImVec2(p0.x + size.x, y + lane_h), col::kGrid);
     const auto& log = d.events[static_cast<size_t>(r)];
+    // Neighbouring bars of one colour in one band are drawn as one rectangle: at full speed
+    // thousands of events fall within a few pixels, and Mesa's software renderer pays per
+    // triangle. Touching or overlapping bars only, so the picture is the same.
+    struct Bar {
+      float xa = 0, xb = -1, ya = 0, yb = 0;
+      ImU32 c = 0;
+    } bars[3];
+    auto flush = [&](Bar& b) {
+      if (b.xb >= b.xa) dl->AddRectFilled(ImVec2(b.xa, b.ya), ImVec2(b.xb, b.yb), b.c);
+      b.xb = b.xa - 1;
+    };
     auto first = std::partition_point(log.begin(), log.end(), [&](const lab::Event& e) { return e.t_end < t0; });
     for (auto it = first; it != log.end(); ++it) {
       const lab::Event& e = *it;
@@ -119,9 +149,18 @@ void draw_timeline_panel(const RunData& d, TimelineState& st) {
       }
       const float xa = std::max(X(e.t_start), p0.x + label_w), xb = std::max(X(e.t_end), xa + 1);
       if (e.kind == lab::EventKind::Chunk && xb - xa < 2) continue;
-      dl->AddRectFilled(ImVec2(xa, ya), ImVec2(xb, yb), e.kind == lab::EventKind::Chunk ? kChunkColor : event_color(e));
+      const ImU32 c = e.kind == lab::EventKind::Chunk ? kChunkColor : event_color(e);
+      Bar& bar = bars[e.kind == lab::EventKind::Compute ? 0 : e.kind == lab::EventKind::Collective ? 1 : 2];
+      if (bar.xb >= bar.xa && bar.c == c && xa <= bar.xb && xb >= bar.xa) {
+        bar.xa = std::min(bar.xa, xa);
+        bar.xb = std::max(bar.xb, xb);
+      } else {
+        flush(bar);
+        bar = {xa, xb, ya, yb, c};
+      }
       if (hovered && mouse.x >= xa && mouse.x <= xb && mouse.y >= ya && mouse.y <= yb) hit = &e;
     }
+    for (Bar& b : bars) flush(b);
   }
   dl->PopClipRect();
   if (hit) {

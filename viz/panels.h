@@ -9,7 +9,7 @@ namespace viz {
 
 // Run state, play / pause / step / speed, settings (applied by Reset), twin run.
 void draw_controls_panel(const RunData& d, ControlsState& st, bool compare_bn, double delay_s, Commands& cmd);
-// 1. Ring allreduce traffic: ranks on a circle, chunk transfers per step and phase.
+// 1. Allreduce traffic (ring, naive, tree; DataParallel's reduce): ranks on a circle, transfers per step and phase.
 void draw_ring_view(const RunData& d, RingViewState& st, const FrameClock& clock);
 // 2. BatchNorm statistics: per-rank batch and running statistics, local versus sync.
 void draw_batchnorm_view(const RunData& d, const RunData* twin, BnViewState& st, Commands& cmd);

@@ -19,6 +19,12 @@ struct AppOptions {
   double delay_ms = 0;         // --delay-ms: slow motion, wait per gate (ring step, iteration)
   int fps = 60;                // --fps: frame-rate cap while interacting
   int width = 1600, height = 1000;  // --window-size WxH (logical pixels before scaling)
+  // --rank-nice: the run's threads at the process's nice value + this (run_host.h): frames go
+  // first when both want the CPU (a rank at nice 5 weighs a third of the GUI thread). Measured
+  // with tools/gui_perf.sh (8 ranks, 2 shared cores, GUI thread not raised): nice 0, 5, 10 gave
+  // frame p95 of 15-18, 15-16, 14-15 ms and gui/headless 0.94-1.02, 0.94-1.01, 0.90-0.95. The
+  // likely cost of more: a frame preempts a rank mid-collective and every rank waits for it.
+  int rank_nice = 5;
   double exit_after = 0;       // --exit-after S: close the window after S seconds (benchmarks)
   bool steps_given = false;    // --steps was on the command line (screenshots wait for it)
 };

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "data_parallel.h"
+#include "errors.h"
 #include "sampler.h"
 
 namespace viz {
@@ -39,8 +41,39 @@ EpochLayout layout_epoch(const lab::RunConfig& c, int64_t dataset_size, int64_t 
   return l;
 }
 
+std::vector<int64_t> DpEpochLayout::chunks(int64_t b) const {
+  if (b < 0 || b >= static_cast<int64_t>(batches.size())) return {};
+  return lab::torch_chunk_sizes(static_cast<int64_t>(batches[static_cast<size_t>(b)].size()), devices);
+}
+
+int64_t DpEpochLayout::chunk_size() const { return (batch_size + devices - 1) / std::max(1, devices); }
+
+DpEpochLayout layout_dp_epoch(const lab::RunConfig& c, int64_t dataset_size, int64_t epoch) {
+  if (c.batch_size <= 0)
+    throw lab::ConfigError("batch_size should be a positive integer value, but got batch_size=" +
+                           std::to_string(c.batch_size));
+  DpEpochLayout l;
+  l.dataset_size = dataset_size;
+  l.devices = std::max(1, c.world_size);
+  l.batch_size = c.batch_size;
+  l.epoch = epoch;
+  l.shuffle = c.shuffle;
+  l.drop_last = c.drop_last;
+  // The generator's state carries over from epoch to epoch, as the training's loader's does.
+  lab::SingleProcessLoader loader(dataset_size, c.batch_size, c.shuffle, false, c.seed);
+  for (int64_t e = 0; e < epoch; ++e) loader.next_epoch();
+  l.batches = loader.next_epoch();
+  if (c.drop_last && !l.batches.empty() && static_cast<int64_t>(l.batches.back().size()) < c.batch_size) {
+    l.dropped = std::move(l.batches.back());
+    l.batches.pop_back();
+  }
+  return l;
+}
+
 std::string batch_of_one_problem(const EpochLayout& l, const lab::RunConfig& c) {
   if (l.steps == 0 || l.last_batch != 1) return "";
+  // The cnn's BatchNorm2d sees 28 x 28 (or 14 x 14) values per channel even in a batch of one.
+  if (c.model != "mlp") return "";
   if (c.bn == "sync" && c.world_size > 1) return "";
   const std::string where = "each rank's last batch of the epoch holds 1 sample (" + std::to_string(l.num_samples) +
                             " samples per rank = " + std::to_string(l.steps - 1) + " x " +

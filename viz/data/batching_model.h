@@ -44,8 +44,27 @@ struct EpochLayout {
 // Throws lab::ConfigError for settings the sampler or loader rejects (batch_size <= 0, ...).
 EpochLayout layout_epoch(const lab::RunConfig& c, int64_t dataset_size, int64_t epoch);
 
+// --mode dp: one epoch of DataParallel's one DataLoader (lab::SingleProcessLoader: the seeded
+// permutation, batches of the global batch_size B) and each batch cut over the devices as
+// torch.chunk does: ceil(B / devices) samples each, the last device the rest, fewer chunks than
+// devices when B is small (those devices idle).
+struct DpEpochLayout {
+  int64_t dataset_size = 0;   // L
+  int devices = 1;
+  int64_t batch_size = 1;     // B, global
+  int64_t epoch = 0;
+  bool shuffle = true, drop_last = false;
+  std::vector<std::vector<int64_t>> batches;  // per iteration: dataset indices, in order
+  std::vector<int64_t> dropped;               // drop_last: the short last batch, left out
+  // Sizes of batch b's chunks, device by device (torch.chunk).
+  std::vector<int64_t> chunks(int64_t b) const;
+  int64_t chunk_size() const;  // ceil(B / devices): the size of a full batch's chunks
+};
+DpEpochLayout layout_dp_epoch(const lab::RunConfig& c, int64_t dataset_size, int64_t epoch);
+
 // The batch-of-one BatchNorm failure this layout runs into, or "" when it does not: a rank's last
-// batch holds one sample and its statistics are that one sample's (local BN, or one rank).
+// batch holds one sample and its statistics are that one sample's (local BN, or one rank), in the
+// mlp (BatchNorm1d: one value per channel per sample; the cnn's BatchNorm2d has 28 x 28).
 std::string batch_of_one_problem(const EpochLayout& l, const lab::RunConfig& c);
 
 }  // namespace viz

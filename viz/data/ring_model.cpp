@@ -4,32 +4,120 @@
 #include <cstring>
 #include <map>
 
+#include "ring_allreduce.h"  // RingChunks, kRingSegmentBytes
+#include "tree_allreduce.h"  // kTreeDoublingBytes
+
 namespace viz {
 
 namespace {
 
-// Order of phases within one collective: combining phases first.
+// Order of phases within one collective, as they happen: a tree's fold-in (gather) comes before
+// its reduce-scatter, its fold-out (broadcast) after its allgather; naive gathers, then
+// broadcasts.
 int phase_rank(lab::Phase p) {
   switch (p) {
-    case lab::Phase::ReduceScatter: return 0;
-    case lab::Phase::Gather: return 1;
+    case lab::Phase::Gather: return 0;
+    case lab::Phase::Reduce: return 0;
+    case lab::Phase::ReduceScatter: return 1;
     case lab::Phase::Allgather: return 2;
+    case lab::Phase::Scatter: return 3;
     case lab::Phase::Broadcast: return 3;
     default: return 4;
   }
 }
 
-bool combines(lab::Phase p) { return p == lab::Phase::ReduceScatter || p == lab::Phase::Gather; }
+bool combines(lab::Phase p) {
+  return p == lab::Phase::ReduceScatter || p == lab::Phase::Gather || p == lab::Phase::Reduce;
+}
 
 uint64_t bit(int r) { return uint64_t{1} << (r & 63); }
+
+bool known_algorithm(const std::string& a) { return a == "ring" || a == "naive" || a == "tree"; }
+
+// p, the largest power of two <= n, and log2(p)
+int power_of_two_below(int n, int* levels = nullptr) {
+  int p = 1, l = 0;
+  while (p * 2 <= n) {
+    p *= 2;
+    ++l;
+  }
+  if (levels) *levels = l;
+  return p;
+}
 
 }  // namespace
 
 bool CollectiveFilter::matches(const lab::Event& e) const {
   if (e.kind == lab::EventKind::Compute) return false;
   if (!op.empty() && op != e.op) return false;
-  if (!what.empty() && what != e.what) return false;
+  if (!what.empty() && std::find(what.begin(), what.end(), e.what) == what.end()) return false;
   return true;
+}
+
+CollectiveFilter training_sync_filter(const std::string& mode) {
+  CollectiveFilter f;
+  if (mode == "dp") {
+    f.op = "reduce";
+    f.what = {"gradients"};
+  } else if (mode == "local-sgd") {
+    f.what = {"grad bucket", "param average"};
+  }
+  return f;
+}
+
+int allreduce_blocks(const std::string& algorithm, int world) {
+  if (algorithm == "naive") return 1;
+  if (algorithm == "tree") return power_of_two_below(std::max(1, world));
+  return std::max(1, world);
+}
+
+std::vector<PhaseSteps> allreduce_phases(const std::string& algorithm, int n, uint64_t bytes) {
+  if (n <= 1) return {};
+  if (algorithm == "naive") return {{lab::Phase::Gather, n - 1, 1}, {lab::Phase::Broadcast, n - 1, 1}};
+  if (algorithm == "tree") {
+    int levels = 0;
+    const int p = power_of_two_below(n, &levels);
+    std::vector<PhaseSteps> out;
+    if (n > p) out.push_back({lab::Phase::Gather, 1, n - p});
+    out.push_back({lab::Phase::ReduceScatter, levels, p});
+    if (bytes > lab::kTreeDoublingBytes) out.push_back({lab::Phase::Allgather, levels, p});
+    if (n > p) out.push_back({lab::Phase::Broadcast, 1, n - p});
+    return out;
+  }
+  return {{lab::Phase::ReduceScatter, n - 1, n}, {lab::Phase::Allgather, n - 1, n}};
+}
+
+RankSends allreduce_rank_sends(const std::string& algorithm, int n, uint64_t bytes, int r) {
+  RankSends out;
+  if (n <= 1 || r < 0 || r >= n) return out;
+  const size_t count = bytes / sizeof(float);
+  if (algorithm == "naive") {
+    out.bytes = r == 0 ? static_cast<uint64_t>(n - 1) * bytes : bytes;
+    out.messages = r == 0 ? n - 1 : 1;
+    return out;
+  }
+  if (algorithm == "tree") {
+    int levels = 0;
+    const int p = power_of_two_below(n, &levels);
+    if (r >= p) return {bytes, 1};  // an extra rank: its fold-in, nothing else
+    const int fold_out = r < n - p ? 1 : 0;
+    if (bytes <= lab::kTreeDoublingBytes) return {static_cast<uint64_t>(levels + fold_out) * bytes, levels + fold_out};
+    const lab::RingChunks blocks{count, p};
+    auto range = [&](int first, int len) { return (blocks.begin(first + len) - blocks.begin(first)) * sizeof(float); };
+    uint64_t b = bytes - blocks.size(r) * sizeof(float);  // reduce-scatter: every block but its own, once
+    for (int k = 0; k < levels; ++k) b += range(r & ~((1 << k) - 1), 1 << k);  // allgather: its growing range
+    return {b + static_cast<uint64_t>(fold_out) * bytes, 2 * levels + fold_out};
+  }
+  // the pipelined ring: 2(N-1) steps, each chunk in G segments
+  const lab::RingChunks chunks{count, n};
+  const size_t largest = chunks.size(0) * sizeof(float);
+  const int segments = std::max<int>(1, static_cast<int>((largest + lab::kRingSegmentBytes - 1) / lab::kRingSegmentBytes));
+  uint64_t b = 0;
+  for (int s = 0; s < n - 1; ++s) {
+    b += chunks.size(((r - s) % n + n) % n) * sizeof(float);
+    b += chunks.size(((r + 1 - s) % n + n) % n) * sizeof(float);
+  }
+  return {b, 2 * (n - 1) * segments};
 }
 
 bool latest_collective(const std::vector<std::vector<lab::Event>>& events, const CollectiveFilter& f,
@@ -80,7 +168,20 @@ bool previous_collective(const std::vector<std::vector<lab::Event>>& events, con
   return found;
 }
 
-CollectiveTrace collect_trace(const std::vector<std::vector<lab::Event>>& events, uint64_t op_seq) {
+int allreduce_global_step(const std::string& algorithm, int world, const lab::Event& e) {
+  // Only a tree's fold-out needs the buffer's size (whether it took the allgather-free doubling
+  // path), and it carries the whole buffer.
+  const uint64_t bytes = e.phase == lab::Phase::Broadcast ? e.bytes : ~uint64_t{0};
+  int offset = 0;
+  for (const PhaseSteps& p : allreduce_phases(algorithm, world, bytes)) {
+    if (p.phase == e.phase) return offset + e.ring_step;
+    offset += p.steps;
+  }
+  return e.ring_step;
+}
+
+CollectiveTrace collect_trace(const std::vector<std::vector<lab::Event>>& events, uint64_t op_seq,
+                              const std::string& algorithm) {
   CollectiveTrace t;
   t.op_seq = op_seq;
   t.world = static_cast<int>(events.size());
@@ -113,7 +214,7 @@ CollectiveTrace collect_trace(const std::vector<std::vector<lab::Event>>& events
         x.dst = e.dst;
         x.chunk = e.chunk;
         x.phase = e.phase;
-        x.ring_step = e.ring_step;
+        x.ring_step = std::max(0, e.ring_step);  // -1: a phase of one step (DataParallel's transfers)
         x.bytes = e.bytes;
         x.t_start = e.t_start;
         x.t_end = e.t_end;
@@ -138,13 +239,34 @@ CollectiveTrace collect_trace(const std::vector<std::vector<lab::Event>>& events
   }
   for (Transfer& x : t.transfers) x.global_step = offset[phase_rank(x.phase)] + x.ring_step;
   t.steps = total;
-  if (t.op == "allreduce" && t.world > 1) t.chunks = std::max(t.chunks, t.world);
   if (t.bytes == 0 && t.op == "allreduce") {
-    // still running (no Collective event yet): S is the sum of the chunks' sizes, every chunk
-    // having been sent by some rank in the first step
+    // Still running (no Collective event yet): S from the first step, in which every part of the
+    // buffer is sent by some rank (a ring's N chunks, a tree's two halves or its fold-in, naive's
+    // first whole buffer): per chunk, the most one rank sent of it (segments add up).
+    std::map<std::pair<int, int>, uint64_t> sent;  // (chunk, src) -> bytes in step 0
+    for (const Transfer& x : t.transfers)
+      if (x.global_step == 0) sent[{x.chunk, x.src}] += x.bytes;
     std::map<int, uint64_t> chunk_bytes;
-    for (const Transfer& x : t.transfers) chunk_bytes[x.chunk] = std::max(chunk_bytes[x.chunk], x.bytes);
+    for (const auto& kv : sent) chunk_bytes[kv.first.first] = std::max(chunk_bytes[kv.first.first], kv.second);
     for (const auto& kv : chunk_bytes) t.bytes += kv.second;
+  }
+  if (t.op == "allreduce" && t.world > 1 && known_algorithm(algorithm)) {
+    // The algorithm's blocks; a transfer carries those its bytes cover, from its chunk on.
+    t.algorithm = algorithm;
+    t.chunks = allreduce_blocks(algorithm, t.world);
+    const lab::RingChunks blocks{t.bytes / sizeof(float), t.chunks};
+    for (Transfer& x : t.transfers) {
+      uint64_t covered = 0;
+      int k = 0;
+      while (x.chunk + k < t.chunks && covered < x.bytes) covered += blocks.size(x.chunk + k++) * sizeof(float);
+      x.blocks = std::max(1, k);
+    }
+  } else if (t.op == "reduce") {
+    // DataParallel's gradient reduce: every device's whole gradient buffer into device 0.
+    t.chunks = 1;
+    for (Transfer& x : t.transfers) x.chunk = 0;
+  } else if (t.op == "allreduce" && t.world > 1) {
+    t.chunks = std::max(t.chunks, t.world);
   }
   std::sort(t.transfers.begin(), t.transfers.end(), [](const Transfer& a, const Transfer& b) {
     return a.global_step != b.global_step ? a.global_step < b.global_step : a.src < b.src;
@@ -164,12 +286,14 @@ BufferState buffer_state(const CollectiveTrace& t, int steps_done) {
   s.contrib.assign(static_cast<size_t>(s.world * s.chunks), 0);
   int root = -1;
   for (const Transfer& x : t.transfers)
-    if (x.phase == lab::Phase::Broadcast && x.ring_step == 0) root = x.src;
+    if ((x.phase == lab::Phase::Broadcast || x.phase == lab::Phase::Scatter) && x.ring_step == 0) root = x.src;
+  const bool from_root = t.op == "broadcast" || t.op == "scatter" || t.op == "replicate";
+  const bool own_block = t.op == "allgather" || t.op == "gather";
   for (int r = 0; r < s.world; ++r)
     for (int c = 0; c < s.chunks; ++c) {
       uint64_t v = 0;
-      if (t.op == "allgather") v = c == r ? bit(r) : 0;
-      else if (t.op == "broadcast") v = r == root ? bit(r) : 0;
+      if (own_block) v = c == r ? bit(r) : 0;
+      else if (from_root) v = r == root ? bit(r) : 0;
       else v = bit(r);
       s.contrib[static_cast<size_t>(r * s.chunks + c)] = v;
     }
@@ -178,11 +302,12 @@ BufferState buffer_state(const CollectiveTrace& t, int steps_done) {
     const std::vector<uint64_t> before = s.contrib;
     for (; i < t.transfers.size() && t.transfers[i].global_step == step; ++i) {
       const Transfer& x = t.transfers[i];
-      if (x.src < 0 || x.dst < 0 || x.src >= s.world || x.dst >= s.world || x.chunk < 0 || x.chunk >= s.chunks)
-        continue;
-      const uint64_t v = before[static_cast<size_t>(x.src * s.chunks + x.chunk)];
-      uint64_t& d = s.contrib[static_cast<size_t>(x.dst * s.chunks + x.chunk)];
-      d = combines(x.phase) ? (d | v) : v;
+      if (x.src < 0 || x.dst < 0 || x.src >= s.world || x.dst >= s.world || x.chunk < 0) continue;
+      for (int c = x.chunk; c < x.chunk + x.blocks && c < s.chunks; ++c) {
+        const uint64_t v = before[static_cast<size_t>(x.src * s.chunks + c)];
+        uint64_t& d = s.contrib[static_cast<size_t>(x.dst * s.chunks + c)];
+        d = combines(x.phase) ? (d | v) : v;
+      }
     }
     while (i < t.transfers.size() && t.transfers[i].global_step <= step) ++i;
   }

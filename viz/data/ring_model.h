@@ -1,12 +1,17 @@
 // The traffic of one collective, rebuilt from the Chunk and Collective events every rank
 // recorded: who sent which chunk to whom at which step, and what each rank's buffer holds after
 // any number of steps. Nothing here assumes a ring: the view draws whatever src -> dst the events
-// say, so other algorithms (naive, tree) show their own traffic.
+// say, so other algorithms (naive, tree) and DataParallel's transfers show their own traffic.
 //
-// Steps: transfers are ordered by (phase, ring_step); phases that combine data (reduce-scatter,
-// gather) come before phases that copy it (allgather, broadcast). "global step" k numbers them
+// Steps: transfers are ordered by (phase, ring_step), phases in the order they happen: gather
+// (naive's sends to rank 0, tree's fold-in of the ranks past a power of two), reduce-scatter,
+// allgather, broadcast (naive's sums from rank 0, tree's fold-out). "global step" k numbers them
 // 0 .. steps-1 across phases: for a ring allreduce of N ranks, reduce-scatter is 0 .. N-2 and
 // allgather is N-1 .. 2N-3.
+//
+// Blocks: an allreduce cuts its buffer into blocks as its algorithm does (ring: N chunks; tree: p
+// blocks, p the largest power of two <= N; naive: the whole buffer). A transfer carries the blocks
+// from its `chunk` on, as many as its bytes cover (a tree step sends a range of blocks).
 #pragma once
 
 #include <cstdint>
@@ -19,6 +24,7 @@ namespace viz {
 
 struct Transfer {
   int src = 0, dst = 0, chunk = 0;
+  int blocks = 1;        // consecutive blocks from `chunk` that it carries
   lab::Phase phase = lab::Phase::None;
   int ring_step = 0;     // within its phase
   int global_step = 0;   // across phases
@@ -29,11 +35,13 @@ struct Transfer {
 struct CollectiveTrace {
   uint64_t op_seq = 0;
   std::string op, what;
+  std::string algorithm;       // allreduce: "ring", "naive", "tree" (as collect_trace was told)
   int tag = -1;
   int64_t train_step = -1;
   int world = 0;
   uint64_t bytes = 0;          // S: the buffer's bytes (allreduce) as the Collective event says
-  int chunks = 0;              // chunk indices 0 .. chunks-1 seen in transfers (N for a ring)
+  int chunks = 0;              // blocks of the buffer (an allreduce: as its algorithm cuts it;
+                               //   else the chunk indices seen in transfers)
   int steps = 0;               // global steps seen so far
   std::vector<Transfer> transfers;  // by (global_step, src)
   int ranks_done = 0;          // ranks whose Collective event (the end of the call) is recorded
@@ -47,10 +55,35 @@ struct CollectiveTrace {
 
 // Which collectives to look at.
 struct CollectiveFilter {
-  std::string op = "allreduce";    // "" for any
-  std::string what = "grad bucket";  // "" for any
+  std::string op = "allreduce";                 // "" for any
+  std::vector<std::string> what{"grad bucket"};  // empty for any
   bool matches(const lab::Event& e) const;
 };
+
+// The collectives that synchronize training in a parallelism mode (lab::RunConfig::mode): DDP's
+// gradient bucket allreduces; local SGD's, and its parameter averages; DataParallel's reduce of
+// every device's gradients into device 0.
+CollectiveFilter training_sync_filter(const std::string& mode);
+
+// The phases of one allreduce in the order they happen, with their steps, for an algorithm on N
+// ranks and S bytes (lab/ring_allreduce.h, naive_allreduce.h, tree_allreduce.h).
+struct PhaseSteps {
+  lab::Phase phase = lab::Phase::None;
+  int steps = 0;
+  int senders = 0;  // ranks that send in each of its steps
+};
+std::vector<PhaseSteps> allreduce_phases(const std::string& algorithm, int world, uint64_t bytes);
+// Blocks the algorithm cuts the buffer into: ring N, tree the largest power of two <= N, naive 1.
+int allreduce_blocks(const std::string& algorithm, int world);
+// What rank r sends in one allreduce of S bytes: bytes and messages.
+struct RankSends {
+  uint64_t bytes = 0;
+  int messages = 0;
+};
+RankSends allreduce_rank_sends(const std::string& algorithm, int world, uint64_t bytes, int rank);
+// The global step of one transfer event of an allreduce (its phase and ring_step) as
+// collect_trace numbers it, from the event alone: for gates that stop partway through.
+int allreduce_global_step(const std::string& algorithm, int world, const lab::Event& e);
 
 // The highest op_seq among events matching the filter (Chunk or Collective); complete_only asks
 // for one whose Collective event every rank has recorded. False when there is none.
@@ -60,7 +93,9 @@ bool latest_collective(const std::vector<std::vector<lab::Event>>& events, const
 bool previous_collective(const std::vector<std::vector<lab::Event>>& events, const CollectiveFilter& f,
                          uint64_t op_seq, uint64_t& out);
 
-CollectiveTrace collect_trace(const std::vector<std::vector<lab::Event>>& events, uint64_t op_seq);
+// algorithm: the run's allreduce algorithm (for allreduces' blocks; other collectives ignore it).
+CollectiveTrace collect_trace(const std::vector<std::vector<lab::Event>>& events, uint64_t op_seq,
+                              const std::string& algorithm = "ring");
 
 // What each rank's buffer holds: for rank r and chunk c, a bit per rank whose data is summed in.
 struct BufferState {
@@ -70,14 +105,15 @@ struct BufferState {
   bool full(int r, int c) const;  // every rank's data is in it
 };
 
-// The buffers after the first `steps_done` global steps. Start: for an allreduce every rank holds
-// its own data in every chunk; allgather: rank r holds block r only; broadcast: the root only.
-// Reduce-scatter and gather add (dst |= src), allgather and broadcast copy (dst = src). Transfers
-// of one step read the state before that step (they happen at the same time).
+// The buffers after the first `steps_done` global steps. Start: for an allreduce (and
+// DataParallel's reduce) every rank holds its own data in every block; allgather and gather: rank
+// r holds block r only; broadcast, scatter and replicate: the root only. Reduce-scatter, gather and
+// reduce add (dst |= src), allgather and broadcast copy (dst = src). Transfers of one step read
+// the state before that step (they happen at the same time).
 BufferState buffer_state(const CollectiveTrace& t, int steps_done);
 
-// The chunk rank r holds complete when the combining phase ends (a ring's owner, (r + 1) mod N);
-// -1 when none or more than one.
+// The block rank r holds complete when the combining phases end (a ring's owner, (r + 1) mod N; a
+// tree's block r; naive's rank 0 the whole buffer); -1 when none or more than one.
 int owned_chunk(const CollectiveTrace& t, int rank);
 
 // Bytes per link (src, dst) over the first steps_done global steps.

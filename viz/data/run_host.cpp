@@ -11,9 +11,12 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 
 #include "backends.h"
 #include "errors.h"
+#include "ring_model.h"
 
 namespace viz {
 
@@ -37,11 +40,32 @@ bool raise_ui_priority() {
   return setpriority(PRIO_PROCESS, 0, base - 5) == 0;
 }
 
-void restore_normal_priority() { setpriority(PRIO_PROCESS, 0, base_nice()); }
+bool set_thread_nice(int increment) { return setpriority(PRIO_PROCESS, 0, base_nice() + increment) == 0; }
+
+int thread_nice() {
+  errno = 0;
+  const int n = getpriority(PRIO_PROCESS, 0);
+  return errno ? -100 : n;
+}
+
+int thread_nice_of(int tid) {
+  // /proc/self/task/<tid>/stat: "tid (comm) state ..." with nice as field 19; comm may hold
+  // spaces and parentheses, so the fields are counted after the last ')'.
+  std::ifstream f("/proc/self/task/" + std::to_string(tid) + "/stat");
+  std::string line;
+  if (!std::getline(f, line)) return -100;
+  const size_t close = line.rfind(')');
+  if (close == std::string::npos) return -100;
+  std::istringstream in(line.substr(close + 1));
+  std::string field;
+  for (int i = 3; i <= 19 && (in >> field); ++i)
+    if (i == 19) return std::atoi(field.c_str());
+  return -100;
+}
 
 // ---- 1. driver ----
 
-RunHost::RunHost(const lab::RunConfig& cfg, bool start_paused) : m_cfg(cfg) {
+RunHost::RunHost(const lab::RunConfig& cfg, bool start_paused, int nice) : m_cfg(cfg), m_nice(nice) {
   m_paused = start_paused;
   m_thread = std::thread([this] { drive(); });
 }
@@ -63,7 +87,9 @@ void RunHost::request_stop() {
 lab::Run* RunHost::run() const { return m_run.get(); }
 
 void RunHost::drive() {
-  restore_normal_priority();  // before any rank thread exists: they inherit it
+  // Before any rank thread exists: they and their communication threads inherit it. (From the
+  // GUI thread this thread may have inherited nice - 5; this also undoes that.)
+  set_thread_nice(m_nice);
   auto fail = [&](const std::string& what, const std::string& hint, int code) {
     std::lock_guard<std::mutex> lock(m_mu);
     m_status.phase = RunPhase::Failed;
@@ -271,19 +297,20 @@ void RunHost::run_into_allreduce(int64_t iteration, int ring_steps) {
     uint64_t seq = 0;
   };
   auto seen = std::make_shared<std::vector<Seen>>(static_cast<size_t>(n));
+  // the allreduces that synchronize training (local SGD's averages too), numbered as the view does
+  const CollectiveFilter sync = training_sync_filter(m_cfg.mode);
+  const std::string algorithm = m_cfg.allreduce;
   ctl.run_until([=](int rank, int64_t it, const lab::Event* next) {
     Seen& s = (*seen)[static_cast<size_t>(rank)];
     if (!next) return it > iteration || s.seen;
     if (next->train_step != iteration) return s.seen;
-    const bool grad = std::strcmp(next->op, "allreduce") == 0 && std::strcmp(next->what, "grad bucket") == 0;
-    if (!grad) return s.seen;
+    if (!sync.matches(*next)) return s.seen;
     if (!s.seen) {
       s.seen = true;
       s.seq = next->op_seq;
     }
     if (next->op_seq != s.seq) return true;
-    const int global = next->phase == lab::Phase::ReduceScatter ? next->ring_step : (n - 1) + next->ring_step;
-    return global >= ring_steps;
+    return allreduce_global_step(algorithm, n, *next) >= ring_steps;
   });
 }
 

@@ -19,12 +19,26 @@
 
 namespace viz {
 
-// Thread priorities (Linux: per-thread nice values). The lab window raises its own thread's
-// priority above the ranks'; every thread a RunHost starts goes back to the priority the process
-// had at start, so the ranks train as they would headless.
-// raise_ui_priority(): true when the calling thread now has a higher priority (nice - 5).
+// Thread priorities (Linux: per-thread nice values). The window's frames are latency work, the
+// ranks' iterations throughput work: when both want every core, frames should go first. Two
+// levers, both per thread:
+//   raise_ui_priority(): the calling thread (the GUI's) to nice - 5: needs CAP_SYS_NICE (root, or
+//     rtkit on some desktops); true when it worked.
+//   RunHost's `nice` (the app passes --rank-nice): its driver thread lowers itself to base + nice before
+//     it builds the run; every thread the run starts (ranks, their communication threads) is
+//     created from it or from a rank, and Linux threads inherit their creator's nice value.
+//     Raising one's own nice value needs no privilege, so this works for every user. (OpenBLAS
+//     starts its worker threads when it loads, before any of this; they work only when a run
+//     has a single rank, which gives BLAS every core.)
+// The headless CLI uses neither: its ranks keep the process's priority.
 bool raise_ui_priority();
-void restore_normal_priority();
+// Sets the calling thread's nice value to the process's starting value + increment (0: back to
+// normal). False when not permitted.
+bool set_thread_nice(int increment);
+// The calling thread's nice value, and thread `tid`'s (Linux: /proc/self/task/<tid>/stat; -100
+// when unreadable).
+int thread_nice();
+int thread_nice_of(int tid);
 
 struct HostStatus {
   RunPhase phase = RunPhase::Loading;
@@ -37,7 +51,8 @@ struct HostStatus {
 
 class RunHost {
  public:
-  RunHost(const lab::RunConfig& cfg, bool start_paused);
+  // nice: the run's threads run at the process's nice value + nice (see above; 0: unchanged).
+  RunHost(const lab::RunConfig& cfg, bool start_paused, int nice = 0);
   ~RunHost();
   RunHost(const RunHost&) = delete;
   RunHost& operator=(const RunHost&) = delete;
@@ -55,8 +70,9 @@ class RunHost {
   void step_iteration();   // every rank finishes its current (or next) iteration
   void step_epoch();       // ... up to the end of the current epoch
   void run_to_step(int64_t iteration);  // paused at the start of this iteration
-  // run to the start of `iteration`, then into its first gradient allreduce until `ring_steps`
-  // of its steps are done (staging a mid-allreduce picture)
+  // run to the start of `iteration`, then into its first gradient allreduce (local SGD: or
+  // parameter average) until `ring_steps` of its steps are done (staging a mid-allreduce
+  // picture); an iteration without one stops at the start of the next
   void run_into_allreduce(int64_t iteration, int ring_steps);
   void set_delay(double seconds);
   double delay() const { return m_delay.load(); }
@@ -75,6 +91,7 @@ class RunHost {
   lab::Run* run() const;  // nullptr until built
 
   lab::RunConfig m_cfg;
+  int m_nice = 0;
   std::thread m_thread;
   std::atomic<bool> m_stop{false}, m_done{false}, m_paused{false};
   std::atomic<double> m_delay{0};

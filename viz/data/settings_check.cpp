@@ -1,6 +1,11 @@
 #include "settings_check.h"
 
+#include <algorithm>
+#include <cstdlib>
+#include <type_traits>
+
 #include "batching_model.h"
+#include "data_parallel.h"
 #include "errors.h"
 #include "sampler.h"
 
@@ -8,14 +13,74 @@ namespace viz {
 
 namespace {
 
-// The setting a validate() message is about, from the flag it names.
+// The setting a validate() message is about, from the words it uses (the most specific first).
 std::string setting_of(const std::string& msg) {
-  static const char* const kFlags[][2] = {
-      {"batch_size", "batch_size"}, {"--world-size", "world_size"}, {"--model", "model"}, {"--bn", "bn"},
-      {"learning rate", "lr"},      {"momentum", "momentum"},       {"--epochs", "epochs"}, {"Nesterov", "nesterov"}};
-  for (const auto& f : kFlags)
-    if (msg.find(f[0]) != std::string::npos) return f[1];
+  static const char* const kWords[][2] = {
+      {"SyncBatchNorm", "bn"},          {"--sampler-drop-last", "sampler_drop_last"},
+      {"``period``", "average_every"},  {"``warmup_steps``", "warmup_steps"},
+      {"--no-sync-steps", "no_sync_steps"}, {"--allreduce", "allreduce"},
+      {"--mode", "mode"},               {"Nesterov", "nesterov"},
+      {"batch_size", "batch_size"},     {"--world-size", "world_size"},
+      {"--model", "model"},             {"--bn", "bn"},
+      {"learning rate", "lr"},          {"momentum", "momentum"},
+      {"--epochs", "epochs"}};
+  for (const auto& w : kWords)
+    if (msg.find(w[0]) != std::string::npos) return w[1];
   return "";
+}
+
+std::string list(const std::vector<int64_t>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s;
+}
+
+// BatchNorm fails on one value per channel: the mlp's BatchNorm1d sees one per sample, the cnn's
+// BatchNorm2d 28 x 28 or 14 x 14 per sample, so a batch of one fails only in the mlp.
+bool batch_of_one_fails(const lab::RunConfig& c) { return c.model == "mlp"; }
+
+// --mode dp: one DataLoader of global batches, each split over the devices as torch.chunk
+// (lab/data_parallel.h). Appends its checks; false when the run would be refused.
+bool check_data_parallel(const lab::RunConfig& c, int64_t dataset_size, std::vector<SettingCheck>& out) {
+  const int64_t L = dataset_size, B = c.batch_size;
+  const int W = c.world_size;
+  const int64_t steps = lab::batches_per_epoch(L, B, c.drop_last);
+  if (steps == 0) {
+    out.push_back({Severity::Error, "batch_size",
+                   "no training step: DataParallel's one DataLoader has " + std::to_string(L) +
+                       " samples, fewer than batch_size " + std::to_string(B) + " with drop_last"});
+    return false;
+  }
+  const std::vector<int64_t> full = lab::torch_chunk_sizes(B, W);
+  out.push_back({Severity::Note, "batch_size",
+                 "with DataParallel batch_size is the global batch: torch.chunk splits " + std::to_string(B) +
+                     " over " + std::to_string(W) + " device(s) as " + list(full)});
+  if (static_cast<int>(full.size()) < W)
+    out.push_back({Severity::Note, "batch_size",
+                   "torch.chunk makes " + std::to_string(full.size()) + " chunk(s) of " + std::to_string(B) +
+                       ": device(s) " + std::to_string(full.size()) + " to " + std::to_string(W - 1) +
+                       " idle every iteration"});
+  const int64_t last = c.drop_last ? 0 : L % B;
+  const std::vector<int64_t> tail = last > 0 ? lab::torch_chunk_sizes(last, W) : std::vector<int64_t>{};
+  if (batch_of_one_fails(c)) {
+    auto one = [](const std::vector<int64_t>& v) { return std::find(v.begin(), v.end(), 1) - v.begin(); };
+    const auto in_full = one(full), in_tail = one(tail);
+    const std::string bn_error = ": BatchNorm in training mode needs more than one value per channel and fails with "
+                                 "\"Expected more than 1 value per channel when training\". Fix: another batch size";
+    if (in_full < static_cast<std::ptrdiff_t>(full.size()))
+      out.push_back({Severity::Warning, "batch_size",
+                     "every iteration device " + std::to_string(in_full) + "'s chunk holds 1 sample (" + list(full) +
+                         ")" + bn_error});
+    else if (in_tail < static_cast<std::ptrdiff_t>(tail.size()))
+      out.push_back({Severity::Warning, "batch_size",
+                     "the last batch of each epoch holds " + std::to_string(last) + " samples (" + std::to_string(L) +
+                         " mod " + std::to_string(B) + "), chunked " + list(tail) + ": device " +
+                         std::to_string(in_tail) + " gets 1 sample" + bn_error + ", or drop_last"});
+  }
+  if (c.drop_last && L % B > 0)
+    out.push_back({Severity::Note, "drop_last",
+                   "the loader drops the last " + std::to_string(L % B) + " sample(s) every epoch"});
+  return true;
 }
 
 }  // namespace
@@ -35,8 +100,17 @@ std::vector<SettingCheck> check_settings(const lab::RunConfig& c, int64_t datase
   if (c.world_size == 1 && c.bn == "sync")
     out.push_back({Severity::Note, "bn",
                    "sync BN with world size 1 has no effect: the global batch is the only rank's batch"});
-  if (c.world_size == 1 && !c.broadcast_buffers)
-    out.push_back({Severity::Note, "broadcast_buffers", "broadcast_buffers has no effect with one rank"});
+  // a setting changed from its default that will not apply
+  if (!c.broadcast_buffers && !no_effect_reason(c, "broadcast_buffers").empty())
+    out.push_back({Severity::Note, "broadcast_buffers", "broadcast_buffers: " + no_effect_reason(c, "broadcast_buffers")});
+  if (c.allreduce != "ring" && !no_effect_reason(c, "allreduce").empty())
+    out.push_back({Severity::Note, "allreduce", "allreduce " + c.allreduce + ": " + no_effect_reason(c, "allreduce")});
+  if (!c.overlap && !no_effect_reason(c, "overlap").empty())
+    out.push_back({Severity::Note, "overlap", "overlap off: " + no_effect_reason(c, "overlap")});
+  if (c.mode == "dp") {
+    check_data_parallel(c, dataset_size, out);
+    return out;
+  }
   EpochLayout l;
   try {
     l = layout_epoch(c, dataset_size, 0);
@@ -52,7 +126,7 @@ std::vector<SettingCheck> check_settings(const lab::RunConfig& c, int64_t datase
   }
   const std::string one = batch_of_one_problem(l, c);
   if (!one.empty()) out.push_back({Severity::Warning, "batch_size", one});
-  if (one.empty() && l.last_batch == 1 && c.bn == "sync" && c.world_size > 1)
+  if (one.empty() && l.last_batch == 1 && c.bn == "sync" && c.world_size > 1 && batch_of_one_fails(c))
     out.push_back({Severity::Note, "batch_size",
                    "each rank's last batch holds 1 sample; sync BN still works: its statistics count " +
                        std::to_string(c.world_size) + " samples across the ranks"});
@@ -67,15 +141,118 @@ std::vector<SettingCheck> check_settings(const lab::RunConfig& c, int64_t datase
   if (l.loader_dropped > 0)
     out.push_back({Severity::Note, "drop_last",
                    "the loader drops each rank's last " + std::to_string(l.loader_dropped) + " sample(s) every epoch"});
-  if (c.nesterov && c.momentum <= 0)
-    out.push_back({Severity::Error, "nesterov", "Nesterov momentum requires a momentum"});
+  if (c.mode == "local-sgd" && c.world_size > 1) {
+    const int64_t total = c.steps > 0 ? c.steps : l.steps * c.epochs;
+    if (c.warmup_steps >= total)
+      out.push_back({Severity::Note, "warmup_steps",
+                     "warmup_steps " + std::to_string(c.warmup_steps) + " covers all " + std::to_string(total) +
+                         " iterations: every step allreduces gradients and the parameters are never averaged (plain "
+                         "DDP)"});
+    else
+      out.push_back({Severity::Note, "average_every",
+                     "gradients are allreduced in iterations 0 to " + std::to_string(c.warmup_steps - 1) +
+                         (c.warmup_steps == 0 ? " (none)" : "") + "; after that each rank steps on its own and the "
+                         "parameters are averaged after iterations " + std::to_string(c.warmup_steps) + ", " +
+                         std::to_string(c.warmup_steps + c.average_every) + ", " +
+                         std::to_string(c.warmup_steps + 2 * c.average_every) + ", ..."});
+  }
   return out;
+}
+
+std::string describe_parallelism(const lab::RunConfig& c) {
+  const std::string n = std::to_string(c.world_size);
+  if (c.mode == "dp") return "DataParallel, " + n + (c.world_size == 1 ? " device" : " devices");
+  std::string s = c.mode == "local-sgd" ? "local SGD every " + std::to_string(c.average_every) + " (warm-up " +
+                                              std::to_string(c.warmup_steps) + ")"
+                                        : "DDP";
+  s += ", " + n + (c.world_size == 1 ? " rank" : " ranks");
+  if (c.world_size > 1) s += ", " + c.allreduce + " allreduce";
+  return s;
+}
+
+std::string describe_batch(const lab::RunConfig& c) {
+  return "batch " + std::to_string(c.batch_size) + (c.mode == "dp" ? " (global)" : "/rank");
 }
 
 const SettingCheck* find_check(const std::vector<SettingCheck>& checks, const std::string& setting, Severity min) {
   for (const SettingCheck& c : checks)
     if (c.setting == setting && static_cast<int>(c.severity) >= static_cast<int>(min)) return &c;
   return nullptr;
+}
+
+bool apply_choice(lab::RunConfig& c, const std::string& setting, const std::string& value) {
+  auto boolean = [&](bool& dst) {
+    if (value != "true" && value != "false") return false;
+    dst = value == "true";
+    return true;
+  };
+  auto integer = [&](auto& dst) {
+    char* end = nullptr;
+    const long long v = std::strtoll(value.c_str(), &end, 10);
+    if (value.empty() || *end) return false;
+    dst = static_cast<std::remove_reference_t<decltype(dst)>>(v);
+    return true;
+  };
+  if (setting == "model") c.model = value;
+  else if (setting == "bn") c.bn = value;
+  else if (setting == "mode") c.mode = value;
+  else if (setting == "allreduce") c.allreduce = value;
+  else if (setting == "broadcast_buffers") return boolean(c.broadcast_buffers);
+  else if (setting == "drop_last") return boolean(c.drop_last);
+  else if (setting == "sampler_drop_last") return boolean(c.sampler_drop_last);
+  else if (setting == "shuffle") return boolean(c.shuffle);
+  else if (setting == "overlap") return boolean(c.overlap);
+  else if (setting == "world_size") return integer(c.world_size);
+  else if (setting == "batch_size") return integer(c.batch_size);
+  else if (setting == "average_every") return integer(c.average_every);
+  else if (setting == "warmup_steps") return integer(c.warmup_steps);
+  else if (setting == "no_sync_steps") return integer(c.no_sync_steps);
+  else return false;
+  return true;
+}
+
+std::string no_effect_reason(const lab::RunConfig& c, const std::string& setting) {
+  const bool dp = c.mode == "dp";
+  if (setting == "broadcast_buffers") {
+    if (dp)
+      return "DataParallel copies device 0's parameters and buffers to every device at every forward (replicate): "
+             "broadcast_buffers is DDP's";
+    if (c.world_size == 1) return "no effect with one rank: there is nobody to broadcast to";
+  } else if (setting == "allreduce") {
+    if (dp)
+      return "DataParallel has no allreduce: every device sends its gradients to device 0, which adds them in device "
+             "order (reduce)";
+    if (c.world_size == 1) return "no effect with one rank: there is nothing to sum";
+  } else if (setting == "overlap") {
+    if (dp) return "DataParallel has no gradient buckets: device 0 reduces the gradients after backward";
+    if (c.world_size == 1) return "no effect with one rank: there is no allreduce to overlap";
+  } else if (setting == "average_every" || setting == "warmup_steps") {
+    if (c.mode != "local-sgd") return "a setting of --mode local-sgd (PeriodicModelAverager)";
+  } else if (setting == "no_sync_steps") {
+    if (c.mode != "ddp") return "a setting of --mode ddp (DistributedDataParallel.no_sync)";
+  }
+  return "";
+}
+
+std::string unavailable_reason(const lab::RunConfig& c, const std::string& setting, const std::string& value) {
+  const std::string none = no_effect_reason(c, setting);
+  if (!none.empty()) return none;
+  lab::RunConfig changed = c;
+  if (!apply_choice(changed, setting, value)) return "not a setting the lab window offers: " + setting + " " + value;
+  if (setting == "allreduce" && value == "mpi" && c.comm != "mpi")
+    return "mpi is the MPI library's own allreduce: it needs ranks as processes under mpirun (dtlab run --comm mpi); "
+           "the lab window runs emulated ranks, threads in one process";
+  auto problem = [](const lab::RunConfig& x) -> std::string {
+    try {
+      lab::validate(x);
+    } catch (const lab::Error& e) {
+      return e.hint().empty() ? e.what() : std::string(e.what()) + " (" + e.hint() + ")";
+    }
+    return "";
+  };
+  const std::string after = problem(changed);
+  if (after.empty() || after == problem(c)) return "";
+  return after;
 }
 
 }  // namespace viz
