@@ -15,19 +15,26 @@ void add_row(double* __restrict acc, const float* __restrict row, int n) {
   for (int j = 0; j < n; ++j) acc[j] += row[j];
 }
 
-// The products are cut in two halves of their rows once there are at least 2 * kMinRows of them
-// (one half per core on the machines the lab targets; a BLAS runs one big product faster than
-// several small ones: 172 against 132 GFLOP/s for 256 against 64 rows of the mlp's first layer).
-constexpr int kMinRows = 64;
+// A product is cut in two halves, along its rows once there are at least 2 * kMinSide of them,
+// otherwise along its columns once there are that many (one half per core on the machines the lab
+// targets; a BLAS runs one big product faster than several small ones: 172 against 132 GFLOP/s for
+// 256 against 64 rows of the mlp's first layer). The cut depends on the shape alone.
+constexpr int kMinSide = 64;
 
-// fn(first, rows) for each part of [0, count), the parts spread over the compute threads.
+// fn(r0, rows, c0, cols) for each block of the (row_count x col_count) result, the blocks spread
+// over the compute threads.
 template <class Fn>
-void for_row_blocks(int count, Fn&& fn) {
-  const int parts = count >= 2 * kMinRows ? 2 : 1;
+void for_blocks(int row_count, int col_count, Fn&& fn) {
+  const bool by_rows = row_count >= 2 * kMinSide;
+  const bool by_cols = !by_rows && col_count >= 2 * kMinSide;
+  const int parts = by_rows || by_cols ? 2 : 1;
   parallel_for(parts, [&](int64_t p0, int64_t p1, int) {
     for (int64_t p = p0; p < p1; ++p) {
-      const int first = static_cast<int>(count * p / parts), last = static_cast<int>(count * (p + 1) / parts);
-      fn(first, last - first);
+      const int side = by_rows ? row_count : by_cols ? col_count : 0;
+      const int first = static_cast<int>(side * p / parts), last = static_cast<int>(side * (p + 1) / parts);
+      if (by_rows) fn(first, last - first, 0, col_count);
+      else if (by_cols) fn(0, row_count, first, last - first);
+      else fn(0, row_count, 0, col_count);
     }
   });
 }
@@ -60,17 +67,16 @@ void Linear::forward(const Tensor& x, Tensor& y, Mode mode) {
   assert(x.ndim() == 2 && x.dim(1) == m_in);
   const int n = static_cast<int>(x.dim(0));
   y.resize({n, m_out});
-  for_row_blocks(n, [&](int r0, int rows) {
-    float* yr = y.ptr() + static_cast<size_t>(r0) * m_out;
-    float beta = 0.0f;
-    if (m_has_bias) {
-      // Seed every row with the bias and let the gemm accumulate onto it (beta = 1).
-      for (int i = 0; i < rows; ++i) std::memcpy(yr + static_cast<size_t>(i) * m_out, m_bias.value.ptr(), sizeof(float) * m_out);
-      beta = 1.0f;
-    }
-    // y rows (rows, out) = x rows (rows, in) W^T (in, out)
-    sgemm(false, true, rows, m_out, m_in, 1.0f, x.ptr() + static_cast<size_t>(r0) * m_in, m_in, m_weight.value.ptr(),
-          m_in, beta, yr, m_out);
+  if (m_has_bias) {
+    // Seed every row with the bias and let the gemm accumulate onto it (beta = 1).
+    for (int i = 0; i < n; ++i) std::memcpy(y.ptr() + static_cast<size_t>(i) * m_out, m_bias.value.ptr(), sizeof(float) * m_out);
+  }
+  const float beta = m_has_bias ? 1.0f : 0.0f;
+  for_blocks(n, m_out, [&](int r0, int rows, int o0, int outs) {
+    // y block (rows, outs) = x rows (rows, in) W rows o0.. ^T (in, outs)
+    sgemm(false, true, rows, outs, m_in, 1.0f, x.ptr() + static_cast<size_t>(r0) * m_in, m_in,
+          m_weight.value.ptr() + static_cast<size_t>(o0) * m_in, m_in, beta,
+          y.ptr() + static_cast<size_t>(r0) * m_out + o0, m_out);
   });
   if (mode == Mode::Train) m_x = x;
 }
@@ -78,23 +84,24 @@ void Linear::forward(const Tensor& x, Tensor& y, Mode mode) {
 void Linear::backward(const Tensor& dy, Tensor* dx) {
   const int n = static_cast<int>(m_x.dim(0));
   assert(dy.ndim() == 2 && dy.dim(0) == n && dy.dim(1) == m_out);
-  // dW rows (rows, in) += dy^T rows (rows, N) x (N, in); db += column sums of dy, in double, row
-  // by row (contiguous, vectorized across columns)
+  // dW block (outs, ins) += dy^T rows o0.. (outs, N) x columns i0.. of x (N, ins); db += column sums
+  // of dy, in double, row by row (contiguous, vectorized across columns)
   m_bias_acc.assign(static_cast<size_t>(m_out), 0.0);
-  for_row_blocks(m_out, [&](int o0, int rows) {
-    sgemm(true, false, rows, m_in, n, 1.0f, dy.ptr() + o0, m_out, m_x.ptr(), m_in, 1.0f,
-          m_weight.grad.ptr() + static_cast<size_t>(o0) * m_in, m_in);
-    if (!m_has_bias) return;
-    for (int i = 0; i < n; ++i) add_row(m_bias_acc.data() + o0, dy.ptr() + static_cast<size_t>(i) * m_out + o0, rows);
+  for_blocks(m_out, m_in, [&](int o0, int outs, int i0, int ins) {
+    sgemm(true, false, outs, ins, n, 1.0f, dy.ptr() + o0, m_out, m_x.ptr() + i0, m_in, 1.0f,
+          m_weight.grad.ptr() + static_cast<size_t>(o0) * m_in + i0, m_in);
+    // The bias rows o0.. go with the block that starts the columns.
+    if (!m_has_bias || i0 != 0) return;
+    for (int i = 0; i < n; ++i) add_row(m_bias_acc.data() + o0, dy.ptr() + static_cast<size_t>(i) * m_out + o0, outs);
     float* db = m_bias.grad.ptr();
-    for (int j = o0; j < o0 + rows; ++j) db[j] += static_cast<float>(m_bias_acc[static_cast<size_t>(j)]);
+    for (int j = o0; j < o0 + outs; ++j) db[j] += static_cast<float>(m_bias_acc[static_cast<size_t>(j)]);
   });
   if (dx) {
-    // dx rows (rows, in) = dy rows (rows, out) W (out, in)
+    // dx block (rows, ins) = dy rows (rows, out) W columns i0.. (out, ins)
     dx->resize({n, m_in});
-    for_row_blocks(n, [&](int r0, int rows) {
-      sgemm(false, false, rows, m_in, m_out, 1.0f, dy.ptr() + static_cast<size_t>(r0) * m_out, m_out,
-            m_weight.value.ptr(), m_in, 0.0f, dx->ptr() + static_cast<size_t>(r0) * m_in, m_in);
+    for_blocks(n, m_in, [&](int r0, int rows, int i0, int ins) {
+      sgemm(false, false, rows, ins, m_out, 1.0f, dy.ptr() + static_cast<size_t>(r0) * m_out, m_out,
+            m_weight.value.ptr() + i0, m_in, 0.0f, dx->ptr() + static_cast<size_t>(r0) * m_in + i0, m_in);
     });
   }
 }

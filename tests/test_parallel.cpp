@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include "backends.h"
@@ -61,23 +62,26 @@ TEST(ParallelFor, NestedCallsRunInlineAndErrorsReachTheCaller) {
 }
 
 // One rank with 1 and with 2 compute threads: identical weights and metrics, for both models
-// (conv: per-sample products, weight gradients per fixed block of samples; Linear: fixed blocks
-// of rows; BatchNorm and the fused block: one thread per channel's sums).
+// (conv: per-sample products, weight gradients per fixed block of samples; Linear: products cut
+// in halves by their shape, along the rows from 128 of them, else along the columns; BatchNorm and
+// the fused block: one thread per channel's sums).
 TEST(ParallelFor, ARunGivesTheSameBitsWithOneOrTwoThreads) {
   DTLAB_REQUIRE_DATASET();
-  for (const char* model : {"mlp", "cnn"}) {
+  const std::pair<const char*, int> cases[] = {{"mlp", 100}, {"mlp", 160}, {"cnn", 100}};
+  for (const auto& [model, batch] : cases) {
     testutil::TempDir a, b;
     lab::RunConfig ca = testutil::small_run(model, 1, a.path(), 5);
-    ca.batch_size = 100;  // Linear's row blocks of 64: a full one and a short one
+    ca.batch_size = batch;  // 100: Linear's products cut along their columns; 160: along their rows
     lab::RunConfig cb = ca;
     cb.out_dir = b.path();
     cb.threads = 2;
     lab::Run(ca, lab::make_world).run();
     lab::Run(cb, lab::make_world).run();
-    EXPECT_EQ(testutil::read_file(a.file("final.safetensors")), testutil::read_file(b.file("final.safetensors"))) << model;
+    EXPECT_EQ(testutil::read_file(a.file("final.safetensors")), testutil::read_file(b.file("final.safetensors")))
+        << model << " batch " << batch;
     EXPECT_EQ(testutil::without_wall_clock(testutil::read_file(a.file("metrics.jsonl"))),
               testutil::without_wall_clock(testutil::read_file(b.file("metrics.jsonl"))))
-        << model;
+        << model << " batch " << batch;
   }
   lab::set_compute_threads(1);
 }
