@@ -115,8 +115,8 @@ struct Range {
   }
 };
 
-void number_line(const char* id, const char* what, const std::vector<float>& local, double global, bool sync,
-                 int world, const std::string& explain, Range range) {
+void number_line(const RunData& d, const char* id, const char* what, const std::vector<float>& local, double global,
+                 bool sync, int world, const std::string& explain, Range range) {
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const float fs = ImGui::GetFontSize();
   const float row = fs * 1.15f;
@@ -146,7 +146,7 @@ void number_line(const char* id, const char* what, const std::vector<float>& loc
   dl->AddText(small, small->FontSize, ImVec2(gx + 3, p0.y + 2), col::kGlobal, "global");
   for (int r = 0; r < world && r < static_cast<int>(local.size()); ++r) {
     const float y = p0.y + fs * 1.25f + row * (static_cast<float>(r) + 0.5f);
-    dl->AddText(small, small->FontSize, ImVec2(p0.x + 4, y - small->FontSize / 2), rank_color(r), fmt("rank %d", r).c_str());
+    dl->AddText(small, small->FontSize, ImVec2(p0.x + 4, y - small->FontSize / 2), rank_color(r), d.member(r).c_str());
     const float x = X(local[static_cast<size_t>(r)]);
     dl->AddLine(ImVec2(left, y), ImVec2(right, y), IM_COL32(60, 60, 66, 255));
     if (sync) {
@@ -163,7 +163,7 @@ void number_line(const char* id, const char* what, const std::vector<float>& loc
     ImGui::PushTextWrapPos(fs * 30);
     ImGui::TextUnformatted(explain.c_str());
     for (int r = 0; r < world && r < static_cast<int>(local.size()); ++r)
-      ImGui::TextColored(rank_color_vec(r), "rank %d: %.6g  (global - own = %+.3g)", r, local[static_cast<size_t>(r)],
+      ImGui::TextColored(rank_color_vec(r), "%s: %.6g  (global - own = %+.3g)", d.member(r).c_str(), local[static_cast<size_t>(r)],
                          global - local[static_cast<size_t>(r)]);
     ImGui::Text("global: %.6g", global);
     ImGui::PopTextWrapPos();
@@ -177,7 +177,7 @@ void draw_iteration(const RunData& d, const ChannelStats& cs, int64_t step, int 
   const int w = d.world();
   std::string cnt;
   for (int r = 0; r < w; ++r) cnt += fmt("%s%.0f", r ? " + " : "", cs.count[static_cast<size_t>(r)]);
-  number_line(fmt("%s_mean", id).c_str(), "batch mean", cs.mean, cs.global_mean, sync, w,
+  number_line(d, fmt("%s_mean", id).c_str(), "batch mean", cs.mean, cs.global_mean, sync, w,
               fmt("Dots: each rank's own batch mean of channel %d at iteration %lld. White line: the global mean, "
                   "count-weighted over the ranks: sum(n_r x mean_r) / sum(n_r), n = %s = %.0f values.\n%s",
                   ch, static_cast<long long>(step), cnt.c_str(), cs.global_count,
@@ -186,7 +186,7 @@ void draw_iteration(const RunData& d, const ChannelStats& cs, int64_t step, int 
                        : "Local BN: every rank normalizes with its own batch's statistics, so the same input gets a "
                          "different output on each rank."),
               mean_range);
-  number_line(fmt("%s_var", id).c_str(), "batch variance (biased)", cs.var, cs.global_var, sync, w,
+  number_line(d, fmt("%s_var", id).c_str(), "batch variance (biased)", cs.var, cs.global_var, sync, w,
               fmt("Each rank's biased batch variance (divide by n) and the global one: sum(n_r x (var_r + mean_r^2)) / "
                   "sum(n_r) - global_mean^2 = %.6g.",
                   cs.global_var),
@@ -200,7 +200,7 @@ void draw_running(const RunData& d, BnViewState& st, BnViewState::Series& c, con
   const auto& data = st.show_var ? c.running_var : c.running_mean;
   for (int r = 0; r < c.world && r < static_cast<int>(data.size()); ++r) {
     ChartSeries s;
-    s.name = fmt("rank %d", r);
+    s.name = d.member(r);
     s.color = rank_color(r);
     s.x = c.x.data();
     s.y = data[static_cast<size_t>(r)].data();

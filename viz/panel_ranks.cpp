@@ -72,7 +72,7 @@ void draw_ranks_panel(const RunData& d, RanksViewState& st) {
     const size_t i = c.x.size() - 1;
     std::string s;
     for (int r = 0; r < (d.cfg.mode == "dp" ? std::min(1, c.world) : c.world); ++r)
-      s += fmt("rank %d: loss %.4f, accuracy %.3f\n", r, c.loss[static_cast<size_t>(r)][i], c.acc[static_cast<size_t>(r)][i]);
+      s += fmt("%s: loss %.4f, accuracy %.3f\n", d.member(r).c_str(), c.loss[static_cast<size_t>(r)][i], c.acc[static_cast<size_t>(r)][i]);
     ImGui::TextDisabled("iteration %lld", static_cast<long long>(c.x.back()));
     tooltip("Each rank's batch loss and accuracy at this iteration (its own samples):\n" + s);
   }
@@ -88,8 +88,8 @@ void draw_ranks_panel(const RunData& d, RanksViewState& st) {
   std::vector<ChartSeries> loss, acc;
   for (int r = 0; r < (dp ? std::min(1, c.world) : c.world); ++r) {
     const int n = static_cast<int>(c.x.size());
-    loss.push_back({fmt("rank %d", r), rank_color(r), c.x.data(), c.loss_s[static_cast<size_t>(r)].data(), n, 1.5f, false, rank_color_is_repeat(r)});
-    acc.push_back({fmt("rank %d", r), rank_color(r), c.x.data(), c.acc_s[static_cast<size_t>(r)].data(), n, 1.5f, false, rank_color_is_repeat(r)});
+    loss.push_back({d.member(r), rank_color(r), c.x.data(), c.loss_s[static_cast<size_t>(r)].data(), n, 1.5f, false, rank_color_is_repeat(r)});
+    acc.push_back({d.member(r), rank_color(r), c.x.data(), c.acc_s[static_cast<size_t>(r)].data(), n, 1.5f, false, rank_color_is_repeat(r)});
   }
   ChartOptions o;
   o.id = "ranks_loss";

@@ -120,7 +120,7 @@ void draw_timeline_panel(const RunData& d, TimelineState& st) {
   dl->PushClipRect(p0, ImVec2(p0.x + size.x, p0.y + size.y), true);
   for (int r = 0; r < w; ++r) {
     const float y = p0.y + lane_h * static_cast<float>(r);
-    dl->AddText(ImVec2(p0.x + 4, y + (lane_h - fs) / 2), rank_color(r), fmt("rank %d", r).c_str());
+    dl->AddText(ImVec2(p0.x + 4, y + (lane_h - fs) / 2), rank_color(r), d.member(r).c_str());
     dl->AddLine(ImVec2(p0.x, y + lane_h), ImVec2(p0.x + size.x, y + lane_h), col::kGrid);
     const auto& log = d.events[static_cast<size_t>(r)];
     // Neighbouring bars of one colour in one band are drawn as one rectangle: at full speed
@@ -165,7 +165,7 @@ void draw_timeline_panel(const RunData& d, TimelineState& st) {
   dl->PopClipRect();
   if (hit) {
     ImGui::BeginTooltip();
-    ImGui::Text("rank %d: %s", hit->rank, describe(*hit).c_str());
+    ImGui::Text("%s: %s", d.member(hit->rank).c_str(), describe(*hit).c_str());
     ImGui::EndTooltip();
   } else if (hovered) {
     tooltip("Upper half of a lane: compute (forward, backward, optimizer step, evaluation). Lower half: "

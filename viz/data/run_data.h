@@ -61,6 +61,9 @@ class RunData {
   uint64_t events_version = 0;    // grows whenever any events were added
 
   int world() const { return cfg.world_size; }
+  // What the views call a member of the world: DataParallel has devices in one process, the
+  // other modes have ranks.
+  std::string member(int r) const { return (cfg.mode == "dp" ? "device " : "rank ") + std::to_string(r); }
   int64_t steps_done() const { return static_cast<int64_t>(by_step.size()); }
   // The newest complete step (every rank recorded), -1 if none.
   int64_t last_complete_step() const;
