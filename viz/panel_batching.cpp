@@ -11,6 +11,7 @@
 // 3. the view
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "data_parallel.h"
 #include "draw.h"
@@ -21,6 +22,58 @@ namespace viz {
 namespace {
 
 constexpr ImU32 kPadMark = IM_COL32(213, 94, 0, 255);   // vermillion: padding, the single sample
+
+// The grid both layouts draw: a row per batch, `groups` groups of `per_group` cells (a rank's batch
+// or a device's chunk), a label column on the left, the dataset index written in each cell when
+// it fits.
+struct IndexGrid {
+  float label_w, gap, cell, row_h;
+  int groups;
+  int64_t per_group;
+  bool numbers;
+  ImFont* small;
+
+  IndexGrid(int groups_, int64_t per_group_, int64_t dataset_size) : groups(groups_), per_group(per_group_) {
+    const float fs = ImGui::GetFontSize();
+    label_w = fs * 3.2f;
+    gap = fs * 0.45f;
+    const float avail = ImGui::GetContentRegionAvail().x - label_w - gap * static_cast<float>(groups) - fs;
+    cell = std::clamp(avail / static_cast<float>(groups * per_group), 3.0f, fs * 2.6f);
+    row_h = std::max(cell, fs * 1.3f) + 3;
+    small = font(FontId::Small);
+    const std::string widest = fmt("%lld", static_cast<long long>(std::max<int64_t>(dataset_size - 1, 1)));
+    numbers = small->CalcTextSizeA(small->FontSize, FLT_MAX, 0, widest.c_str()).x + 2 <= cell;
+  }
+  float row_width() const { return label_w + static_cast<float>(groups) * (static_cast<float>(per_group) * cell + gap); }
+  // Cell i of group g in the row that starts at p0: its corners a (top left) and c (bottom right).
+  std::pair<ImVec2, ImVec2> cell_rect(ImVec2 p0, int g, int64_t i) const {
+    const ImVec2 a(p0.x + label_w + static_cast<float>(g) * (static_cast<float>(per_group) * cell + gap) + static_cast<float>(i) * cell,
+                   p0.y + 1);
+    return {a, ImVec2(a.x + cell - 1, a.y + row_h - 3)};
+  }
+  void row_label(ImDrawList* dl, ImVec2 p0, bool current, const std::string& text) const {
+    dl->AddText(small, small->FontSize, ImVec2(p0.x, p0.y + (row_h - small->FontSize) / 2), current ? col::kText : col::kDim,
+                text.c_str());
+  }
+  // A filled cell; `fails` rings it as the sample BatchNorm cannot normalize alone.
+  void filled(ImDrawList* dl, ImVec2 a, ImVec2 c, ImU32 fill, int64_t index, bool fails) const {
+    dl->AddRectFilled(a, c, fill);
+    if (fails) dl->AddRect(ImVec2(a.x - 2, a.y - 2), ImVec2(c.x + 2, c.y + 2), col::kError, 0, 0, 2.5f);
+    if (!numbers) return;
+    const std::string t = fmt("%lld", static_cast<long long>(index));
+    const ImVec2 ts = small->CalcTextSizeA(small->FontSize, FLT_MAX, 0, t.c_str());
+    dl->AddText(small, small->FontSize, ImVec2((a.x + c.x - ts.x) / 2, (a.y + c.y - ts.y) / 2), text_on(fill), t.c_str());
+  }
+  static bool hovered(ImVec2 a, ImVec2 c) {
+    const ImVec2 m = ImGui::GetIO().MousePos;
+    return m.x >= a.x && m.x < c.x && m.y >= a.y && m.y < c.y && ImGui::IsWindowHovered();
+  }
+  // Ends the row: the current one framed, the cursor moved below it.
+  void end_row(ImDrawList* dl, ImVec2 p0, bool current) const {
+    if (current) dl->AddRect(ImVec2(p0.x + label_w - 3, p0.y - 1), ImVec2(p0.x + row_width(), p0.y + row_h - 1), col::kText, 0, 0, 1.5f);
+    ImGui::Dummy(ImVec2(row_width(), row_h));
+  }
+};
 
 // ---- 1. DistributedSampler + per-rank DataLoader ----
 
@@ -123,36 +176,24 @@ void legend_devices(int devices) {
 
 // The grid: one row per iteration, only the visible rows are drawn (ImGuiListClipper).
 void draw_grid(const RunData& d, const EpochLayout& l, int64_t current_step_in_epoch, bool one_problem, bool by_rank) {
-  const float fs = ImGui::GetFontSize();
   const int64_t rows = l.steps + (l.loader_dropped > 0 ? 1 : 0);
   const int R = l.world;
   const int64_t B = l.batch_size;
-  const float label_w = fs * 3.2f;
-  const float gap = fs * 0.45f;
-  const float avail = ImGui::GetContentRegionAvail().x - label_w - gap * static_cast<float>(R) - fs;
-  const float cell = std::clamp(avail / static_cast<float>(R * B), 3.0f, fs * 2.6f);
-  const float row_h = std::max(cell, fs * 1.3f) + 3;
-  ImFont* small = font(FontId::Small);
-  const std::string widest = fmt("%lld", static_cast<long long>(std::max<int64_t>(l.dataset_size - 1, 1)));
-  const bool numbers = small->CalcTextSizeA(small->FontSize, FLT_MAX, 0, widest.c_str()).x + 2 <= cell;
+  const IndexGrid grid(R, B, l.dataset_size);
   ImGui::BeginChild("batching_grid", ImVec2(0, 0), false);
   ImDrawList* dl = ImGui::GetWindowDrawList();
   ImGuiListClipper clip;
-  clip.Begin(static_cast<int>(rows), row_h);
-  const ImVec2 mouse = ImGui::GetIO().MousePos;
+  clip.Begin(static_cast<int>(rows), grid.row_h);
   while (clip.Step()) {
     for (int b = clip.DisplayStart; b < clip.DisplayEnd; ++b) {
       const ImVec2 p0 = ImGui::GetCursorScreenPos();
       const bool dropped_row = b >= l.steps;
       const bool cur = b == current_step_in_epoch;
-      dl->AddText(small, small->FontSize, ImVec2(p0.x, p0.y + (row_h - small->FontSize) / 2), cur ? col::kText : col::kDim,
-                  dropped_row ? "dropped" : fmt("it %d", b).c_str());
+      grid.row_label(dl, p0, cur, dropped_row ? "dropped" : fmt("it %d", b));
       const int64_t len = dropped_row ? l.loader_dropped : l.batch_len(b);
       for (int r = 0; r < R; ++r) {
-        const float x0 = p0.x + label_w + static_cast<float>(r) * (static_cast<float>(B) * cell + gap);
         for (int64_t j = 0; j < B; ++j) {
-          const ImVec2 a(x0 + static_cast<float>(j) * cell, p0.y + 1);
-          const ImVec2 c(a.x + cell - 1, a.y + row_h - 3);
+          const auto [a, c] = grid.cell_rect(p0, r, j);
           // by rank: rank r's j-th sample of batch b; global order: the row's positions in order
           const int64_t pos = by_rank ? l.position(r, b, j) : (static_cast<int64_t>(b) * R * B + static_cast<int64_t>(r) * B + j);
           const bool empty = by_rank ? j >= len : pos >= std::min(l.total_size, (static_cast<int64_t>(b) * B + len) * R);
@@ -162,21 +203,13 @@ void draw_grid(const RunData& d, const EpochLayout& l, int64_t current_step_in_e
           }
           const int owner = l.rank_of(pos);
           const bool pad = l.is_padding(pos);
-          ImU32 fill = rank_color(owner, dropped_row ? 0.25f : 1.0f);
-          dl->AddRectFilled(a, c, fill);
-          if (pad) dl->AddRect(a, c, kPadMark, 0, 0, std::max(1.5f, cell * 0.12f));
+          const ImU32 fill = rank_color(owner, dropped_row ? 0.25f : 1.0f);
+          grid.filled(dl, a, c, fill, l.global[static_cast<size_t>(pos)], one_problem && !dropped_row && len == 1 && b == l.steps - 1);
+          if (pad) dl->AddRect(a, c, kPadMark, 0, 0, std::max(1.5f, grid.cell * 0.12f));
           // the original of a padded sample: seen again at the end of the epoch
           if (l.padding > 0 && l.dataset_size > 0 && pos < std::min(l.padding, l.dataset_size))
             dl->AddRect(ImVec2(a.x + 1, a.y + 1), ImVec2(c.x - 1, c.y - 1), kPadMark, 0, 0, 1.0f);
-          if (one_problem && !dropped_row && len == 1 && b == l.steps - 1)
-            dl->AddRect(ImVec2(a.x - 2, a.y - 2), ImVec2(c.x + 2, c.y + 2), col::kError, 0, 0, 2.5f);
-          if (numbers) {
-            const std::string t = fmt("%lld", static_cast<long long>(l.global[static_cast<size_t>(pos)]));
-            const ImVec2 ts = small->CalcTextSizeA(small->FontSize, FLT_MAX, 0, t.c_str());
-            dl->AddText(small, small->FontSize, ImVec2((a.x + c.x - ts.x) / 2, (a.y + c.y - ts.y) / 2),
-                        text_on(fill), t.c_str());
-          }
-          if (mouse.x >= a.x && mouse.x < c.x && mouse.y >= a.y && mouse.y < c.y && ImGui::IsWindowHovered()) {
+          if (IndexGrid::hovered(a, c)) {
             ImGui::BeginTooltip();
             ImGui::Text("dataset index %lld", static_cast<long long>(l.global[static_cast<size_t>(pos)]));
             ImGui::Text("position %lld of the %s list -> rank %lld mod %d = %d, its sample %lld", static_cast<long long>(pos),
@@ -192,10 +225,7 @@ void draw_grid(const RunData& d, const EpochLayout& l, int64_t current_step_in_e
           }
         }
       }
-      if (cur) dl->AddRect(ImVec2(p0.x + label_w - 3, p0.y - 1),
-                           ImVec2(p0.x + label_w + static_cast<float>(R) * (static_cast<float>(B) * cell + gap), p0.y + row_h - 1),
-                           col::kText, 0, 0, 1.5f);
-      ImGui::Dummy(ImVec2(label_w + static_cast<float>(R) * (static_cast<float>(B) * cell + gap), row_h));
+      grid.end_row(dl, p0, cur);
     }
   }
   clip.End();
@@ -234,54 +264,32 @@ void draw_dp_formulas(const DpEpochLayout& l) {
 }
 
 void draw_dp_grid(const DpEpochLayout& l, int64_t current, bool one_fails) {
-  const float fs = ImGui::GetFontSize();
   const int64_t rows = static_cast<int64_t>(l.batches.size()) + (l.dropped.empty() ? 0 : 1);
   const int k = l.devices;
-  const int64_t cs = std::max<int64_t>(1, l.chunk_size());
-  const float label_w = fs * 3.2f;
-  const float gap = fs * 0.45f;
-  const float avail = ImGui::GetContentRegionAvail().x - label_w - gap * static_cast<float>(k) - fs;
-  const float cell = std::clamp(avail / static_cast<float>(k * cs), 3.0f, fs * 2.6f);
-  const float row_h = std::max(cell, fs * 1.3f) + 3;
-  ImFont* small = font(FontId::Small);
-  const std::string widest = fmt("%lld", static_cast<long long>(std::max<int64_t>(l.dataset_size - 1, 1)));
-  const bool numbers = small->CalcTextSizeA(small->FontSize, FLT_MAX, 0, widest.c_str()).x + 2 <= cell;
+  const IndexGrid grid(k, std::max<int64_t>(1, l.chunk_size()), l.dataset_size);
   ImGui::BeginChild("batching_grid", ImVec2(0, 0), false);
   ImDrawList* dl = ImGui::GetWindowDrawList();
   ImGuiListClipper clip;
-  clip.Begin(static_cast<int>(rows), row_h);
-  const ImVec2 mouse = ImGui::GetIO().MousePos;
+  clip.Begin(static_cast<int>(rows), grid.row_h);
   while (clip.Step()) {
     for (int b = clip.DisplayStart; b < clip.DisplayEnd; ++b) {
       const ImVec2 p0 = ImGui::GetCursorScreenPos();
       const bool dropped_row = b >= static_cast<int64_t>(l.batches.size());
       const std::vector<int64_t>& batch = dropped_row ? l.dropped : l.batches[static_cast<size_t>(b)];
       const std::vector<int64_t> chunks = lab::torch_chunk_sizes(static_cast<int64_t>(batch.size()), k);
-      dl->AddText(small, small->FontSize, ImVec2(p0.x, p0.y + (row_h - small->FontSize) / 2),
-                  b == current ? col::kText : col::kDim, dropped_row ? "dropped" : fmt("it %d", b).c_str());
+      grid.row_label(dl, p0, b == current, dropped_row ? "dropped" : fmt("it %d", b));
       int64_t offset = 0;
       for (int j = 0; j < k; ++j) {
         const int64_t len = j < static_cast<int>(chunks.size()) ? chunks[static_cast<size_t>(j)] : 0;
-        const float x0 = p0.x + label_w + static_cast<float>(j) * (static_cast<float>(cs) * cell + gap);
-        for (int64_t i = 0; i < cs; ++i) {
-          const ImVec2 a(x0 + static_cast<float>(i) * cell, p0.y + 1);
-          const ImVec2 c(a.x + cell - 1, a.y + row_h - 3);
+        for (int64_t i = 0; i < grid.per_group; ++i) {
+          const auto [a, c] = grid.cell_rect(p0, j, i);
           if (i >= len) {
             dl->AddRect(a, c, col::kFaint);
             continue;
           }
           const int64_t index = batch[static_cast<size_t>(offset + i)];
-          const ImU32 fill = rank_color(j, dropped_row ? 0.25f : 1.0f);
-          dl->AddRectFilled(a, c, fill);
-          if (one_fails && len == 1 && !dropped_row)
-            dl->AddRect(ImVec2(a.x - 2, a.y - 2), ImVec2(c.x + 2, c.y + 2), col::kError, 0, 0, 2.5f);
-          if (numbers) {
-            const std::string t = fmt("%lld", static_cast<long long>(index));
-            const ImVec2 ts = small->CalcTextSizeA(small->FontSize, FLT_MAX, 0, t.c_str());
-            dl->AddText(small, small->FontSize, ImVec2((a.x + c.x - ts.x) / 2, (a.y + c.y - ts.y) / 2), text_on(fill),
-                        t.c_str());
-          }
-          if (mouse.x >= a.x && mouse.x < c.x && mouse.y >= a.y && mouse.y < c.y && ImGui::IsWindowHovered()) {
+          grid.filled(dl, a, c, rank_color(j, dropped_row ? 0.25f : 1.0f), index, one_fails && len == 1 && !dropped_row);
+          if (IndexGrid::hovered(a, c)) {
             ImGui::BeginTooltip();
             ImGui::Text("dataset index %lld", static_cast<long long>(index));
             ImGui::Text("global batch %d, sample %lld -> device %d's chunk (%lld samples), its sample %lld", b,
@@ -292,9 +300,7 @@ void draw_dp_grid(const DpEpochLayout& l, int64_t current, bool one_fails) {
         }
         offset += len;
       }
-      const float row_w = label_w + static_cast<float>(k) * (static_cast<float>(cs) * cell + gap);
-      if (b == current) dl->AddRect(ImVec2(p0.x + label_w - 3, p0.y - 1), ImVec2(p0.x + row_w, p0.y + row_h - 1), col::kText, 0, 0, 1.5f);
-      ImGui::Dummy(ImVec2(row_w, row_h));
+      grid.end_row(dl, p0, b == current);
     }
   }
   clip.End();
