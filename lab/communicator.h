@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "events.h"
@@ -71,6 +72,29 @@ class Communicator {
   // to now) and the template of its chunk transfers (sender = this rank).
   Event collective_event(const char* op, uint64_t seq, CollectiveInfo info, uint64_t bytes) const;
   Event chunk_event(const char* op, uint64_t seq, CollectiveInfo info) const;
+
+  // Runs f() and records it as this rank's compute event `op` in `phase` of training step `step`
+  // (-1: outside training); returns what f returns. An exception from f records nothing.
+  template <class F>
+  decltype(auto) timed(Phase phase, const char* op, int64_t step, F&& f) {
+    Event e;
+    e.kind = EventKind::Compute;
+    e.rank = rank();
+    e.train_step = step;
+    e.phase = phase;
+    e.op = op;
+    e.t_start = now_seconds();
+    if constexpr (std::is_void_v<std::invoke_result_t<F&>>) {
+      f();
+      e.t_end = now_seconds();
+      record(e);
+    } else {
+      decltype(auto) result = f();
+      e.t_end = now_seconds();
+      record(e);
+      return result;
+    }
+  }
 
   // Used by algorithms: record one chunk event / call the gate.
   uint64_t next_seq() { return m_seq++; }

@@ -248,16 +248,9 @@ DpStepResult DataParallelDevice::train_step(const Tensor& x, const std::vector<i
                              "epoch's last, incomplete batch";
     for (BatchNorm* b : m_model.batchnorms()) b->set_error_hint(hint);
   }
-  Event ev;
-  ev.kind = EventKind::Compute;
-  ev.rank = m_device;
-  ev.train_step = m_comm.train_step();
-  ev.phase = Phase::Forward;
-  ev.op = "forward";
-  ev.t_start = now_seconds();
-  const Tensor& out = m_model.forward(m_x, Mode::Train);  // (n, 10)
-  ev.t_end = now_seconds();
-  m_comm.record(ev);
+  const int64_t step = m_comm.train_step();
+  const Tensor& out = m_comm.timed(Phase::Forward, "forward", step,
+                                   [&]() -> const Tensor& { return m_model.forward(m_x, Mode::Train); });  // (n, 10)
 
   // 4. gather the outputs on device 0; 5. the loss over the whole batch; 6. scatter dlogits.
   const size_t row_bytes = kClasses * sizeof(float);
@@ -287,13 +280,10 @@ DpStepResult DataParallelDevice::train_step(const Tensor& x, const std::vector<i
 
   // 7. backward on this replica.
   if (before_backward) before_backward();
-  ev.phase = Phase::Backward;
-  ev.op = "backward";
-  ev.t_start = now_seconds();
-  m_model.zero_grad();
-  m_model.backward(m_dlogits);
-  ev.t_end = now_seconds();
-  m_comm.record(ev);
+  m_comm.timed(Phase::Backward, "backward", step, [&] {
+    m_model.zero_grad();
+    m_model.backward(m_dlogits);
+  });
 
   // 8. reduce: the replicas' gradients into device 0's, in device order.
   std::vector<Param*> params = m_model.params();
@@ -315,12 +305,7 @@ DpStepResult DataParallelDevice::train_step(const Tensor& x, const std::vector<i
       }
     });
     // 9. the optimizer step, on device 0 only.
-    ev.phase = Phase::OptimizerStep;
-    ev.op = "optimizer-step";
-    ev.t_start = now_seconds();
-    m_opt.step();
-    ev.t_end = now_seconds();
-    m_comm.record(ev);
+    m_comm.timed(Phase::OptimizerStep, "optimizer-step", step, [&] { m_opt.step(); });
   } else {
     size_t o = 0;
     for (Param* p : params) {

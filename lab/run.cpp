@@ -446,16 +446,7 @@ void Run::rank_main(int rank) {
     // Periodic evaluation (eval_every) of a copy of rank 0's model after iteration `at_step`.
     auto periodic_eval = [&](int64_t at_step, int64_t at_epoch) {
       if (rank != 0 || !eval_due(at_step + 1)) return;
-      Event pe;
-      pe.kind = EventKind::Compute;
-      pe.rank = rank;
-      pe.train_step = at_step;
-      pe.phase = Phase::Eval;
-      pe.op = "periodic eval";
-      pe.t_start = now_seconds();
-      EvalPoint p = evaluate_point(model, at_step + 1, at_epoch);
-      pe.t_end = now_seconds();
-      comm.record(pe);
+      EvalPoint p = comm.timed(Phase::Eval, "periodic eval", at_step, [&] { return evaluate_point(model, at_step + 1, at_epoch); });
       std::lock_guard<std::mutex> lock(m_epoch_mu);
       m_evals.push_back(std::move(p));
     };
@@ -515,45 +506,26 @@ void Run::rank_main(int rank) {
           continue;
         }
 
-        Event ev;
-        ev.kind = EventKind::Compute;
-        ev.rank = rank;
-        ev.train_step = step;
-        ev.phase = Phase::Forward;
-        ev.op = "forward";
-        ev.t_start = now_seconds();
-        const Tensor& logits = model.forward(x, Mode::Train);
-        ev.t_end = now_seconds();
-        comm.record(ev);
+        const Tensor& logits = comm.timed(Phase::Forward, "forward", step, [&]() -> const Tensor& { return model.forward(x, Mode::Train); });
         int correct = 0;
         const float loss = cross_entropy(logits, labels, &dlogits, &correct);
 
-        ev.phase = Phase::Backward;
-        ev.op = "backward";
-        ev.t_start = now_seconds();
-        if (c.no_sync_steps == 0 || step % (c.no_sync_steps + 1) == 0) model.zero_grad();  // no_sync accumulates
-        if (grad_allreduce) reducer.prepare_for_backward();
-        bool first_grad = true;
-        model.backward(dlogits, [&](int i) {
-          if (inject && c.fail_at == "backward" && first_grad)
-            throw InjectedFailure("injected failure in backward (--fail-at backward)");
-          first_grad = false;
-          if (grad_allreduce) reducer.mark_param_ready(i);
-        });
         // The backward event is the computation; waiting for the last buckets' allreduces (or,
         // with --no-overlap, running them all) follows it on the communication track.
-        ev.t_end = now_seconds();
-        comm.record(ev);
+        comm.timed(Phase::Backward, "backward", step, [&] {
+          if (c.no_sync_steps == 0 || step % (c.no_sync_steps + 1) == 0) model.zero_grad();  // no_sync accumulates
+          if (grad_allreduce) reducer.prepare_for_backward();
+          bool first_grad = true;
+          model.backward(dlogits, [&](int i) {
+            if (inject && c.fail_at == "backward" && first_grad)
+              throw InjectedFailure("injected failure in backward (--fail-at backward)");
+            first_grad = false;
+            if (grad_allreduce) reducer.mark_param_ready(i);
+          });
+        });
         if (grad_allreduce) reducer.finalize_backward();
 
-        if (synced) {
-          ev.phase = Phase::OptimizerStep;
-          ev.op = "optimizer-step";
-          ev.t_start = now_seconds();
-          opt.step();
-          ev.t_end = now_seconds();
-          comm.record(ev);
-        }
+        if (synced) comm.timed(Phase::OptimizerStep, "optimizer-step", step, [&] { opt.step(); });
         // PeriodicModelAverager.average_parameters after every optimizer step (local SGD).
         const double drift = local_sgd ? averager.average_parameters(model, comm) : -1.0;
         require_forward_param_sync = synced;  // DDP: a no_sync forward leaves the next one unsynced
@@ -617,15 +589,9 @@ void Run::rank_main(int rank) {
       require_forward_param_sync = false;
       const int64_t L = m_test.size;
       const double t_eval = now_seconds();
-      EvalResult mine = evaluate(model, Mode::Eval, c.eval_batch_size, L * rank / world, L * (rank + 1) / world);
-      Event ev;
-      ev.kind = EventKind::Compute;
-      ev.rank = rank;
-      ev.phase = Phase::Eval;
-      ev.op = "eval";
-      ev.t_start = t_eval;
-      ev.t_end = now_seconds();
-      comm.record(ev);
+      EvalResult mine = comm.timed(Phase::Eval, "eval", -1, [&] {
+        return evaluate(model, Mode::Eval, c.eval_batch_size, L * rank / world, L * (rank + 1) / world);
+      });
       float sums[4] = {static_cast<float>(mine.loss * static_cast<double>(mine.samples)),
                        static_cast<float>(mine.acc * static_cast<double>(mine.samples)),
                        static_cast<float>(mine.samples), 0.0f};
