@@ -75,6 +75,26 @@ struct IndexGrid {
   }
 };
 
+// The epoch's layout in `slot`, made again only when its key (the settings it depends on) changes;
+// nullptr, with the error drawn, when the settings cannot be laid out.
+template <class Layout, class Make>
+const Layout* cached_layout(BatchingViewState& st, const std::string& key, Layout& slot, Make&& make) {
+  if (key != st.layout_key) {
+    st.layout_key = key;
+    st.layout_error.clear();
+    try {
+      slot = make();
+    } catch (const std::exception& e) {
+      st.layout_error = e.what();
+    }
+  }
+  if (!st.layout_error.empty()) {
+    text_wrapped_colored(col::kError, st.layout_error);
+    return nullptr;
+  }
+  return &slot;
+}
+
 // ---- 1. DistributedSampler + per-rank DataLoader ----
 
 std::string layout_key(const lab::RunConfig& c, int64_t L, int64_t epoch) {
@@ -309,21 +329,10 @@ void draw_dp_grid(const DpEpochLayout& l, int64_t current, bool one_fails) {
 
 void draw_dp_batching(const RunData& d, BatchingViewState& st, int64_t L, int64_t epoch, int64_t current) {
   const lab::RunConfig& c = d.cfg;
-  const std::string key = "dp/" + layout_key(c, L, epoch);
-  if (key != st.layout_key) {
-    st.layout_key = key;
-    st.layout_error.clear();
-    try {
-      st.dp_layout = layout_dp_epoch(c, L, epoch);
-    } catch (const std::exception& e) {
-      st.layout_error = e.what();
-    }
-  }
-  if (!st.layout_error.empty()) {
-    text_wrapped_colored(col::kError, st.layout_error);
-    return;
-  }
-  const DpEpochLayout& l = st.dp_layout;
+  const DpEpochLayout* lp = cached_layout(st, "dp/" + layout_key(c, L, epoch), st.dp_layout,
+                                         [&] { return layout_dp_epoch(c, L, epoch); });
+  if (!lp) return;
+  const DpEpochLayout& l = *lp;
   ImGui::SameLine();
   ImGui::TextDisabled("epoch %lld: L = %lld samples, B = %lld per iteration (global), %d devices%s",
                       static_cast<long long>(epoch), static_cast<long long>(L), static_cast<long long>(l.batch_size),
@@ -388,21 +397,9 @@ void draw_batching_view(const RunData& d, BatchingViewState& st) {
     draw_dp_batching(d, st, L, epoch, st.follow && d.live ? in_epoch : -1);
     return;
   }
-  const std::string key = layout_key(c, L, epoch);
-  if (key != st.layout_key) {
-    st.layout_key = key;
-    st.layout_error.clear();
-    try {
-      st.layout = layout_epoch(c, L, epoch);
-    } catch (const std::exception& e) {
-      st.layout_error = e.what();
-    }
-  }
-  if (!st.layout_error.empty()) {
-    text_wrapped_colored(col::kError, st.layout_error);
-    return;
-  }
-  const EpochLayout& l = st.layout;
+  const EpochLayout* lp = cached_layout(st, layout_key(c, L, epoch), st.layout, [&] { return layout_epoch(c, L, epoch); });
+  if (!lp) return;
+  const EpochLayout& l = *lp;
   ImGui::SameLine();
   ImGui::TextDisabled("epoch %lld: L = %lld samples, R = %d ranks, B = %lld per rank%s", static_cast<long long>(epoch),
                       static_cast<long long>(L), l.world, static_cast<long long>(l.batch_size),
