@@ -148,49 +148,25 @@ void draw_formulas(const EpochLayout& l) {
   }
 }
 
-void legend(int world) {
+// One legend entry: a square swatch (filled, or framed `frame` px wide) and its label.
+void swatch(ImU32 color, float frame, const std::string& label) {
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const float fs = ImGui::GetFontSize();
-  for (int r = 0; r < world; ++r) {
-    const ImVec2 p = ImGui::GetCursorScreenPos();
-    dl->AddRectFilled(ImVec2(p.x, p.y + 3), ImVec2(p.x + fs * 0.8f, p.y + fs - 1), rank_color(r));
-    ImGui::Dummy(ImVec2(fs * 0.9f, fs));
-    ImGui::SameLine();
-    ImGui::Text("rank %d", r);
-    ImGui::SameLine();
-  }
   const ImVec2 p = ImGui::GetCursorScreenPos();
-  dl->AddRect(ImVec2(p.x, p.y + 2), ImVec2(p.x + fs * 0.8f, p.y + fs - 1), kPadMark, 0, 0, 2.5f);
+  if (frame > 0) dl->AddRect(ImVec2(p.x, p.y + 2), ImVec2(p.x + fs * 0.8f, p.y + fs - 1), color, 0, 0, frame);
+  else dl->AddRectFilled(ImVec2(p.x, p.y + 3), ImVec2(p.x + fs * 0.8f, p.y + fs - 1), color);
   ImGui::Dummy(ImVec2(fs * 0.9f, fs));
   ImGui::SameLine();
-  ImGui::TextUnformatted("padding (a repeat; thin frame: its original)");
+  ImGui::TextUnformatted(label.c_str());
   ImGui::SameLine();
-  const ImVec2 q = ImGui::GetCursorScreenPos();
-  dl->AddRect(ImVec2(q.x, q.y + 2), ImVec2(q.x + fs * 0.8f, q.y + fs - 1), col::kFaint);
-  ImGui::Dummy(ImVec2(fs * 0.9f, fs));
-  ImGui::SameLine();
-  ImGui::TextUnformatted("no sample (short batch)");
-  ImGui::SameLine();
-  ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(col::kDim), "faded: dropped");
 }
 
-void legend_devices(int devices) {
-  ImDrawList* dl = ImGui::GetWindowDrawList();
-  const float fs = ImGui::GetFontSize();
-  for (int r = 0; r < devices; ++r) {
-    const ImVec2 p = ImGui::GetCursorScreenPos();
-    dl->AddRectFilled(ImVec2(p.x, p.y + 3), ImVec2(p.x + fs * 0.8f, p.y + fs - 1), rank_color(r));
-    ImGui::Dummy(ImVec2(fs * 0.9f, fs));
-    ImGui::SameLine();
-    ImGui::Text("device %d", r);
-    ImGui::SameLine();
-  }
-  const ImVec2 q = ImGui::GetCursorScreenPos();
-  dl->AddRect(ImVec2(q.x, q.y + 2), ImVec2(q.x + fs * 0.8f, q.y + fs - 1), col::kFaint);
-  ImGui::Dummy(ImVec2(fs * 0.9f, fs));
-  ImGui::SameLine();
-  ImGui::TextUnformatted("no sample (short chunk, idle device)");
-  ImGui::SameLine();
+// The grid's legend: a colour per rank (or device), the padding frame where there is padding,
+// empty cells and faded (dropped) ones.
+void legend(int members, const char* member, bool padding, const char* empty) {
+  for (int r = 0; r < members; ++r) swatch(rank_color(r), 0, fmt("%s %d", member, r));
+  if (padding) swatch(kPadMark, 2.5f, "padding (a repeat; thin frame: its original)");
+  swatch(col::kFaint, 1.0f, empty);
   ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(col::kDim), "faded: dropped");
 }
 
@@ -351,7 +327,7 @@ void draw_dp_batching(const RunData& d, BatchingViewState& st, int64_t L, int64_
     text_wrapped_colored(col::kWarn, "warning: a device's chunk holds 1 sample (red frame): BatchNorm in training mode "
                                      "fails there with \"Expected more than 1 value per channel when training\"");
   }
-  legend_devices(l.devices);
+  legend(l.devices, "device", false, "no sample (short chunk, idle device)");
   ImGui::NewLine();
   ImGui::TextWrapped("DataParallel has one DataLoader and no DistributedSampler: every iteration takes the next %lld "
                      "samples of the epoch's order, and torch.chunk cuts them into %d chunk(s) of up to %lld, one per "
@@ -417,7 +393,7 @@ void draw_batching_view(const RunData& d, BatchingViewState& st) {
   } else if (!problem.empty()) {
     text_wrapped_colored(col::kWarn, "warning: " + problem);
   }
-  legend(l.world);
+  legend(l.world, "rank", true, "no sample (short batch)");
   ImGui::NewLine();
   // the point of the picture, in words
   std::string words = fmt("Each of the %d ranks runs %lld iterations this epoch", l.world, static_cast<long long>(l.steps));
