@@ -16,6 +16,16 @@ TrafficStats traffic_stats(const std::vector<std::vector<Event>>& events_per_ran
       t.bytes_moved += e.bytes;
       if (e.src >= 0 && static_cast<size_t>(e.src) < n) t.sent[static_cast<size_t>(e.src)] += e.bytes;
       if (e.dst >= 0 && static_cast<size_t>(e.dst) < n) t.received[static_cast<size_t>(e.dst)] += e.bytes;
+      const std::string what = e.what ? e.what : "";
+      auto part = std::find_if(t.by_what.begin(), t.by_what.end(),
+                               [&](const TrafficStats::Part& p) { return p.what == what; });
+      if (part == t.by_what.end()) {
+        t.by_what.push_back({what, 0, std::vector<uint64_t>(n, 0), std::vector<uint64_t>(n, 0)});
+        part = t.by_what.end() - 1;
+      }
+      part->bytes_moved += e.bytes;
+      if (e.src >= 0 && static_cast<size_t>(e.src) < n) part->sent[static_cast<size_t>(e.src)] += e.bytes;
+      if (e.dst >= 0 && static_cast<size_t>(e.dst) < n) part->received[static_cast<size_t>(e.dst)] += e.bytes;
     }
   if (t.bytes_moved > 0 && n > 0)
     t.rank0_share = static_cast<double>(t.sent[0] + t.received[0]) / static_cast<double>(t.bytes_moved);

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "events.h"
@@ -20,6 +21,14 @@ struct TrafficStats {
   uint64_t bytes_moved = 0;
   std::vector<uint64_t> sent, received;  // per rank
   double rank0_share = 0;                // (sent[0] + received[0]) / bytes_moved; 0 when nothing moved
+  // The same split by what the messages carried (Event::what: "grad bucket", "buffers",
+  // "bn stats", ...), so a lesson can take the gradients' traffic alone.
+  struct Part {
+    std::string what;
+    uint64_t bytes_moved = 0;
+    std::vector<uint64_t> sent, received;  // per rank
+  };
+  std::vector<Part> by_what;             // in order of first appearance
 };
 
 struct OverlapStats {

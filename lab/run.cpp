@@ -259,6 +259,8 @@ std::vector<BnLayerRecord> bn_layer_records(const std::vector<BatchNorm*>& bns, 
   return out;
 }
 
+}  // namespace
+
 ModelOptions model_options(const RunConfig& c) {
   ModelOptions m;
   m.name = c.model;
@@ -267,8 +269,6 @@ ModelOptions model_options(const RunConfig& c) {
   m.bn.track_running_stats = c.track_running_stats;
   return m;
 }
-
-}  // namespace
 
 Run::Run(const RunConfig& cfg, const WorldFactory& make_world) : m_cfg(cfg) {
   validate(m_cfg);
@@ -683,44 +683,9 @@ EvalPoint Run::evaluate_point(Model& model, int64_t steps_done, int64_t epoch) {
 
 EvalResult Run::evaluate(Model& model, Mode mode, int64_t batch_size, int64_t begin, int64_t end,
                          std::vector<float>* first_probs) {
-  EvalResult r;
-  Tensor x, dummy;
-  std::vector<int> labels;
-  double loss_sum = 0;
-  int64_t correct_sum = 0;
-  for (int64_t s = begin; s < end;) {
-    int64_t n = std::min(batch_size, end - s);
-    // Batch statistics need two values per channel: fold a trailing single sample into this batch.
-    if (mode == Mode::Train && end - (s + n) == 1) n += 1;
-    x.resize({n, 1, 28, 28});
-    labels.resize(static_cast<size_t>(n));
-    std::memcpy(x.ptr(), m_test.images.data() + s * 784, static_cast<size_t>(n) * 784 * sizeof(float));
-    for (int64_t i = 0; i < n; ++i) labels[static_cast<size_t>(i)] = m_test.labels[static_cast<size_t>(s + i)];
-    const Tensor& logits = model.forward(x, mode);
-    if (first_probs && s == begin) {
-      // softmax of the first sample's logits: (10,)
-      const float* z = logits.ptr();
-      const int64_t k = logits.shape.back();
-      float zmax = z[0];
-      for (int64_t j = 1; j < k; ++j) zmax = std::max(zmax, z[j]);
-      first_probs->assign(static_cast<size_t>(k), 0.0f);
-      double sum = 0;
-      for (int64_t j = 0; j < k; ++j) sum += std::exp(static_cast<double>(z[j] - zmax));
-      for (int64_t j = 0; j < k; ++j)
-        (*first_probs)[static_cast<size_t>(j)] = static_cast<float>(std::exp(static_cast<double>(z[j] - zmax)) / sum);
-    }
-    int correct = 0;
-    const float loss = cross_entropy(logits, labels, nullptr, &correct);
-    loss_sum += static_cast<double>(loss) * static_cast<double>(n);
-    correct_sum += correct;
-    s += n;
-  }
-  r.samples = end - begin;
-  if (r.samples > 0) {
-    r.loss = loss_sum / static_cast<double>(r.samples);
-    r.acc = static_cast<double>(correct_sum) / static_cast<double>(r.samples);
-  }
-  return r;
+  EvalOutputs out;
+  out.first_probs = first_probs;
+  return lab::evaluate(model, mode, m_test, batch_size, begin, end, out);
 }
 
 // ---- 5. poll / finish ----
@@ -1014,6 +979,17 @@ const RunSummary& Run::finish() {
       j["test_eval_mode_per_rank"] = pr;
       j["ranks_with_different_buffers"] = differing;
     }
+    {
+      int64_t params = 0, buffer_values = 0;
+      for (const StateEntry& e : m0.state_dict()) {
+        if (e.param) params += e.param->value.numel();
+        else if (e.buffer) buffer_values += e.buffer->is_int64 ? 1 : e.buffer->value.numel();
+      }
+      j["model"] = {{"name", m_cfg.model}, {"parameters", params}, {"parameter_bytes", params * 4},
+                    {"buffer_values", buffer_values},
+                    {"what", "parameters: trainable values (the gradient every step allreduces has as many); "
+                             "parameter_bytes: as float32"}};
+    }
     j["steps"] = m_summary.steps;
     j["steps_per_epoch"] = m_steps_per_epoch;
     j["train_samples"] = m_train.size;
@@ -1031,10 +1007,14 @@ const RunSummary& Run::finish() {
     // ---- parallelism mode and communication ----
     j["mode"] = m_cfg.mode;
     const TrafficStats& tr = m_summary.traffic;
+    nlohmann::json parts = nlohmann::json::object();
+    for (const TrafficStats::Part& p : tr.by_what)
+      parts[p.what] = {{"bytes_moved", p.bytes_moved}, {"sent_per_rank", p.sent}, {"received_per_rank", p.received}};
     j["traffic"] = {{"bytes_moved", tr.bytes_moved}, {"sent_per_rank", tr.sent}, {"received_per_rank", tr.received},
-                    {"rank0_share", tr.rank0_share},
+                    {"rank0_share", tr.rank0_share}, {"by_what", parts},
                     {"what", "messages of the training steps; rank0_share = bytes sent or received by rank 0 "
-                             "(DataParallel: device 0) / bytes moved"}};
+                             "(DataParallel: device 0) / bytes moved; by_what: the same per kind of message "
+                             "(grad bucket, buffers, bn stats, ...)"}};
     const OverlapStats& ov = m_summary.overlap;
     nlohmann::json per_rank = nlohmann::json::array();
     for (size_t r = 0; r < ov.comm_seconds.size(); ++r)

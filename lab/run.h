@@ -29,12 +29,16 @@
 #include "communicator.h"
 #include "config.h"
 #include "dataset.h"
+#include "evaluate.h"
 #include "events.h"
 #include "model.h"
 
 namespace lab {
 
 class RunDir;
+
+// The model a configuration trains (name and BatchNorm options).
+ModelOptions model_options(const RunConfig& c);
 
 // Creates the ranks' transports for a validated configuration (backends/backends.h).
 using WorldFactory = std::function<std::unique_ptr<World>(const RunConfig&)>;
@@ -79,11 +83,6 @@ struct EpochRecord {
   double seconds = 0;            // wall clock of the epoch's training (evaluation excluded)
   double samples_per_s = 0;
   double lr = 0;                 // the learning rate of the epoch (--lr-schedule)
-};
-
-struct EvalResult {
-  double loss = 0, acc = 0;
-  int64_t samples = 0;
 };
 
 // One periodic evaluation (RunConfig::eval_every) of a copy of rank 0's model on the first
@@ -218,6 +217,7 @@ class Run {
   EpochCounters epoch_counters(int rank, Transport& transport);
   void gather_to_rank0(int rank, Transport& transport, Model& model);
   const char* intern(const std::string& name);
+  // lab::evaluate() on the test set
   EvalResult evaluate(Model& model, Mode mode, int64_t batch_size, int64_t begin, int64_t end,
                       std::vector<float>* first_probs = nullptr);
   bool eval_due(int64_t steps_done) const;
