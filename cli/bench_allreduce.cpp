@@ -22,6 +22,9 @@
 #include <memory>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
+#include "command_line.h"
 #include "config.h"
 #include "errors.h"
 #include "events.h"
@@ -139,33 +142,33 @@ std::string join(const std::vector<std::string>& v, const char* sep) {
   return s;
 }
 
-void print_table_header(int n, const std::vector<AllreduceAlgorithm>& algos) {
-  std::printf("#\n# world size %d\n", n);
-  std::printf("# %29s", "");
-  for (AllreduceAlgorithm a : algos) std::printf("  %-36s", allreduce_algorithm_name(a));
-  std::printf("  %s\n", "copy floor");
-  std::printf("# %10s %10s %5s %5s", "size", "count", "type", "redop");
-  for (size_t i = 0; i < algos.size(); ++i) std::printf("  %9s %7s %7s %9s", "time(us)", "algbw", "busbw", "#wrong");
-  std::printf("  %9s %7s %5s %s\n", "time(us)", "algbw", "eff", "best");
-  std::fflush(stdout);
+void print_table_header(std::FILE* out, int n, const std::vector<AllreduceAlgorithm>& algos) {
+  std::fprintf(out, "#\n# world size %d\n", n);
+  std::fprintf(out, "# %29s", "");
+  for (AllreduceAlgorithm a : algos) std::fprintf(out, "  %-36s", allreduce_algorithm_name(a));
+  std::fprintf(out, "  %s\n", "copy floor");
+  std::fprintf(out, "# %10s %10s %5s %5s", "size", "count", "type", "redop");
+  for (size_t i = 0; i < algos.size(); ++i) std::fprintf(out, "  %9s %7s %7s %9s", "time(us)", "algbw", "busbw", "#wrong");
+  std::fprintf(out, "  %9s %7s %5s %s\n", "time(us)", "algbw", "eff", "best");
+  std::fflush(out);
 }
 
-void print_row(int n, const std::vector<AllreduceAlgorithm>& algos, const AllreduceBenchRow& row) {
+void print_row(std::FILE* out, int n, const std::vector<AllreduceAlgorithm>& algos, const AllreduceBenchRow& row) {
   const double s = static_cast<double>(row.bytes);
   const double bus_factor = n > 1 ? 2.0 * (n - 1) / n : 0.0;
-  std::printf("  %10llu %10llu %5s %5s", static_cast<unsigned long long>(row.bytes),
+  std::fprintf(out, "  %10llu %10llu %5s %5s", static_cast<unsigned long long>(row.bytes),
               static_cast<unsigned long long>(row.bytes / sizeof(float)), "float", "sum");
   size_t best = 0;
   for (size_t i = 0; i < algos.size(); ++i) {
     const double t = row.seconds[i];
     const double algbw = s / t / 1e9;
-    std::printf("  %9.1f %7.3f %7.3f %9llu", t * 1e6, algbw, algbw * bus_factor,
+    std::fprintf(out, "  %9.1f %7.3f %7.3f %9llu", t * 1e6, algbw, algbw * bus_factor,
                 static_cast<unsigned long long>(row.wrong[i]));
     if (t < row.seconds[best]) best = i;
   }
-  std::printf("  %9.1f %7.3f %5.2f %s\n", row.floor_seconds * 1e6, s / row.floor_seconds / 1e9,
+  std::fprintf(out, "  %9.1f %7.3f %5.2f %s\n", row.floor_seconds * 1e6, s / row.floor_seconds / 1e9,
               row.floor_seconds / row.seconds[best], allreduce_algorithm_name(algos[best]));
-  std::fflush(stdout);
+  std::fflush(out);
 }
 
 }  // namespace
@@ -217,6 +220,7 @@ std::vector<AllreduceBenchRow> bench_allreduce_rank(Transport& t, int world_size
 }
 
 int bench_allreduce(const BenchAllreduceOptions& opt) {
+  std::FILE* out = opt.out ? opt.out : stdout;
   if (opt.comm != "threads")
     throw ConfigError("--comm: bench allreduce supports the threads transport in this build, got '" + opt.comm + "'");
   if (opt.world_sizes.empty()) throw ConfigError("--world-sizes: give at least one world size");
@@ -251,27 +255,46 @@ int bench_allreduce(const BenchAllreduceOptions& opt) {
 
   std::vector<std::string> sizes;
   for (int n : opt.world_sizes) sizes.push_back(std::to_string(n));
-  std::printf("# dtlab %s bench allreduce: float32 sum, in place; time in us, algbw and busbw in GB/s\n",
+  std::fprintf(out, "# dtlab %s bench allreduce: float32 sum, in place; time in us, algbw and busbw in GB/s\n",
               kDtlabVersion);
-  std::printf("#   algbw = S / time, busbw = algbw x 2(N-1)/N (nccl-tests)\n");
-  std::printf("#   world sizes: %s | algorithms: %s | transport: %s (emulated ranks, one thread each; %u cores)\n",
+  std::fprintf(out, "#   algbw = S / time, busbw = algbw x 2(N-1)/N (nccl-tests)\n");
+  std::fprintf(out, "#   world sizes: %s | algorithms: %s | transport: %s (emulated ranks, one thread each; %u cores)\n",
               join(sizes, " ").c_str(), join(names, " ").c_str(), opt.comm.c_str(),
               std::max(1u, std::thread::hardware_concurrency()));
-  std::printf("#   sizes: %llu .. %llu bytes, x%llu | warm-up %d calls | %d batches of ~%g ms (at most %d calls), "
+  std::fprintf(out, "#   sizes: %llu .. %llu bytes, x%llu | warm-up %d calls | %d batches of ~%g ms (at most %d calls), "
               "median, barrier-bracketed, timed on rank 0\n",
               static_cast<unsigned long long>(plan.sizes.front()), static_cast<unsigned long long>(plan.sizes.back()),
               static_cast<unsigned long long>(opt.step_factor), opt.warmup, opt.batches, opt.batch_seconds * 1e3,
               opt.max_calls);
-  std::printf("#   #wrong: elements that differ from the exact sum (rank r's element i = (i mod %d) + %g r), "
+  std::fprintf(out, "#   #wrong: elements that differ from the exact sum (rank r's element i = (i mod %d) + %g r), "
               "over all ranks, checked before and after timing\n",
               kPatternPeriod, kRankStride);
-  std::printf("#   copy floor: every rank memcpy's its buffer once (same buffers, threads and timing); "
+  std::fprintf(out, "#   copy floor: every rank memcpy's its buffer once (same buffers, threads and timing); "
               "eff = floor time / best algorithm's time\n");
-  std::printf("#   events: not recorded | sgemm: not used (irrelevant) | timeout %g s\n", opt.timeout_s);
-  std::fflush(stdout);
+  std::fprintf(out, "#   events: not recorded | sgemm: not used (irrelevant) | timeout %g s\n", opt.timeout_s);
+  std::fflush(out);
 
+  // --json: {"results": {"<N>": {"<algorithm>": [per size: {bytes, time_us, algbw_gbps, busbw_gbps,
+  // wrong}], "copy_floor": [per size: {bytes, time_us, algbw_gbps}], "best": [algorithm per size]}}}
+  nlohmann::json results = nlohmann::json::object();
   for (int n : opt.world_sizes) {
-    print_table_header(n, plan.algorithms);
+    print_table_header(out, n, plan.algorithms);
+    nlohmann::json& per_n = results[std::to_string(n)];
+    auto on_row = [&](const AllreduceBenchRow& row) {
+      print_row(out, n, plan.algorithms, row);
+      const double s = static_cast<double>(row.bytes);
+      const double bus_factor = n > 1 ? 2.0 * (n - 1) / n : 0.0;
+      size_t best = 0;
+      for (size_t i = 0; i < plan.algorithms.size(); ++i) {
+        const double t = row.seconds[i];
+        per_n[names[i]].push_back({{"bytes", row.bytes}, {"time_us", t * 1e6}, {"algbw_gbps", s / t / 1e9},
+                                   {"busbw_gbps", s / t / 1e9 * bus_factor}, {"wrong", row.wrong[i]}});
+        if (t < row.seconds[best]) best = i;
+      }
+      per_n["copy_floor"].push_back(
+          {{"bytes", row.bytes}, {"time_us", row.floor_seconds * 1e6}, {"algbw_gbps", s / row.floor_seconds / 1e9}});
+      per_n["best"].push_back(names[best]);
+    };
     ThreadsWorld world(n);
     std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
     std::vector<std::thread> threads;
@@ -279,8 +302,7 @@ int bench_allreduce(const BenchAllreduceOptions& opt) {
       world.transport(rank).set_timeout(opt.timeout_s);
       threads.emplace_back([&, rank] {
         try {
-          bench_allreduce_rank(world.transport(rank), n, plan,
-                               [&](const AllreduceBenchRow& row) { print_row(n, plan.algorithms, row); });
+          bench_allreduce_rank(world.transport(rank), n, plan, on_row);
         } catch (...) {
           errors[static_cast<size_t>(rank)] = std::current_exception();
           try {
@@ -296,6 +318,19 @@ int bench_allreduce(const BenchAllreduceOptions& opt) {
     for (auto& th : threads) th.join();
     for (const auto& e : errors)
       if (e) std::rethrow_exception(e);
+  }
+  if (!opt.json_out.empty()) {
+    std::vector<uint64_t> sizes_bytes(plan.sizes.begin(), plan.sizes.end());
+    write_result_json(opt.json_out, {{"command", "bench allreduce"},
+                                     {"producer", std::string("dtlab ") + kDtlabVersion},
+                                     {"world_sizes", opt.world_sizes},
+                                     {"algorithms", names},
+                                     {"sizes", sizes_bytes},
+                                     {"transport", opt.comm},
+                                     {"cores", std::max(1u, std::thread::hardware_concurrency())},
+                                     {"results", results},
+                                     {"what", "time_us: median seconds per call x 1e6; algbw = bytes / time; busbw = "
+                                              "algbw x 2(N-1)/N (nccl-tests); wrong: elements off the exact sum"}});
   }
   return kExitOk;
 }

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <string>
 #include <vector>
@@ -29,6 +30,8 @@ struct BenchAllreduceOptions {
   double batch_seconds = 0.01;        // target length of one batch
   int max_calls = 2000;               // calls per batch at most (as the MPI peer)
   double timeout_s = 120.0;           // Transport timeout: a stuck rank fails the benchmark
+  std::string json_out;               // also write every figure here as JSON (lessons read it)
+  std::FILE* out = nullptr;           // where the tables go (nullptr: stdout)
 };
 
 // What every rank runs, over any transport (one thread per rank for threads; one process per

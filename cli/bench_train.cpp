@@ -6,6 +6,9 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "command_line.h"
 #include "communicator.h"
 #include "config.h"
 #include "ddp.h"
@@ -31,6 +34,7 @@ struct RankBench {
 }  // namespace
 
 int bench_train(const BenchTrainOptions& opt) {
+  std::FILE* out = opt.out ? opt.out : stdout;
   if (opt.batch_size <= 0)
     throw ConfigError("batch_size should be a positive integer value, but got batch_size=" + std::to_string(opt.batch_size));
   if (opt.world_size < 1 || opt.world_size > kMaxWorldSize)
@@ -39,9 +43,9 @@ int bench_train(const BenchTrainOptions& opt) {
   if (opt.rounds < 1 || !(opt.seconds > 0)) throw ConfigError("--rounds and --seconds must be positive");
   const int world = opt.world_size;
   set_compute_threads(world == 1 ? opt.threads : 1);
-  std::printf("# dtlab %s bench train model=%s batch_size=%lld world_size=%d threads=%d sgemm=%s\n", kDtlabVersion,
+  std::fprintf(out, "# dtlab %s bench train model=%s batch_size=%lld world_size=%d threads=%d sgemm=%s\n", kDtlabVersion,
               opt.model.c_str(), opt.batch_size, world, world == 1 ? opt.threads : 1, gemm_backend_name());
-  std::fflush(stdout);
+  std::fflush(out);
 
   ModelOptions mopt;
   mopt.name = opt.model;
@@ -109,22 +113,35 @@ int bench_train(const BenchTrainOptions& opt) {
     slowest = std::max(slowest, r.step_seconds);
   }
   const double sps = static_cast<double>(opt.batch_size) * world / slowest;
-  std::printf("train_flops_per_sample %lld\n", static_cast<long long>(flops));
-  std::printf("gflops %.1f\n", sps * static_cast<double>(flops) / 1e9);
-  std::printf("step_ms %.3f\n", slowest * 1e3);
-  std::printf("samples_per_s %.1f\n", sps);
+  std::fprintf(out, "train_flops_per_sample %lld\n", static_cast<long long>(flops));
+  std::fprintf(out, "gflops %.1f\n", sps * static_cast<double>(flops) / 1e9);
+  std::fprintf(out, "step_ms %.3f\n", slowest * 1e3);
+  std::fprintf(out, "samples_per_s %.1f\n", sps);
+  if (!opt.json_out.empty())
+    write_result_json(opt.json_out, {{"command", "bench train"},
+                                     {"producer", std::string("dtlab ") + kDtlabVersion},
+                                     {"model", opt.model},
+                                     {"batch_size", opt.batch_size},
+                                     {"world_size", world},
+                                     {"threads", world == 1 ? opt.threads : 1},
+                                     {"sgemm", gemm_backend_name()},
+                                     {"train_flops_per_sample", flops},
+                                     {"gflops", sps * static_cast<double>(flops) / 1e9},
+                                     {"step_ms", slowest * 1e3},
+                                     {"samples_per_s", sps}});
   return kExitOk;
 }
 
 int bench_sgemm(const BenchSgemmOptions& opt) {
+  std::FILE* out = opt.out ? opt.out : stdout;
   if (opt.size < 1 || opt.size > 8192) throw ConfigError("--size must be in 1..8192");
   if (opt.threads < 1) throw ConfigError("--threads must be at least 1");
   if (opt.rounds < 1 || !(opt.seconds > 0)) throw ConfigError("--rounds and --seconds must be positive");
   gemm_set_threads(opt.threads);
   const int n = opt.size;
-  std::printf("# dtlab %s bench sgemm size=%d threads=%d sgemm=%s (C = A B^T, row-major, float32)\n", kDtlabVersion,
+  std::fprintf(out, "# dtlab %s bench sgemm size=%d threads=%d sgemm=%s (C = A B^T, row-major, float32)\n", kDtlabVersion,
               n, opt.threads, gemm_backend_name());
-  std::fflush(stdout);
+  std::fflush(out);
   Tensor a({n, n}, 0.5f), b({n, n}, 0.25f), c({n, n});
   auto call = [&] { sgemm(false, true, n, n, n, 1.0f, a.ptr(), n, b.ptr(), n, 0.0f, c.ptr(), n); };
   for (int i = 0; i < 3; ++i) call();
@@ -138,7 +155,15 @@ int bench_sgemm(const BenchSgemmOptions& opt) {
     ts.push_back((now_seconds() - t0) / calls);
   }
   std::sort(ts.begin(), ts.end());
-  std::printf("gflops %.1f\n", 2.0 * n * n * n / ts[ts.size() / 2] / 1e9);
+  const double gflops = 2.0 * n * n * n / ts[ts.size() / 2] / 1e9;
+  std::fprintf(out, "gflops %.1f\n", gflops);
+  if (!opt.json_out.empty())
+    write_result_json(opt.json_out, {{"command", "bench sgemm"},
+                                     {"producer", std::string("dtlab ") + kDtlabVersion},
+                                     {"size", n},
+                                     {"threads", opt.threads},
+                                     {"sgemm", gemm_backend_name()},
+                                     {"gflops", gflops}});
   return kExitOk;
 }
 

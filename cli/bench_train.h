@@ -4,6 +4,7 @@
 // emulated ranks and the slowest rank's time). The last line printed is `samples_per_s <N>`.
 #pragma once
 
+#include <cstdio>
 #include <string>
 
 namespace lab {
@@ -15,6 +16,8 @@ struct BenchTrainOptions {
   int threads = 1;
   double seconds = 0.3;
   int rounds = 7;
+  std::string json_out;  // also write the figures here as JSON
+  std::FILE* out = nullptr;  // where the figures are printed (nullptr: stdout)
 };
 
 // Returns an exit code.
@@ -28,6 +31,8 @@ struct BenchSgemmOptions {
   int threads = 1;
   double seconds = 0.3;
   int rounds = 5;
+  std::string json_out;  // also write the figures here as JSON
+  std::FILE* out = nullptr;  // where the figures are printed (nullptr: stdout)
 };
 int bench_sgemm(const BenchSgemmOptions& opt);
 

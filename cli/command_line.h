@@ -1,0 +1,67 @@
+// The flags of every dtlab command that trains or measures, defined once. main.cpp builds the
+// command line from these functions, and a lesson's runs are parsed by parse_command() from the
+// same definitions, so a lesson can only use flags that `dtlab run` / `dtlab bench` / `dtlab eval`
+// accept, with the same defaults and checks (lessons/README.md).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "bench_allreduce.h"
+#include "bench_train.h"
+#include "config.h"
+#include "eval_command.h"
+
+namespace cli {
+
+// `dtlab run` (and `dtlab gui`, whose starting configuration they are). bn_momentum is parsed
+// after the command line by parse_bn_momentum ("none" or a number).
+void add_run_flags(CLI::App& app, lab::RunConfig& c, std::string& bn_momentum);
+std::optional<double> parse_bn_momentum(const std::string& s);
+
+void add_bench_train_flags(CLI::App& app, lab::BenchTrainOptions& o);
+void add_bench_sgemm_flags(CLI::App& app, lab::BenchSgemmOptions& o);
+void add_bench_allreduce_flags(CLI::App& app, lab::BenchAllreduceOptions& o);
+void add_eval_flags(CLI::App& app, lab::EvalCommandOptions& o);
+
+// A command a lesson (or a script) runs: its name, its arguments as given, and its options as
+// the CLI parses them. Exactly one of the option structs is meaningful, the one `command` names.
+struct CommandSpec {
+  std::string command;              // "run", "bench train", "bench sgemm", "bench allreduce", "eval"
+  std::vector<std::string> args;    // the flags, as a user would type them after the command
+  lab::RunConfig run;               // with bn_momentum resolved; validated (lab::validate)
+  bool world_size_given = false;    // run: --world-size was on the command line
+  lab::BenchTrainOptions bench_train;
+  lab::BenchSgemmOptions bench_sgemm;
+  lab::BenchAllreduceOptions bench_allreduce;
+  lab::EvalCommandOptions eval;
+};
+
+// The commands parse_command knows, in the order `dtlab lesson` documents them.
+const std::vector<std::string>& lesson_commands();
+
+// Parses `dtlab <command> <args...>` with the CLI's own definitions. Throws lab::ConfigError with
+// CLI11's message ("--wrld-size: unknown flag", "--batch-size: Value 'x' could not be converted")
+// or lab::validate's (for run). `--help` is refused (it would print and stop).
+CommandSpec parse_command(const std::string& command, const std::vector<std::string>& args);
+
+// The command as one shell line (words with spaces or quotes are quoted): "dtlab run --model mlp".
+std::string command_line(const std::string& command, const std::vector<std::string>& args);
+// Splits a lesson's args string into words, as a POSIX shell would for plain words, 'single' and
+// "double" quotes and backslash escapes (no variables, globs or substitutions). Throws
+// lab::ConfigError for an unterminated quote.
+std::vector<std::string> split_args(const std::string& text);
+
+// Writes a command's --json result (pretty-printed, newline at the end); throws lab::IoError
+// naming the file.
+void write_result_json(const std::string& path, const nlohmann::json& j);
+
+}  // namespace cli
+
+namespace lab {
+using cli::write_result_json;
+}

@@ -1,0 +1,141 @@
+#include "eval_command.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "command_line.h"
+#include "config.h"
+#include "dataset.h"
+#include "errors.h"
+#include "evaluate.h"
+#include "events.h"
+#include "gemm.h"
+#include "model.h"
+#include "parallel.h"
+#include "run.h"
+#include "safetensors.h"
+
+namespace lab {
+
+namespace {
+
+// Replaces (by name) the tensors of `base` that `overlay` also has.
+void overlay_tensors(std::vector<SafeTensor>& base, const std::vector<SafeTensor>& overlay) {
+  for (const SafeTensor& o : overlay)
+    for (SafeTensor& b : base)
+      if (b.name == o.name) b = o;
+}
+
+bool exists(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(path, ec);
+}
+
+}  // namespace
+
+int eval_command(const EvalCommandOptions& opt) {
+  std::FILE* out = opt.out ? opt.out : stdout;
+  if (opt.bn_mode != "eval" && opt.bn_mode != "train")
+    throw ConfigError("--bn-mode: unknown mode '" + opt.bn_mode + "'",
+                      "eval: model.eval() (running statistics); train: model.train() (batch statistics)");
+  if (opt.batch_size <= 0)
+    throw ConfigError("batch_size should be a positive integer value, but got batch_size=" + std::to_string(opt.batch_size));
+  if (opt.limit_test < 0) throw ConfigError("--limit-test must be >= 0");
+  if (opt.probe < 0) throw ConfigError("--probe must be >= 0");
+  if (opt.threads < 0) throw ConfigError("--threads must be >= 0 (0: one per core)");
+  if (opt.run_dir.empty() && opt.weights.empty())
+    throw ConfigError("dtlab eval needs --run DIR or --weights FILE", "e.g. dtlab eval --run runs/quickstart");
+  if (opt.run_dir.empty() && opt.rank != 0) throw ConfigError("--rank needs --run DIR (a run directory with every rank's files)");
+
+  RunConfig cfg;  // the model's options (BatchNorm eps/momentum) and the data directory
+  if (!opt.run_dir.empty()) {
+    const std::string config = opt.run_dir + "/config.toml";
+    if (!exists(config)) throw IoError("--run " + opt.run_dir + ": no config.toml there", "pass a directory written by dtlab run --out");
+    cfg = config_from_toml_file(config);
+    if (opt.rank < 0 || opt.rank >= cfg.world_size)
+      throw ConfigError("--rank " + std::to_string(opt.rank) + ": the run has ranks 0.." + std::to_string(cfg.world_size - 1));
+  } else {
+    cfg.data_dir.clear();
+  }
+  if (!opt.model.empty()) cfg.model = opt.model;
+  else if (opt.run_dir.empty()) throw ConfigError("--weights needs --model mlp|cnn (or use --run DIR)");
+  if (!opt.data_dir.empty()) cfg.data_dir = opt.data_dir;
+  if (cfg.data_dir.empty()) cfg.data_dir = kDefaultDataDir;
+  const std::string weights = !opt.weights.empty() ? opt.weights : opt.run_dir + "/final.safetensors";
+
+  std::vector<SafeTensor> tensors = read_safetensors(weights);
+  std::vector<std::string> sources = {weights};
+  if (opt.rank > 0) {
+    // local SGD between averagings: the rank's own parameters; no broadcast_buffers: its buffers
+    for (const std::string& f : {"final.rank" + std::to_string(opt.rank) + ".safetensors",
+                                 "final.rank" + std::to_string(opt.rank) + ".buffers.safetensors"}) {
+      const std::string path = opt.run_dir + "/" + f;
+      if (!exists(path)) continue;
+      overlay_tensors(tensors, read_safetensors(path));
+      sources.push_back(path);
+    }
+  }
+  std::unique_ptr<Model> model = build_model(model_options(cfg), 0);
+  load_model_tensors(*model, tensors, weights);
+  const Dataset test = load_fashion_mnist(cfg.data_dir, false, opt.limit_test);
+  const int threads = opt.threads > 0 ? opt.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  set_compute_threads(threads);
+
+  std::fprintf(out, "dtlab %s eval | model=%s bn_mode=%s (model.%s()) batch_size=%lld test samples=%lld threads=%d sgemm=%s\n",
+              kDtlabVersion, cfg.model.c_str(), opt.bn_mode.c_str(), opt.bn_mode.c_str(),
+              static_cast<long long>(opt.batch_size), static_cast<long long>(test.size), threads, gemm_backend_name());
+  for (const std::string& s : sources) std::fprintf(out, "  weights: %s\n", s.c_str());
+  std::fflush(out);
+
+  std::vector<int> predictions;
+  std::vector<float> probs;
+  EvalOutputs outputs;
+  outputs.predictions = &predictions;
+  outputs.probe_probs = &probs;
+  outputs.probe = opt.probe;
+  const Mode mode = opt.bn_mode == "train" ? Mode::Train : Mode::Eval;
+  const double t0 = now_seconds();
+  const EvalResult r = evaluate(*model, mode, test, opt.batch_size, 0, test.size, outputs);
+  const double secs = std::max(1e-9, now_seconds() - t0);
+  std::fprintf(out, "accuracy %.4f loss %.4f | %lld samples in %.3f s, %.0f samples/s\n", r.acc, r.loss,
+              static_cast<long long>(r.samples), secs, static_cast<double>(r.samples) / secs);
+  const int64_t probe = static_cast<int64_t>(probs.size() / 10);
+  for (int64_t i = 0; i < std::min<int64_t>(probe, 3); ++i) {
+    const float* p = probs.data() + i * 10;
+    const int64_t top = std::max_element(p, p + 10) - p;
+    std::fprintf(out, "  test sample %lld (label %d): predicted %lld with p=%.6f\n", static_cast<long long>(i),
+                test.labels[static_cast<size_t>(i)], static_cast<long long>(top), static_cast<double>(p[top]));
+  }
+  if (!opt.json_out.empty()) {
+    nlohmann::json pj = nlohmann::json::array();
+    std::vector<int> labels;
+    for (int64_t i = 0; i < probe; ++i) {
+      pj.push_back(std::vector<float>(probs.begin() + i * 10, probs.begin() + (i + 1) * 10));
+      labels.push_back(test.labels[static_cast<size_t>(i)]);
+    }
+    write_result_json(opt.json_out,
+                      {{"command", "eval"},
+                       {"producer", std::string("dtlab ") + kDtlabVersion},
+                       {"weights", sources},
+                       {"model", cfg.model},
+                       {"bn_mode", opt.bn_mode},
+                       {"batch_size", opt.batch_size},
+                       {"threads", threads},
+                       {"samples", r.samples},
+                       {"accuracy", r.acc},
+                       {"loss", r.loss},
+                       {"seconds", secs},
+                       {"samples_per_s", static_cast<double>(r.samples) / secs},
+                       {"probe", {{"samples", probe}, {"labels", labels}, {"probs", pj}}},
+                       {"predictions", predictions},
+                       {"what", "probe.probs[i]: softmax outputs of test sample i; predictions: every test sample's "
+                                "predicted class; bn_mode train: each test batch's own statistics (model.train())"}});
+  }
+  return kExitOk;
+}
+
+}  // namespace lab
