@@ -6,6 +6,8 @@
 //   dtlab bench train [flags]  training throughput (samples/s) on a fixed batch
 //   dtlab bench sgemm [flags]  the sgemm backend's GFLOP/s (the roofline of bench train)
 //   dtlab bench allreduce [flags]  allreduce time and bandwidth per size, nccl-tests style
+//   dtlab eval  [flags]        test accuracy of weights in eval or train mode (eval_command.cpp)
+//   dtlab lesson list|show|check|run|report|prepare   lessons (lesson_command.cpp)
 //   dtlab gui   [flags]        the lab window (gui_command.cpp); also `dtlab` alone on a display
 //   dtlab version
 #include <unistd.h>
@@ -22,10 +24,13 @@
 #include "backends.h"
 #include "bench_allreduce.h"
 #include "bench_train.h"
+#include "command_line.h"
+#include "eval_command.h"
 #include "config.h"
 #include "errors.h"
 #include "gemm.h"
 #include "gui_command.h"
+#include "lesson_command.h"
 #include "cpu/openblas_env.h"
 #include "run.h"
 
@@ -33,106 +38,6 @@ namespace {
 
 volatile std::sig_atomic_t g_interrupted = 0;
 void on_sigint(int) { g_interrupted = 1; }
-
-// Parallelism modes and communication behaviour.
-void add_mode_flags(CLI::App& app, lab::RunConfig& c) {
-  app.add_option("--mode", c.mode,
-                 "ddp (DistributedDataParallel), dp (nn.DataParallel: one process, world-size devices, "
-                 "--batch-size is the global batch) or local-sgd (periodic model averaging)")
-      ->capture_default_str();
-  app.add_option("--average-every", c.average_every, "local-sgd: average the parameters every K steps (PeriodicModelAverager period)")
-      ->capture_default_str();
-  app.add_option("--warmup-steps", c.warmup_steps, "local-sgd: first allreduce gradients every step for W steps")
-      ->capture_default_str();
-  app.add_flag("!--no-overlap", c.overlap,
-               "ddp: launch the bucket allreduces after the whole backward instead of overlapping it");
-  app.add_option("--no-sync-steps", c.no_sync_steps,
-                 "ddp: K backward passes under no_sync (gradients accumulate) before each synchronized step")
-      ->capture_default_str();
-  app.add_option("--link-latency-us", c.link_latency_us, "simulated link between ranks: latency per message (us)")
-      ->capture_default_str();
-  app.add_option("--link-gbps", c.link_gbps, "simulated link between ranks: bandwidth in Gbit/s (0: unlimited)")
-      ->capture_default_str();
-  app.add_flag("--uneven-data", c.uneven_data, "rank r drops the last r batches of its shard each epoch (uneven inputs)");
-  app.add_flag("--join", c.join, "ddp: DDP's join context: ranks out of data shadow the others' collectives");
-}
-
-void add_run_flags(CLI::App& app, lab::RunConfig& c, std::string& bn_momentum) {
-  // A flag given twice takes its last value, so wrappers (tools/lab.sh) can be overridden.
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  app.add_option("--model", c.model, "model: mlp (784-256-128-10 with BatchNorm1d) or cnn (2 conv + BatchNorm2d)")
-      ->capture_default_str();
-  app.add_option("--world-size", c.world_size, "number of ranks (emulated as threads), 1..64; with --comm mpi: mpirun's -np")
-      ->capture_default_str();
-  app.add_option("--batch-size", c.batch_size, "per-rank batch size (the global batch is world_size x batch_size)")
-      ->capture_default_str();
-  app.add_option("--epochs", c.epochs, "passes over the training set")->capture_default_str();
-  app.add_option("--steps", c.steps, "stop after this many iterations (0: run all epochs)")->capture_default_str();
-  app.add_option("--lr", c.lr, "SGD learning rate")->capture_default_str();
-  app.add_option("--momentum", c.momentum, "SGD momentum")->capture_default_str();
-  app.add_option("--weight-decay", c.weight_decay, "SGD weight decay (L2, added to the gradient)")->capture_default_str();
-  app.add_flag("--nesterov", c.nesterov, "SGD with Nesterov momentum");
-  app.add_option("--lr-schedule", c.lr_schedule,
-                 "learning rate per epoch: constant, cosine (CosineAnnealingLR) or step (StepLR); steps after each epoch")
-      ->capture_default_str();
-  app.add_option("--lr-t-max", c.lr_t_max, "cosine: T_max in epochs (0: the run's epochs)")->capture_default_str();
-  app.add_option("--lr-min", c.lr_min, "cosine: eta_min, the lowest learning rate")->capture_default_str();
-  app.add_option("--lr-step-size", c.lr_step_size, "step: epochs between decays (StepLR step_size)")->capture_default_str();
-  app.add_option("--lr-gamma", c.lr_gamma, "step: decay factor (StepLR gamma)")->capture_default_str();
-  app.add_option("--seed", c.seed, "seed: torch.manual_seed for the initial weights, DistributedSampler seed")
-      ->capture_default_str();
-  app.add_option("--bn", c.bn, "BatchNorm across ranks: local (per-rank statistics) or sync (SyncBatchNorm)")
-      ->capture_default_str();
-  app.add_option("--bn-momentum", bn_momentum, "BatchNorm momentum (weight of the new batch) or 'none' (cumulative average)")
-      ->capture_default_str();
-  app.add_option("--bn-eps", c.bn_eps, "BatchNorm eps")->capture_default_str();
-  app.add_flag("!--no-track-running-stats", c.track_running_stats,
-               "BatchNorm track_running_stats=False: batch statistics in train and eval mode");
-  app.add_flag("!--no-broadcast-buffers", c.broadcast_buffers,
-               "DDP broadcast_buffers=False: every rank keeps its own BatchNorm running statistics");
-  app.add_option("--bucket-cap-mb", c.bucket_cap_mb, "DDP bucket_cap_mb (the first bucket is 1 MiB)")->capture_default_str();
-  app.add_flag("!--no-shuffle", c.shuffle, "DistributedSampler shuffle=False: indices in order");
-  app.add_flag("--drop-last", c.drop_last, "DataLoader drop_last=True: drop each rank's last incomplete batch");
-  app.add_flag("--sampler-drop-last", c.sampler_drop_last,
-               "DistributedSampler drop_last=True: cut the tail instead of padding with repeated samples");
-  app.add_option("--data-dir", c.data_dir, "directory of the Fashion-MNIST .gz files (default: the Debian package's)");
-  app.add_option("--limit-train", c.limit_train, "use only the first N training samples (0: all)")->capture_default_str();
-  app.add_option("--limit-test", c.limit_test, "use only the first N test samples (0: all)")->capture_default_str();
-  app.add_option("--eval-batch-size", c.eval_batch_size, "batch size for evaluation on the test set")->capture_default_str();
-  app.add_option("--threads", c.threads, "compute threads (0: one per core); with several ranks, one BLAS thread each")
-      ->capture_default_str();
-  app.add_option("--comm", c.comm,
-                 "transport between ranks: threads (emulated ranks in this process) or mpi (one process per rank, "
-                 "started by mpirun)")
-      ->capture_default_str();
-  app.add_option("--timeout", c.timeout_s, "seconds any collective may wait before the run fails")->capture_default_str();
-  app.add_option("--allreduce", c.allreduce,
-                 "allreduce algorithm: ring, naive (gather to rank 0 and back), tree (recursive halving-doubling), "
-                 "mpi (the transport's own, with --comm mpi)")
-      ->capture_default_str();
-  app.add_option("--out", c.out_dir, "run directory to write (config, metrics, trace, weights, summary)");
-  app.add_option("--init", c.init, "start from these weights (safetensors with PyTorch state_dict names)");
-  app.add_option("--trace-steps", c.trace_steps, "iterations written to trace.json (-1: all)")->capture_default_str();
-  app.add_option("--eval-every", c.eval_every,
-                 "evaluate a copy of rank 0's model in eval and train mode every N iterations (0: off)")
-      ->capture_default_str();
-  app.add_option("--eval-samples", c.eval_samples, "test samples used by --eval-every")->capture_default_str();
-  app.add_option("--fail-rank", c.fail_rank, "teaching aid: make this rank fail ...")->capture_default_str();
-  app.add_option("--fail-step", c.fail_step, "... at this iteration (default 0) ...")->capture_default_str();
-  app.add_option("--fail-at", c.fail_at, "... in forward, backward or allreduce, or hang (stop answering)")->capture_default_str();
-  add_mode_flags(app, c);
-}
-
-std::optional<double> parse_bn_momentum(const std::string& s) {
-  if (s == "none" || s == "None") return std::nullopt;
-  try {
-    size_t used = 0;
-    const double v = std::stod(s, &used);
-    if (used == s.size()) return v;
-  } catch (const std::exception&) {
-  }
-  throw lab::ConfigError("--bn-momentum: expected a number or 'none', got '" + s + "'");
-}
 
 void print_mode_header(const lab::RunConfig& c) {
   std::printf("  mode=%s", c.mode.c_str());
@@ -285,7 +190,8 @@ int main(int argc, char** argv) {
   CLI::App app{"dtlab: the Distributed Training Lab. Data-parallel training, exactly as PyTorch does it, made visible.\n"
                "Exit codes: 0 ok, 1 internal error, 2 bad flag or value, 3 dataset problem, 4 file I/O,\n"
                "5 training error (e.g. BatchNorm batch of one), 6 communication failure or timeout,\n"
-               "7 no display for `dtlab gui` (or a build without the GUI), 130 interrupted.",
+               "7 no display for `dtlab gui` (or a build without the GUI), 8 a lesson's check failed,\n"
+               "77 a lesson's requirement (e.g. MPI) is missing, 130 interrupted.",
                "dtlab"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "show help for every command");
@@ -293,46 +199,28 @@ int main(int argc, char** argv) {
   lab::RunConfig cfg;
   std::string bn_momentum = "0.1";
   CLI::App* run_cmd = app.add_subcommand("run", "train with N emulated ranks and write a run directory");
-  add_run_flags(*run_cmd, cfg, bn_momentum);
+  cli::add_run_flags(*run_cmd, cfg, bn_momentum);
 
   CLI::App* bench_cmd = app.add_subcommand("bench", "benchmarks (ratios against peers come from tools/ scripts)");
   bench_cmd->require_subcommand(1);
   lab::BenchTrainOptions bopt;
   CLI::App* bench_train = bench_cmd->add_subcommand("train", "training samples per second on a fixed random batch");
-  bench_train->add_option("--model", bopt.model, "mlp or cnn")->capture_default_str();
-  bench_train->add_option("--batch-size", bopt.batch_size, "per-rank batch size")->capture_default_str();
-  bench_train->add_option("--world-size", bopt.world_size, "emulated ranks (DDP with ring allreduce)")->capture_default_str();
-  bench_train->add_option("--threads", bopt.threads, "BLAS threads for one rank (ranks use one each)")->capture_default_str();
-  bench_train->add_option("--seconds", bopt.seconds, "target seconds per timing round")->capture_default_str();
-  bench_train->add_option("--rounds", bopt.rounds, "timing rounds (the median is reported)")->capture_default_str();
-
+  cli::add_bench_train_flags(*bench_train, bopt);
   lab::BenchSgemmOptions sopt;
   CLI::App* bench_sgemm = bench_cmd->add_subcommand("sgemm", "GFLOP/s of the sgemm backend (the roofline of bench train)");
-  bench_sgemm->add_option("--size", sopt.size, "M = N = K")->capture_default_str();
-  bench_sgemm->add_option("--threads", sopt.threads, "BLAS threads")->capture_default_str();
-  bench_sgemm->add_option("--seconds", sopt.seconds, "target seconds per timing round")->capture_default_str();
-  bench_sgemm->add_option("--rounds", sopt.rounds, "timing rounds (the median is reported)")->capture_default_str();
-
+  cli::add_bench_sgemm_flags(*bench_sgemm, sopt);
   lab::BenchAllreduceOptions aopt;
   CLI::App* bench_allreduce = bench_cmd->add_subcommand(
       "allreduce", "allreduce time, algbw, busbw and #wrong per size (nccl-tests style), with a copy floor");
-  bench_allreduce->add_option("--world-sizes", aopt.world_sizes, "world sizes, e.g. 2,4,8")
-      ->delimiter(',')
-      ->capture_default_str();
-  bench_allreduce->add_option("--algorithms", aopt.algorithms, "algorithms among ring,naive,tree")
-      ->delimiter(',')
-      ->capture_default_str();
-  bench_allreduce->add_option("--comm", aopt.comm, "transport: threads (emulated ranks)")->capture_default_str();
-  bench_allreduce->add_option("--min-bytes", aopt.min_bytes, "smallest message (bytes)")->capture_default_str();
-  bench_allreduce->add_option("--max-bytes", aopt.max_bytes, "largest message (bytes)")->capture_default_str();
-  bench_allreduce->add_option("--step-factor", aopt.step_factor, "each size is this times the previous one")
-      ->capture_default_str();
-  bench_allreduce->add_option("--warmup", aopt.warmup, "untimed calls per size and algorithm")->capture_default_str();
-  bench_allreduce->add_option("--batches", aopt.batches, "timed batches (the median is reported)")->capture_default_str();
-  bench_allreduce->add_option("--batch-seconds", aopt.batch_seconds, "target seconds per batch")->capture_default_str();
-  bench_allreduce->add_option("--max-calls", aopt.max_calls, "calls per batch at most")->capture_default_str();
-  bench_allreduce->add_option("--timeout", aopt.timeout_s, "seconds a rank may wait before the benchmark fails")
-      ->capture_default_str();
+  cli::add_bench_allreduce_flags(*bench_allreduce, aopt);
+
+  lab::EvalCommandOptions eopt;
+  CLI::App* eval_cmd = app.add_subcommand(
+      "eval", "a model's test accuracy in eval or train mode, with the outputs of the first test samples");
+  cli::add_eval_flags(*eval_cmd, eopt);
+
+  LessonCommandOptions lopt;
+  CLI::App* lesson_cmd = add_lesson_command(app, lopt);
 
   app.add_subcommand("version", "print the version and the backends of this build");
 
@@ -341,7 +229,7 @@ int main(int argc, char** argv) {
   std::string gui_bn_momentum = "0.1";
   GuiOptions gui_opt;
   CLI::App* gui_cmd = app.add_subcommand("gui", "the lab window: watch, pause, step and compare a training run");
-  add_run_flags(*gui_cmd, gui_cfg, gui_bn_momentum);
+  cli::add_run_flags(*gui_cmd, gui_cfg, gui_bn_momentum);
   add_gui_flags(*gui_cmd, gui_opt);
 
   if (argc == 1 && gui_available()) return cmd_gui(gui_cfg, gui_opt);
@@ -367,7 +255,7 @@ int main(int argc, char** argv) {
       return lab::kExitOk;
     }
     if (run_cmd->parsed()) {
-      cfg.bn_momentum = parse_bn_momentum(bn_momentum);
+      cfg.bn_momentum = cli::parse_bn_momentum(bn_momentum);
       start_runtime(runtime, cfg, run_cmd->count("--world-size") > 0);
       code = cmd_run(cfg);
     } else if (bench_train->parsed()) {
@@ -376,8 +264,12 @@ int main(int argc, char** argv) {
       code = lab::bench_sgemm(sopt);
     } else if (bench_allreduce->parsed()) {
       code = lab::bench_allreduce(aopt);
+    } else if (eval_cmd->parsed()) {
+      code = lab::eval_command(eopt);
+    } else if (lesson_cmd->parsed()) {
+      code = run_lesson_command(*lesson_cmd, lopt);
     } else if (gui_cmd->parsed()) {
-      gui_cfg.bn_momentum = parse_bn_momentum(gui_bn_momentum);
+      gui_cfg.bn_momentum = cli::parse_bn_momentum(gui_bn_momentum);
       code = cmd_gui(gui_cfg, gui_opt);
     }
   } catch (const lab::Error& e) {

@@ -1,0 +1,43 @@
+// Where lessons and learners' files live.
+//   Lessons: every <id>.toml in the lesson directories: $DTLAB_LESSONS (a ':'-separated list) if
+//   set, else the source tree's lessons/ and, beside the executable, ../lessons and
+//   ../share/dtlab/lessons. A lesson id found twice is taken from the first directory.
+//   Learners' files: under the XDG data directory, $XDG_DATA_HOME/dtlab (else
+//   ~/.local/share/dtlab): lessons/records (one JSON record per answered lesson),
+//   lessons/runs (the runs of each session), lessons/prepared/<id> (dtlab lesson prepare).
+//   Never the working directory.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lesson.h"
+
+namespace lessons {
+
+struct CatalogEntry {
+  std::string path;
+  std::string id;                 // the file's stem when it could not be read
+  std::optional<Lesson> lesson;   // set when it loaded
+  std::string error;              // otherwise: every problem, file:line:col each
+};
+
+std::vector<std::string> lesson_dirs();
+// Every lesson file of the lesson directories, sorted by id; malformed ones carry their error.
+std::vector<CatalogEntry> load_catalog();
+// A lesson id or a path to a .toml file -> its path. Throws lab::ConfigError naming the known ids.
+std::string resolve_lesson(const std::string& id_or_file);
+
+// $XDG_DATA_HOME/dtlab or ~/.local/share/dtlab (created on demand by the callers).
+std::string user_data_dir();
+// <data>/lessons/prepared/<id>
+std::string prepared_dir(const std::string& id);
+// A fresh session directory <data>/lessons/runs/<id>-<UTC time>[-n].
+std::string new_session_dir(const std::string& id);
+// <data>/lessons/records
+std::string records_dir();
+// Who the learner is, for records: $DTLAB_LEARNER, else $USER, else "learner".
+std::string learner_name();
+
+}  // namespace lessons

@@ -1,0 +1,196 @@
+// Lesson: one lesson file (lessons/<id>.toml) read and checked. A lesson is a question, the
+// learner's predictions (locked before anything runs), the runs that answer it (dtlab commands),
+// quantities measured from those runs, what to observe in the app, checks that verify the
+// lesson's claim, hints, an explanation whose numbers come from the runs, follow-up variations and
+// notes for the teacher. lessons/README.md is the authoring guide; this header is its contract.
+//
+// load_lesson() reads and lints in one pass and reports every problem it finds as
+// `file:line:col: message` (the line and column of the key or value at fault): TOML syntax,
+// unknown keys, wrong types, missing keys, a run flag that `dtlab run` would refuse (parsed by the
+// CLI's own definitions, cli/command_line.h), a name that is not a quantity, a prediction
+// without a rule for being right, a prediction without a hint.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "command_line.h"
+#include "errors.h"
+#include "expr.h"
+
+namespace lessons {
+
+constexpr int kLessonFormatVersion = 1;
+
+struct SourcePos {
+  int line = 0, col = 0;  // 1-based; 0: unknown
+};
+
+struct Diagnostic {
+  std::string file;
+  SourcePos pos;
+  std::string message;
+  std::string format() const;  // "file:line:col: message"
+};
+
+// A lesson file that cannot be used: every diagnostic, in file order. Exit code 2 (a bad input,
+// like a bad flag).
+class LessonError : public lab::ConfigError {
+ public:
+  LessonError(const std::string& file, std::vector<Diagnostic> diagnostics);
+  const std::vector<Diagnostic>& diagnostics() const { return m_diagnostics; }
+
+ private:
+  std::vector<Diagnostic> m_diagnostics;
+};
+
+// ---- the parts of a lesson ----
+
+struct Choice {
+  std::string key;            // "a", "b", ... what the learner answers
+  std::string text;
+  std::string misconception;  // what choosing it usually means (shown with the result)
+  Expr correct_if;            // a predicate over measured quantities
+  SourcePos pos;
+};
+
+struct Prediction {
+  std::string id;
+  std::string kind;           // "choice" | "numeric"
+  std::string prompt;
+  std::vector<Choice> choices;               // choice
+  Expr answer;                               // numeric: the measured value to compare with
+  double rtol = 0, atol = 0;                 // numeric: right when |guess - answer| <= atol + rtol |answer|
+  std::string unit;                          // numeric
+  bool ask_why = false;                      // ask for a one-line reason (kept in the record)
+  bool confidence = true;                    // ask how sure (1-5)
+  SourcePos pos;
+};
+
+struct RunSpec {
+  std::string name;
+  std::string command = "run";     // one of cli::lesson_commands()
+  std::string args_text;           // as written (with {run:NAME} placeholders)
+  std::string base;                // run whose args come first
+  std::vector<std::string> args;   // resolved: base's args, then these (placeholders kept)
+  std::vector<std::string> after;  // runs it reads ({run:NAME}): they run first
+  int expect_exit = 0;             // the exit code the run must end with
+  std::string expect_error;        // ... and text its error must contain (when expect_exit != 0)
+  SourcePos pos;
+  cli::CommandSpec parsed;         // the options as the CLI parses them (placeholders replaced by
+                                   // a stand-in directory)
+};
+
+struct QuantitySpec {
+  std::string name;
+  std::string run;                 // the run it is read from (empty for expr)
+  std::string source;              // summary | metrics | tensor | result | config | exit_code | error | expr
+  std::string path;                // summary/result: JSON pointer; metrics: field; tensor: name or glob; config: key
+  std::string file = "final.safetensors";  // tensor: the weights file in the run directory
+  std::optional<int64_t> rank;     // metrics: filter; tensor: that rank's own files overlay final.safetensors
+  std::string kind = "step";       // metrics: step | epoch | eval
+  std::optional<int64_t> step;     // metrics filter; -1: the last step recorded
+  std::optional<int64_t> epoch;    // metrics filter
+  std::string layer;               // metrics bn.*: the BatchNorm layer ("2" in "2.running_mean")
+  std::optional<int64_t> channel;  // metrics bn.*: one channel instead of the whole array
+  std::string reduce;              // metrics: last first mean sum min max spread std count series
+  Expr expr;                       // expr
+  std::string what, unit;          // for people: shown next to the value
+  SourcePos pos;
+};
+
+struct Observe {
+  std::vector<std::string> runs;   // one run, or two shown side by side (twins)
+  std::string view;                // ring | batchnorm | batching | traineval
+  std::string layer;               // batchnorm view: the BatchNorm layer ("2")
+  int64_t channel = -1;            // batchnorm view: the channel
+  int64_t step = -1;               // pause at the start of this iteration (-1: when the run ends)
+  int ring_step = -1;              // ... or this many ring steps into its gradient allreduce
+  std::string say;                 // what to look at ({quantity:fmt} placeholders allowed)
+  SourcePos pos;
+};
+
+struct Check {
+  std::string id;
+  Expr that;
+  std::string why;                 // the claim it verifies, in words
+  SourcePos pos;
+};
+
+struct Hint {
+  std::string prediction;          // shown after a wrong answer to this prediction (empty: any)
+  std::string text;
+  SourcePos pos;
+};
+
+// The main part of a lesson and each variation share this shape.
+struct Part {
+  std::string id;                  // "main" or the variation's id
+  std::string title;               // variation: its title
+  std::string text;                // variation: the new situation, in words
+  std::vector<Prediction> predictions;
+  std::vector<RunSpec> runs;       // execution order (declaration order, readers after what they read)
+  std::vector<QuantitySpec> quantities;
+  std::vector<Observe> observe;
+  std::vector<Check> checks;
+  std::vector<Hint> hints;
+  std::string explain;             // with {expression:format} placeholders
+  SourcePos pos;
+};
+
+struct Teacher {
+  std::string notes;
+  std::string expected_first_vote;
+  std::vector<std::string> pitfalls;
+};
+
+struct Lesson {
+  std::string file;                // the path it was read from
+  int format_version = kLessonFormatVersion;
+  std::string id;
+  int version = 1;
+  std::string title;
+  std::string question_source;
+  double minutes = 0;              // class time
+  double budget_s = 0;             // time the lesson's runs may take on 2 cores (its ctest timeout)
+  std::vector<std::string> requires_;  // mpi | cuda | gui | full-dataset
+  std::vector<std::string> tags;
+  std::string suite = "lesson";    // ctest label: lesson (default) or long
+  std::string question;            // [question] text, in the asker's words
+  std::string context;
+  Part main;
+  std::vector<Part> variations;
+  Teacher teacher;
+
+  // Every part in order: main, then the variations.
+  std::vector<const Part*> parts() const;
+  const RunSpec* find_run(const std::string& name) const;  // in any part
+  const QuantitySpec* find_quantity(const std::string& name) const;
+};
+
+// Reads and checks a lesson file. Throws LessonError with every problem found.
+Lesson load_lesson(const std::string& path);
+// Reads and checks lesson text (path is only used in messages). Throws LessonError.
+Lesson parse_lesson(const std::string& text, const std::string& path);
+
+// The placeholders of an explanation or observe text: "{expr}" or "{expr:format}" ("{{" and
+// "}}" are literal braces). Format: Python's mini-language for numbers: [,][.precision][f|e|g|%|d],
+// e.g. ".3g", ",.0f", ".1%". Throws ExprError (offset into text) for a bad placeholder.
+struct Placeholder {
+  size_t begin = 0, end = 0;       // [begin, end) in the text, braces included
+  Expr expr;
+  std::string format;
+};
+std::vector<Placeholder> find_placeholders(const std::string& text);
+// Formats a value with a placeholder's format (numbers; other values ignore it).
+std::string format_value(const Value& v, const std::string& format);
+
+// What `requires` may name, and whether this build and machine has it (mpi: the MPI transport and
+// mpirun; cuda: a CUDA device; gui: the lab window and a display; full-dataset: the whole
+// Fashion-MNIST installed). Returns "" when available, else why not.
+std::string missing_requirement(const std::string& what);
+const std::vector<std::string>& known_requirements();
+
+}  // namespace lessons

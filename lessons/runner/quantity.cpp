@@ -1,0 +1,397 @@
+#include "quantity.h"
+
+#include <fnmatch.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#define TOML_EXCEPTIONS 1
+#include <toml++/toml.h>
+
+#include "command_line.h"
+#include "errors.h"
+#include "safetensors.h"
+
+namespace lessons {
+
+// ---- outcomes ----
+
+std::string RunOutcome::command_line() const { return cli::command_line(command, args); }
+
+nlohmann::json RunOutcome::to_json() const {
+  return {{"format", "dtlab-lesson-run-outcome"},
+          {"format_version", 1},
+          {"name", name},
+          {"command", command},
+          {"args", args},
+          {"command_line", command_line()},
+          {"exit_code", exit_code},
+          {"error", error},
+          {"hint", hint},
+          {"seconds", seconds}};
+}
+
+RunOutcome RunOutcome::from_json(const nlohmann::json& j, const std::string& dir) {
+  RunOutcome o;
+  o.name = j.at("name").get<std::string>();
+  o.command = j.at("command").get<std::string>();
+  o.args = j.at("args").get<std::vector<std::string>>();
+  o.exit_code = j.at("exit_code").get<int>();
+  o.error = j.value("error", "");
+  o.hint = j.value("hint", "");
+  o.seconds = j.value("seconds", 0.0);
+  o.dir = dir;
+  return o;
+}
+
+void write_outcome(const RunOutcome& o) {
+  std::filesystem::create_directories(o.dir);
+  cli::write_result_json(o.dir + "/outcome.json", o.to_json());
+}
+
+RunOutcome read_outcome(const std::string& dir) {
+  const std::string path = dir + "/outcome.json";
+  std::ifstream f(path);
+  if (!f) throw lab::IoError("cannot read " + path, "prepare the lesson again: dtlab lesson prepare ID");
+  try {
+    return RunOutcome::from_json(nlohmann::json::parse(f), dir);
+  } catch (const nlohmann::json::exception& e) {
+    throw lab::IoError(path + ": not a run outcome (" + e.what() + ")", "prepare the lesson again: dtlab lesson prepare ID");
+  }
+}
+
+// ---- JSON values ----
+
+namespace {
+
+void flatten(const nlohmann::json& j, std::vector<double>& out, const std::string& where) {
+  if (j.is_number()) {
+    out.push_back(j.get<double>());
+  } else if (j.is_array()) {
+    for (const auto& e : j) flatten(e, out, where);
+  } else if (j.is_boolean()) {
+    out.push_back(j.get<bool>() ? 1.0 : 0.0);
+  } else {
+    throw QuantityError(where + ": an array that holds " + std::string(j.type_name()) + " values, not numbers");
+  }
+}
+
+std::string keys_of(const nlohmann::json& j) {
+  std::string out;
+  if (j.is_object())
+    for (auto it = j.begin(); it != j.end(); ++it) out += (out.empty() ? "" : ", ") + it.key();
+  else if (j.is_array())
+    out = "indices 0.." + std::to_string(j.size() == 0 ? 0 : j.size() - 1);
+  return out;
+}
+
+// The deepest existing prefix of a JSON pointer, to say where it went wrong.
+std::string pointer_problem(const nlohmann::json& root, const std::string& ptr) {
+  std::string prefix;
+  const nlohmann::json* cur = &root;
+  size_t pos = 1;
+  while (pos <= ptr.size()) {
+    const size_t next = ptr.find('/', pos);
+    const std::string token = ptr.substr(pos, next == std::string::npos ? std::string::npos : next - pos);
+    const nlohmann::json* child = nullptr;
+    if (cur->is_object() && cur->contains(token)) child = &(*cur)[token];
+    if (cur->is_array()) {
+      char* end = nullptr;
+      const long idx = std::strtol(token.c_str(), &end, 10);
+      if (end && *end == 0 && idx >= 0 && static_cast<size_t>(idx) < cur->size()) child = &(*cur)[static_cast<size_t>(idx)];
+    }
+    if (!child) return "no '" + token + "' at '" + (prefix.empty() ? "/" : prefix) + "' (there: " + keys_of(*cur) + ")";
+    prefix += "/" + token;
+    cur = child;
+    if (next == std::string::npos) break;
+    pos = next + 1;
+  }
+  return "a bad pointer";
+}
+
+const nlohmann::json& at_pointer(const nlohmann::json& root, const std::string& ptr, const std::string& file) {
+  try {
+    const nlohmann::json::json_pointer p(ptr);
+    if (root.contains(p)) return root.at(p);
+  } catch (const nlohmann::json::exception& e) {
+    throw QuantityError(file + ": bad JSON pointer '" + ptr + "': " + e.what());
+  }
+  throw QuantityError(file + " has no " + ptr + ": " + pointer_problem(root, ptr));
+}
+
+bool is_file(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(path, ec);
+}
+
+// Why a run's file is missing: the run failed, or it never wrote that file.
+std::string missing(const RunOutcome& o, const std::string& file) {
+  if (o.exit_code != 0)
+    return "run '" + o.name + "' ended with exit code " + std::to_string(o.exit_code) + " (" + o.error.substr(0, o.error.find('\n')) +
+           ") and wrote no " + file;
+  return "run '" + o.name + "' has no " + file + " in " + o.dir;
+}
+
+// Values of one step record field: "loss", "eval_mode.accuracy", or bn.<array> of a layer.
+Value record_field(const nlohmann::json& rec, const QuantitySpec& q, const std::string& where) {
+  if (q.path.rfind("bn.", 0) == 0) {
+    std::string field = q.path.substr(3);
+    if (!rec.contains("bn") || !rec["bn"].is_array()) throw QuantityError(where + ": the record has no BatchNorm statistics");
+    const nlohmann::json* layer = nullptr;
+    std::string layers;
+    for (const auto& l : rec["bn"]) {
+      layers += (layers.empty() ? "" : ", ") + l.value("layer", std::string("?"));
+      if (l.value("layer", std::string()) == q.layer) layer = &l;
+    }
+    if (!layer) throw QuantityError(where + ": no BatchNorm layer '" + q.layer + "' (layers: " + layers + ")");
+    // local_mean/local_var are recorded only where they differ from what normalized the batch
+    if ((field == "local_mean" || field == "local_var") && !layer->contains(field))
+      field = field == "local_mean" ? "batch_mean" : "batch_var";
+    if (!layer->contains(field)) throw QuantityError(where + ": layer " + q.layer + " has no '" + field + "' (fields: " + keys_of(*layer) + ")");
+    const nlohmann::json& v = (*layer)[field];
+    if (q.channel) {
+      if (!v.is_array()) throw QuantityError(where + ": " + field + " is not per channel");
+      if (*q.channel < 0 || static_cast<size_t>(*q.channel) >= v.size())
+        throw QuantityError(where + ": channel " + std::to_string(*q.channel) + " out of range (" + std::to_string(v.size()) + " channels)");
+      return json_to_value(v[static_cast<size_t>(*q.channel)], where);
+    }
+    return json_to_value(v, where);
+  }
+  const nlohmann::json* cur = &rec;
+  std::stringstream path(q.path);
+  std::string token;
+  while (std::getline(path, token, '.')) {
+    if (!cur->is_object() || !cur->contains(token))
+      throw QuantityError(where + ": no field '" + q.path + "' (fields: " + keys_of(*cur) + ")");
+    cur = &(*cur)[token];
+  }
+  if (cur->is_null())
+    throw QuantityError(where + ": '" + q.path + "' is null there" +
+                        (q.path == "loss" ? " (DataParallel: only device 0 computes the loss; filter rank = 0)" : ""));
+  return json_to_value(*cur, where);
+}
+
+// Reduces the selected records' values (numbers, or tensors of one length) elementwise.
+Value reduce_values(const std::vector<Value>& vals, const std::string& how, const std::string& where) {
+  if (how == "count") return Value::num(static_cast<double>(vals.size()));
+  if (vals.empty()) throw QuantityError(where + ": no record matches the filters");
+  if (how == "last") return vals.back();
+  if (how == "first") return vals.front();
+  if (how == "series") {
+    std::vector<double> out;
+    for (const Value& v : vals) {
+      if (v.is_number()) out.push_back(v.number);
+      else if (v.is_tensor()) out.insert(out.end(), v.tensor.begin(), v.tensor.end());
+      else throw QuantityError(where + ": series needs numbers, got " + v.type_name());
+    }
+    return Value::tens(out);
+  }
+  const bool tensor = vals[0].is_tensor();
+  const size_t n = tensor ? vals[0].tensor.size() : 1;
+  std::vector<std::vector<double>> cols(n);
+  for (const Value& v : vals) {
+    if (tensor != v.is_tensor() || (!tensor && !v.is_number()) || (tensor && v.tensor.size() != n))
+      throw QuantityError(where + ": cannot reduce " + v.type_name() + " with " + vals[0].type_name());
+    for (size_t i = 0; i < n; ++i) cols[i].push_back(tensor ? v.tensor[i] : v.number);
+  }
+  std::vector<double> out(n);
+  for (size_t i = 0; i < n; ++i) {
+    const std::vector<double>& c = cols[i];
+    double r = 0;
+    if (how == "sum" || how == "mean" || how == "std") {
+      double s = 0;
+      for (double x : c) s += x;
+      const double mean = s / static_cast<double>(c.size());
+      if (how == "sum") r = s;
+      else if (how == "mean") r = mean;
+      else {
+        double ss = 0;
+        for (double x : c) ss += (x - mean) * (x - mean);
+        r = std::sqrt(ss / static_cast<double>(c.size()));
+      }
+    } else if (how == "min") {
+      r = *std::min_element(c.begin(), c.end());
+    } else if (how == "max") {
+      r = *std::max_element(c.begin(), c.end());
+    } else if (how == "spread") {
+      r = *std::max_element(c.begin(), c.end()) - *std::min_element(c.begin(), c.end());
+    } else {
+      throw QuantityError(where + ": unknown reduce '" + how + "'");
+    }
+    out[i] = r;
+  }
+  return tensor ? Value::tens(out) : Value::num(out[0]);
+}
+
+std::vector<double> tensor_values(const lab::SafeTensor& t) {
+  std::vector<double> out;
+  if (t.dtype == "F32") {
+    const size_t n = t.bytes.size() / 4;
+    out.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      float f;
+      std::memcpy(&f, t.bytes.data() + 4 * i, 4);
+      out[i] = f;
+    }
+  } else if (t.dtype == "I64") {
+    const size_t n = t.bytes.size() / 8;
+    out.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      int64_t v;
+      std::memcpy(&v, t.bytes.data() + 8 * i, 8);
+      out[i] = static_cast<double>(v);
+    }
+  } else {
+    throw QuantityError("tensor " + t.name + " has dtype " + t.dtype + " (F32 and I64 are read)");
+  }
+  return out;
+}
+
+}  // namespace
+
+Value json_to_value(const nlohmann::json& j, const std::string& where) {
+  if (j.is_number()) return Value::num(j.get<double>());
+  if (j.is_boolean()) return Value::boolean_(j.get<bool>());
+  if (j.is_string()) return Value::str(j.get<std::string>());
+  if (j.is_array()) {
+    std::vector<double> out;
+    flatten(j, out, where);
+    return Value::tens(out);
+  }
+  throw QuantityError(where + ": a " + std::string(j.type_name()) + ", not a number, boolean, string or array of numbers" +
+                      (j.is_object() ? " (its keys: " + keys_of(j) + ")" : ""));
+}
+
+// ---- RunFiles ----
+
+const nlohmann::json& RunFiles::json_file(const std::string& path) {
+  auto it = m_json.find(path);
+  if (it != m_json.end()) return it->second;
+  std::ifstream f(path);
+  if (!f) throw QuantityError("cannot read " + path);
+  try {
+    return m_json[path] = nlohmann::json::parse(f);
+  } catch (const nlohmann::json::exception& e) {
+    throw QuantityError(path + ": not JSON (" + e.what() + ")");
+  }
+}
+
+const std::vector<nlohmann::json>& RunFiles::metrics(const std::string& dir) {
+  auto it = m_metrics.find(dir);
+  if (it != m_metrics.end()) return it->second;
+  const std::string path = dir + "/metrics.jsonl";
+  std::ifstream f(path);
+  if (!f) throw QuantityError("cannot read " + path);
+  std::vector<nlohmann::json> recs;
+  std::string line;
+  int n = 0;
+  while (std::getline(f, line)) {
+    ++n;
+    if (line.empty()) continue;
+    try {
+      recs.push_back(nlohmann::json::parse(line));
+    } catch (const nlohmann::json::exception& e) {
+      throw QuantityError(path + ":" + std::to_string(n) + ": not JSON (" + e.what() + ")");
+    }
+  }
+  return m_metrics[dir] = std::move(recs);
+}
+
+Value RunFiles::read(const QuantitySpec& q, const RunOutcome& o) {
+  const std::string where = "quantity '" + q.name + "' (run '" + o.name + "')";
+  if (q.source == "exit_code") return Value::num(o.exit_code);
+  if (q.source == "error") return Value::str(o.error);
+  if (q.source == "summary" || q.source == "result") {
+    const std::string file = q.source == "summary" ? "summary.json" : "result.json";
+    const std::string path = o.dir + "/" + file;
+    if (!is_file(path)) throw QuantityError(where + ": " + missing(o, file));
+    return json_to_value(at_pointer(json_file(path), q.path, path), where + ": " + file + q.path);
+  }
+  if (q.source == "config") {
+    const std::string path = o.dir + "/config.toml";
+    if (!is_file(path)) throw QuantityError(where + ": " + missing(o, "config.toml"));
+    toml::table t;
+    try {
+      t = toml::parse_file(path);
+    } catch (const toml::parse_error& e) {
+      throw QuantityError(path + ": " + std::string(e.description()));
+    }
+    const toml::node_view<toml::node> n = t.at_path(q.path);
+    if (!n) throw QuantityError(where + ": config.toml has no key '" + q.path + "' (write section.key, e.g. distributed.world_size)");
+    if (auto v = n.value<double>(); v && (n.is_integer() || n.is_floating_point())) return Value::num(*v);
+    if (auto v = n.value<bool>()) return Value::boolean_(*v);
+    if (auto v = n.value<std::string>()) return Value::str(*v);
+    throw QuantityError(where + ": config.toml key '" + q.path + "' is not a number, boolean or string");
+  }
+  if (q.source == "tensor") {
+    const std::string path = o.dir + "/" + q.file;
+    if (!is_file(path)) throw QuantityError(where + ": " + missing(o, q.file));
+    std::vector<lab::SafeTensor> ts;
+    try {
+      ts = lab::read_safetensors(path);
+      if (q.rank && *q.rank > 0 && q.file == "final.safetensors") {
+        // the rank's own files, where it differs from rank 0 (run_dir.h)
+        for (const std::string& f : {"final.rank" + std::to_string(*q.rank) + ".safetensors",
+                                     "final.rank" + std::to_string(*q.rank) + ".buffers.safetensors"}) {
+          if (!is_file(o.dir + "/" + f)) continue;
+          for (const lab::SafeTensor& over : lab::read_safetensors(o.dir + "/" + f))
+            for (lab::SafeTensor& t : ts)
+              if (t.name == over.name) t = over;
+        }
+      }
+    } catch (const lab::Error& e) {
+      throw QuantityError(where + ": " + e.what());
+    }
+    std::vector<double> out;
+    std::string names;
+    int matched = 0;
+    for (const lab::SafeTensor& t : ts) {
+      names += (names.empty() ? "" : ", ") + t.name;
+      if (fnmatch(q.path.c_str(), t.name.c_str(), 0) != 0) continue;
+      ++matched;
+      const std::vector<double> v = tensor_values(t);
+      out.insert(out.end(), v.begin(), v.end());
+    }
+    if (matched == 0) throw QuantityError(where + ": no tensor in " + q.file + " matches '" + q.path + "' (tensors: " + names + ")");
+    return Value::tens(out);
+  }
+  if (q.source == "metrics") {
+    const std::string path = o.dir + "/metrics.jsonl";
+    if (!is_file(path)) throw QuantityError(where + ": " + missing(o, "metrics.jsonl"));
+    const std::vector<nlohmann::json>& recs = metrics(o.dir);
+    int64_t last_step = -1;
+    if (q.step && *q.step < 0)
+      for (const auto& r : recs)
+        if (r.value("kind", "") == q.kind && r.contains("step")) last_step = std::max(last_step, r["step"].get<int64_t>());
+    std::vector<Value> vals;
+    for (const auto& r : recs) {
+      if (r.value("kind", "") != q.kind) continue;
+      if (q.rank && (!r.contains("rank") || r["rank"].get<int64_t>() != *q.rank)) continue;
+      if (q.step) {
+        const int64_t want = *q.step < 0 ? last_step : *q.step;
+        const char* key = q.kind == "eval" ? "steps" : "step";
+        if (!r.contains(key) || r[key].get<int64_t>() != want) continue;
+      }
+      if (q.epoch && (!r.contains("epoch") || r["epoch"].get<int64_t>() != *q.epoch)) continue;
+      std::string at = where + ": metrics.jsonl " + q.kind + " record";
+      if (r.contains("step")) at += " step " + std::to_string(r["step"].get<int64_t>());
+      if (r.contains("rank")) at += " rank " + std::to_string(r["rank"].get<int64_t>());
+      vals.push_back(record_field(r, q, at));
+    }
+    if (q.reduce.empty()) {
+      if (vals.size() == 1) return vals[0];
+      if (vals.empty()) throw QuantityError(where + ": no " + q.kind + " record of metrics.jsonl matches the filters");
+      throw QuantityError(where + ": " + std::to_string(vals.size()) + " " + q.kind +
+                          " records match: filter by rank, step or epoch, or add reduce (last, mean, spread, series, ...)");
+    }
+    return reduce_values(vals, q.reduce, where);
+  }
+  throw QuantityError(where + ": unknown source '" + q.source + "'");
+}
+
+}  // namespace lessons

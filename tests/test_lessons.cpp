@@ -1,0 +1,466 @@
+// Lessons: the file format's checks (every problem as file:line:col), the session (runs,
+// quantities, predictions, checks, hints, the record), prepared runs, requirements and the
+// teacher's report. The shipped lessons themselves run under the "lesson" label (CMakeLists).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "catalog.h"
+#include "executor.h"
+#include "lesson.h"
+#include "report.h"
+#include "session.h"
+#include "test_util.h"
+
+namespace {
+
+using namespace lessons;
+
+bool contains(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
+
+// A small valid lesson; tests replace parts of it.
+const char* kGood = R"TOML(format_version = 1
+id = "tiny"
+version = 2
+title = "A tiny lesson"
+minutes = 5
+budget_s = 30
+
+[question]
+text = "Does a batch of one break BatchNorm?"
+
+[[predict]]
+id = "breaks"
+kind = "choice"
+prompt = "65 samples, batch 32: what happens?"
+
+[[predict.choices]]
+key = "a"
+text = "It fails"
+correct_if = "one_exit != 0"
+
+[[predict.choices]]
+key = "b"
+text = "It trains"
+correct_if = "one_exit == 0"
+misconception = "BatchNorm needs two values per channel"
+
+[[predict]]
+id = "steps"
+kind = "numeric"
+prompt = "How many steps with drop_last?"
+answer = "dropped_steps"
+atol = 0.5
+unit = "steps"
+
+[runs.one]
+args = "--model mlp --batch-size 32 --limit-train 65 --limit-test 64 --epochs 1 --no-shuffle"
+expect_exit = 5
+expect_error = "Expected more than 1 value per channel"
+
+[runs.dropped]
+base = "one"
+args = "--drop-last"
+
+[quantities]
+one_exit = { run = "one", exit_code = true }
+one_error = { run = "one", error = true }
+dropped_steps = { run = "dropped", summary = "/steps_per_epoch" }
+loss0 = { run = "dropped", metrics = "loss", step = 0, rank = 0 }
+losses = { run = "dropped", metrics = "loss", reduce = "series" }
+running = { run = "dropped", tensor = "2.running_mean" }
+twice = { expr = "2 * dropped_steps" }
+
+[[check]]
+id = "fails_with_pytorch_text"
+that = "one_exit == 5 and contains(one_error, 'Expected more than 1 value per channel')"
+why = "PyTorch's error"
+
+[[check]]
+id = "drop_last_steps"
+that = "dropped_steps == 2 and twice == 4 and len(losses) == 2 and loss0 > 0"
+why = "floor(65 / 32)"
+
+[[hint]]
+text = "Count the samples in the last batch."
+
+[explain]
+text = "It failed with exit {one_exit:d}; with drop_last there were {dropped_steps:d} steps ({twice:.1f} doubled), first loss {loss0:.3f}. {{literal}}"
+)TOML";
+
+std::string write_lesson(const testutil::TempDir& dir, const std::string& text, const std::string& name = "tiny.toml") {
+  const std::string path = dir.file(name);
+  std::ofstream(path) << text;
+  return path;
+}
+
+// The diagnostics of a lesson text that must not load.
+std::vector<Diagnostic> problems(const std::string& text, const std::string& path = "lessons/tiny.toml") {
+  try {
+    parse_lesson(text, path);
+  } catch (const LessonError& e) {
+    return e.diagnostics();
+  }
+  ADD_FAILURE() << "the lesson loaded";
+  return {};
+}
+
+std::string replace(std::string s, const std::string& from, const std::string& to) {
+  const size_t at = s.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  if (at != std::string::npos) s.replace(at, from.size(), to);
+  return s;
+}
+
+TEST(LessonFile, GoodLessonLoads) {
+  const Lesson l = parse_lesson(kGood, "lessons/tiny.toml");
+  EXPECT_EQ(l.id, "tiny");
+  EXPECT_EQ(l.version, 2);
+  ASSERT_EQ(l.main.runs.size(), 2u);
+  EXPECT_EQ(l.main.runs[0].name, "one");  // declaration order, not the table's sorted order
+  EXPECT_EQ(l.main.runs[1].name, "dropped");
+  // base's args first, then its own: the CLI takes the last value of a flag
+  EXPECT_EQ(l.main.runs[1].args.back(), "--drop-last");
+  EXPECT_TRUE(l.main.runs[1].parsed.run.drop_last);
+  EXPECT_EQ(l.main.runs[0].parsed.run.limit_train, 65);
+  EXPECT_EQ(l.main.predictions.size(), 2u);
+}
+
+TEST(LessonFile, TomlSyntaxErrorHasLineAndColumn) {
+  const auto d = problems(replace(kGood, "minutes = 5", "minutes = = 5"));
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].pos.line, 5);
+  EXPECT_GT(d[0].pos.col, 1);
+  EXPECT_TRUE(contains(d[0].format(), "lessons/tiny.toml:5:")) << d[0].format();
+  EXPECT_TRUE(contains(d[0].message, "TOML")) << d[0].message;
+}
+
+TEST(LessonFile, UnknownKeyNamesTheKeyAndWhere) {
+  const auto d = problems(replace(kGood, "minutes = 5", "minutes = 5\nbudget = 3"));
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].pos.line, 6);
+  EXPECT_EQ(d[0].pos.col, 1);
+  EXPECT_TRUE(contains(d[0].message, "unknown key 'budget' in the top level")) << d[0].message;
+  // in a nested table too
+  const auto d2 = problems(replace(kGood, "text = \"It fails\"", "text = \"It fails\"\ncorrect = \"x\""));
+  ASSERT_FALSE(d2.empty());
+  EXPECT_TRUE(contains(d2[0].message, "unknown key 'correct'")) << d2[0].message;
+}
+
+TEST(LessonFile, WrongTypeIsNamed) {
+  const auto d = problems(replace(kGood, "minutes = 5", "minutes = \"five\""));
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].pos.line, 5);
+  EXPECT_TRUE(contains(d[0].message, "key 'minutes' in the top level must be a number, got a string")) << d[0].message;
+}
+
+TEST(LessonFile, FlagThatDtlabRunRefusesIsReported) {
+  const auto d = problems(replace(kGood, "--limit-test 64", "--limit-test 64 --wrld-size 4"));
+  ASSERT_FALSE(d.empty());
+  EXPECT_TRUE(contains(d[0].message, "run 'one'")) << d[0].message;
+  EXPECT_TRUE(contains(d[0].message, "--wrld-size")) << d[0].message;
+  EXPECT_EQ(d[0].pos.line, 35);  // the [runs.one] header
+  // a value lab::validate refuses, in PyTorch's words; the extending run inherits it
+  const auto d2 = problems(replace(kGood, "--batch-size 32", "--batch-size 0"));
+  ASSERT_FALSE(d2.empty());
+  EXPECT_TRUE(contains(d2[0].message, "batch_size should be a positive integer value, but got batch_size=0")) << d2[0].message;
+  // the runner chooses where runs write
+  const auto d3 = problems(replace(kGood, "--drop-last", "--drop-last --out /tmp/x"));
+  ASSERT_FALSE(d3.empty());
+  EXPECT_TRUE(contains(d3[0].message, "drop --out")) << d3[0].message;
+}
+
+TEST(LessonFile, UnknownQuantityIsReportedWithASuggestion) {
+  const auto d = problems(replace(kGood, "that = \"dropped_steps == 2", "that = \"droped_steps == 2"));
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_TRUE(contains(d[0].message, "'droped_steps' is not a quantity (did you mean 'dropped_steps'?)")) << d[0].message;
+  // a quantity reading an undeclared run
+  const auto d2 = problems(replace(kGood, "loss0 = { run = \"dropped\"", "loss0 = { run = \"dropd\""));
+  ASSERT_EQ(d2.size(), 1u);
+  EXPECT_TRUE(contains(d2[0].message, "run 'dropd' is not a run")) << d2[0].message;
+  // a placeholder of the explanation
+  const auto d3 = problems(replace(kGood, "{twice:.1f}", "{twise:.1f}"));
+  ASSERT_EQ(d3.size(), 1u);
+  EXPECT_TRUE(contains(d3[0].message, "'twise' is not a quantity")) << d3[0].message;
+}
+
+TEST(LessonFile, ExpressionSyntaxErrorPointsAtTheCharacter) {
+  const auto d = problems(replace(kGood, "correct_if = \"one_exit != 0\"", "correct_if = \"one_exit !! 0\""));
+  ASSERT_EQ(d.size(), 1u);
+  // correct_if = "one_exit !! 0": the value starts at column 14, the bad token 9 characters in
+  EXPECT_EQ(d[0].pos.col, 14 + 1 + 9) << d[0].format();
+}
+
+TEST(LessonFile, PredictionNeedsARuleAndAHint) {
+  const auto d = problems(replace(kGood, "correct_if = \"one_exit != 0\"\n", ""));
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_TRUE(contains(d[0].message, "has no correct_if")) << d[0].message;
+  const auto d2 = problems(replace(kGood, "atol = 0.5\n", ""));
+  ASSERT_EQ(d2.size(), 1u);
+  EXPECT_TRUE(contains(d2[0].message, "needs a tolerance")) << d2[0].message;
+  const auto d3 = problems(replace(kGood, "[[hint]]\ntext = \"Count the samples in the last batch.\"\n", ""));
+  ASSERT_EQ(d3.size(), 2u);  // both predictions
+  EXPECT_TRUE(contains(d3[0].message, "prediction 'breaks' has no hint")) << d3[0].message;
+}
+
+TEST(LessonFile, EveryProblemIsReportedInFileOrder) {
+  std::string bad = replace(kGood, "minutes = 5", "minutes = \"five\"\ncolour = 1");
+  bad = replace(bad, "--limit-test 64", "--limit-test 64 --bn wrong");
+  const auto d = problems(bad);
+  ASSERT_GE(d.size(), 3u);
+  for (size_t i = 1; i < d.size(); ++i) EXPECT_LE(d[i - 1].pos.line, d[i].pos.line);
+}
+
+TEST(LessonFile, IdMustMatchTheFileName) {
+  const auto d = problems(kGood, "lessons/other.toml");
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_TRUE(contains(d[0].message, "differs from the file name 'other.toml'")) << d[0].message;
+}
+
+TEST(LessonFile, PlaceholdersAndFormats) {
+  const auto ph = find_placeholders("a {x:.2f} b {{c}} {max(y, 2)} {'q:r'}");
+  ASSERT_EQ(ph.size(), 3u);
+  EXPECT_EQ(ph[0].format, ".2f");
+  EXPECT_EQ(ph[1].expr.text(), "max(y, 2)");
+  EXPECT_EQ(ph[2].format, "");  // the colon inside quotes is not a format
+  EXPECT_EQ(format_value(Value::num(0.12345), ".2f"), "0.12");
+  EXPECT_EQ(format_value(Value::num(1234567.0), ",.0f"), "1,234,567");
+  EXPECT_EQ(format_value(Value::num(0.256), ".1%"), "25.6%");
+  EXPECT_EQ(format_value(Value::num(6.0), "d"), "6");
+  EXPECT_EQ(format_value(Value::num(3.57e-7), ".2g"), "3.6e-07");
+  EXPECT_THROW(find_placeholders("{x:.2q}"), ExprError);
+  EXPECT_THROW(find_placeholders("{x"), ExprError);
+}
+
+// ---- the session, on real (small) runs ----
+
+class LessonSessionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!testutil::have_dataset()) GTEST_SKIP() << "Fashion-MNIST is not installed";
+  }
+  // Runs every run of the lesson's main part into out.
+  static void run_all(Session& s) {
+    for (const RunSpec& r : s.lesson().main.runs) s.set_outcome(execute_run(r, s.concrete_args(r), s.run_dir(r.name)));
+  }
+};
+
+TEST_F(LessonSessionTest, RunsQuantitiesPredictionsChecksAndRecord) {
+  testutil::TempDir dir;
+  Session s(parse_lesson(kGood, "tiny.toml"), dir.path());
+  s.answer("breaks", "b", 4, "BatchNorm is fine");
+  EXPECT_THROW(s.answer("breaks", "a"), lab::ConfigError);   // locked
+  EXPECT_THROW(s.answer("steps", "two"), lab::ConfigError);  // not a number
+  EXPECT_THROW(s.answer("nope", "a"), lab::ConfigError);
+  s.answer("steps", "2");
+  EXPECT_TRUE(s.answered(s.lesson().main));
+  run_all(s);
+  const RunOutcome* one = s.outcome("one");
+  ASSERT_NE(one, nullptr);
+  EXPECT_EQ(one->exit_code, 5);
+  EXPECT_TRUE(contains(one->error, "Expected more than 1 value per channel when training, got input size torch.Size([1, 256])"))
+      << one->error;
+  EXPECT_TRUE(std::filesystem::exists(s.run_dir("one") + "/outcome.json"));
+
+  const PartResult& r = s.evaluate(s.lesson().main);
+  EXPECT_TRUE(r.passed());
+  for (const CheckResult& c : r.checks) EXPECT_TRUE(c.passed) << c.id << ": " << c.error;
+  ASSERT_EQ(r.predictions.size(), 2u);
+  EXPECT_FALSE(r.predictions[0].correct);  // said b, it fails
+  EXPECT_EQ(r.predictions[0].truth(), "a");
+  EXPECT_TRUE(r.predictions[1].correct);
+  ASSERT_TRUE(r.predictions[1].measured.has_value());
+  EXPECT_EQ(*r.predictions[1].measured, 2.0);
+  ASSERT_EQ(r.hints.size(), 1u);  // after the wrong answer
+  EXPECT_TRUE(contains(r.explanation, "It failed with exit 5; with drop_last there were 2 steps (4.0 doubled), first loss "))
+      << r.explanation;
+  EXPECT_TRUE(contains(r.explanation, "{literal}"));
+  bool have_running = false;
+  for (const auto& [name, v] : r.quantities)
+    if (name == "running") have_running = v.is_tensor() && v.tensor.size() == 256;
+  EXPECT_TRUE(have_running);
+
+  const nlohmann::json rec = s.record("headless", "ada");
+  EXPECT_EQ(rec["format"], "dtlab-lesson-record");
+  EXPECT_EQ(rec["lesson"]["id"], "tiny");
+  EXPECT_EQ(rec["lesson"]["version"], 2);
+  EXPECT_EQ(rec["learner"], "ada");
+  EXPECT_TRUE(rec["passed"].get<bool>());
+  EXPECT_EQ(rec["parts"][0]["predictions"][0]["answer"], "b");
+  EXPECT_EQ(rec["parts"][0]["predictions"][0]["confidence"], 4);
+  EXPECT_EQ(rec["parts"][0]["predictions"][0]["correct"], false);
+  EXPECT_EQ(rec["parts"][0]["quantities"]["dropped_steps"], 2.0);
+}
+
+TEST_F(LessonSessionTest, AClaimTheLabDoesNotMeetFailsItsCheck) {
+  testutil::TempDir dir;
+  // claim: the batch of one trains (it does not), and both choices right at once
+  std::string text = replace(kGood, "expect_exit = 5", "expect_exit = 0");
+  text = replace(text, "expect_error = \"Expected more than 1 value per channel\"\n", "");
+  text = replace(text, "correct_if = \"one_exit == 0\"", "correct_if = \"one_exit != 0\"");
+  Session s(parse_lesson(text, "tiny.toml"), dir.path());
+  s.set_auto_answers(true);
+  run_all(s);
+  const PartResult& r = s.evaluate(s.lesson().main);
+  EXPECT_FALSE(r.passed());
+  std::map<std::string, const CheckResult*> by_id;
+  for (const CheckResult& c : r.checks) by_id[c.id] = &c;
+  EXPECT_FALSE(by_id["run:one"]->passed);
+  EXPECT_TRUE(contains(by_id["run:one"]->error, "Expected more than 1 value")) << by_id["run:one"]->error;
+  EXPECT_FALSE(by_id["prediction:breaks"]->passed);
+  EXPECT_TRUE(contains(by_id["prediction:breaks"]->error, "several choices are right")) << by_id["prediction:breaks"]->error;
+  EXPECT_TRUE(by_id["drop_last_steps"]->passed);
+}
+
+TEST_F(LessonSessionTest, UnreadableQuantityFailsTheChecksThatNeedIt) {
+  testutil::TempDir dir;
+  // the failed run wrote no summary.json
+  const std::string text = replace(kGood, "dropped_steps = { run = \"dropped\"", "dropped_steps = { run = \"one\"");
+  Session s(parse_lesson(text, "tiny.toml"), dir.path());
+  s.set_auto_answers(true);
+  run_all(s);
+  const PartResult& r = s.evaluate(s.lesson().main);
+  EXPECT_FALSE(r.passed());
+  bool found = false;
+  for (const CheckResult& c : r.checks)
+    if (c.id == "drop_last_steps") {
+      found = true;
+      EXPECT_FALSE(c.passed);
+      EXPECT_TRUE(contains(c.error, "ended with exit code 5")) << c.error;
+      EXPECT_TRUE(contains(c.error, "summary.json")) << c.error;
+    }
+  EXPECT_TRUE(found);
+}
+
+// ---- the command line: check, run, prepare, report, requirements ----
+
+TEST(LessonCli, CheckPrintsFileLineColAndExits2) {
+  testutil::TempDir dir;
+  const std::string path = write_lesson(dir, replace(kGood, "minutes = 5", "minutes = 5\nbudget = 3"));
+  const auto r = testutil::run_cli("lesson check " + path);
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, path + ":6:1: unknown key 'budget' in the top level")) << r.out;
+  const std::string good = write_lesson(dir, kGood, "tiny2.toml");
+  const auto ok = testutil::run_cli("lesson check " + write_lesson(dir, kGood));
+  EXPECT_EQ(ok.exit_code, 0) << ok.out;
+  (void)good;
+}
+
+TEST(LessonCli, MissingRequirementSkipsWith77) {
+  testutil::TempDir dir;
+  const std::string path = write_lesson(dir, replace(kGood, "budget_s = 30", "budget_s = 30\nrequires = [\"cuda\"]"));
+  const auto r = testutil::run_cli("lesson run " + path + " --answers auto --out " + dir.file("out"));
+  EXPECT_EQ(r.exit_code, 77) << r.out;
+  EXPECT_TRUE(contains(r.out, "requires cuda")) << r.out;
+}
+
+TEST(LessonCli, RunWithoutAnswersOffATerminalSaysHow) {
+  testutil::TempDir dir;
+  const std::string path = write_lesson(dir, kGood);
+  const auto r = testutil::run_cli("lesson run " + path + " --out " + dir.file("out") + " < /dev/null");
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, "no answer for predictions breaks, steps")) << r.out;
+  EXPECT_TRUE(contains(r.out, "--answers")) << r.out;
+}
+
+TEST(LessonCli, RunPrepareReplayAndReport) {
+  DTLAB_REQUIRE_DATASET();
+  testutil::TempDir dir;
+  const std::string path = write_lesson(dir, kGood);
+  // a learner's run: exit 0 although one prediction is wrong
+  const auto r = testutil::run_cli("lesson run " + path + " --answers breaks=b,steps=2 --confidence breaks=2 --out " +
+                                   dir.file("learner1"));
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "breaks: you said b; measured: a  -> not right")) << r.out;
+  EXPECT_TRUE(contains(r.out, "Count the samples in the last batch.")) << r.out;  // the hint
+  EXPECT_TRUE(contains(r.out, "PASS  fails_with_pytorch_text")) << r.out;
+  EXPECT_TRUE(std::filesystem::exists(dir.file("learner1/record.json")));
+
+  // prepared ahead of class, then replayed: the same measurements, nothing trained
+  const auto p = testutil::run_cli("lesson prepare " + path + " --out " + dir.file("prepared"));
+  EXPECT_EQ(p.exit_code, 0) << p.out;
+  const auto replay = testutil::run_cli("lesson run " + path + " --answers breaks=a,steps=3 --prepared " + dir.file("prepared") +
+                                        " --out " + dir.file("learner2"));
+  EXPECT_EQ(replay.exit_code, 0) << replay.out;
+  EXPECT_TRUE(contains(replay.out, "(prepared)")) << replay.out;
+  // a prepared folder of another version of the lesson is refused
+  const std::string changed = write_lesson(dir, replace(kGood, "--no-shuffle", "--no-shuffle --seed 3"), "tiny.toml");
+  const auto stale = testutil::run_cli("lesson run " + changed + " --answers auto --prepared " + dir.file("prepared") +
+                                       " --out " + dir.file("learner3"));
+  EXPECT_EQ(stale.exit_code, 2) << stale.out;
+  EXPECT_TRUE(contains(stale.out, "made for another version of the lesson")) << stale.out;
+
+  // a third learner, then the teacher's report over the folder
+  write_lesson(dir, kGood);
+  const auto r3 = testutil::run_cli("lesson run " + path + " --answers breaks=a,steps=5 --out " + dir.file("learner4"));
+  EXPECT_EQ(r3.exit_code, 0) << r3.out;
+  const auto rep = testutil::run_cli("lesson report " + dir.path() + " --csv " + dir.file("report.csv"));
+  EXPECT_EQ(rep.exit_code, 0) << rep.out;
+  EXPECT_TRUE(contains(rep.out, "3 records\n")) << rep.out;  // learner3's run was refused: no record
+  // breaks: a twice (right), b once
+  EXPECT_TRUE(contains(rep.out, "* a     2 of 3    66.7%")) << rep.out;
+  EXPECT_TRUE(contains(rep.out, "  b     1 of 3    33.3%")) << rep.out;
+  EXPECT_TRUE(contains(rep.out, "right: 2 of 3 (67%)")) << rep.out;
+  const std::string csv = testutil::read_file(dir.file("report.csv"));
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 1 + 3 * 2) << csv;  // header + 3 records x 2 predictions
+  EXPECT_TRUE(contains(csv, "record,learner,lesson,lesson_version")) << csv;
+}
+
+TEST(LessonReport, RatesFromRecords) {
+  testutil::TempDir dir;
+  auto rec = [&](const std::string& name, const std::string& answer, bool correct, int conf) {
+    nlohmann::json j = {{"format", "dtlab-lesson-record"},
+                        {"format_version", 1},
+                        {"lesson", {{"id", "l"}, {"version", 1}, {"title", "T"}}},
+                        {"learner", name},
+                        {"answers", "learner"},
+                        {"parts",
+                         {{{"part", "main"},
+                           {"predictions",
+                            {{{"id", "p"},
+                              {"kind", "choice"},
+                              {"prompt", "Which?"},
+                              {"answer", answer},
+                              {"correct", correct},
+                              {"confidence", conf},
+                              {"truth", "a"},
+                              {"right_choices", {"a"}},
+                              {"choices", {{{"key", "a"}, {"text", "A"}}, {{"key", "b"}, {"text", "B"}}, {{"key", "c"}, {"text", "C"}}}}}}}}}}};
+    std::ofstream(dir.file(name + ".json")) << j.dump();
+  };
+  rec("x", "a", true, 5);
+  rec("y", "b", false, 2);
+  rec("z", "a", true, 3);
+  std::ofstream(dir.file("notes.json")) << "{\"not\": \"a record\"}";
+  const auto records = find_records({dir.path()});
+  ASSERT_EQ(records.size(), 3u);
+  const std::string rates = choice_rates(records);
+  EXPECT_TRUE(contains(rates, "* a     2 of 3    66.7%  A")) << rates;
+  EXPECT_TRUE(contains(rates, "  c     0 of 3     0.0%  C")) << rates;
+  EXPECT_TRUE(contains(rates, "mean confidence right 4.0, wrong 2.0")) << rates;
+  EXPECT_TRUE(contains(rates, "35-70%: discuss in pairs")) << rates;
+  const std::string csv = records_csv(records);
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 4);
+  // a broken record is an error naming the file
+  std::ofstream(dir.file("broken.json")) << "{\"format\": \"dtlab-lesson-record\", ";
+  EXPECT_THROW(find_records({dir.path()}), lab::IoError);
+}
+
+TEST(LessonCatalog, ShippedLessonsAllLoad) {
+  const std::filesystem::path lessons_dir =
+      std::filesystem::path(DTLAB_FIXTURES_DIR).parent_path().parent_path() / "lessons";
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(lessons_dir)) {
+    if (e.path().extension() != ".toml") continue;
+    ++n;
+    try {
+      load_lesson(e.path().string());
+    } catch (const std::exception& ex) {
+      ADD_FAILURE() << ex.what();
+    }
+  }
+  EXPECT_GE(n, 1);
+}
+
+}  // namespace
