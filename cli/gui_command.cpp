@@ -54,6 +54,15 @@ void add_gui_flags(CLI::App& app, GuiOptions& o) {
                  "run the ranks this much nicer than the window (0-19; 0: the same priority): frames are drawn "
                  "first when both want the CPU, at some cost in throughput")
       ->capture_default_str();
+  app.add_option("--lesson", o.lesson, "open with this lesson (id or .toml file) in the Lessons panel: predict, run, "
+                                      "observe, check (dtlab lesson list shows the ids)");
+  app.add_option("--answers", o.answers, "with --lesson: commit these predictions (ID=ANSWER,... or auto) and, with "
+                                         "--screenshot, run the lesson by itself");
+  app.add_option("--lesson-stage", o.lesson_stage, "with --lesson --screenshot: shoot at the question, observe or results "
+                                                   "stage (default: question, or results with --answers)");
+  app.add_option("--prepared", o.prepared, "with --lesson: replay runs prepared by `dtlab lesson prepare` from this folder "
+                                           "('none': always train; default: the lesson's prepared folder when it exists)");
+  app.add_flag("--teacher", o.teacher, "show the lessons' teacher notes");
   app.add_option("--fps", o.fps, "frame-rate cap while you interact (lower while you watch)")->capture_default_str();
   app.add_option_function<std::string>(
       "--window-size",
@@ -102,7 +111,14 @@ int cmd_gui(lab::RunConfig& cfg, GuiOptions& opt) {
   if (opt.rank_nice < 0 || opt.rank_nice > 19)
     throw lab::ConfigError("--rank-nice must be between 0 and 19, got " + std::to_string(opt.rank_nice));
   if (opt.delay_ms < 0 || opt.delay_ms > 2000) throw lab::ConfigError("--delay-ms must be between 0 and 2000");
-  opt.steps_given = cfg.steps > 0;
+  if (!opt.lesson_stage.empty() && opt.lesson_stage != "question" && opt.lesson_stage != "observe" && opt.lesson_stage != "results")
+    throw lab::ConfigError("--lesson-stage: unknown stage '" + opt.lesson_stage + "'", "choose question, observe or results");
+  if ((!opt.answers.empty() || !opt.lesson_stage.empty() || !opt.prepared.empty()) && opt.lesson.empty())
+    throw lab::ConfigError("--answers, --lesson-stage and --prepared go with --lesson ID");
+  if (!opt.lesson.empty() && !opt.open_dir.empty()) throw lab::ConfigError("--lesson and --open: choose one");
+  if (!opt.lesson.empty() && cfg.steps > 0)
+    std::fprintf(stderr, "dtlab gui: --steps does not apply to a lesson (its runs set their own length)\n");
+  opt.steps_given = cfg.steps > 0 && opt.lesson.empty();
   return viz::run_app(cfg, opt);
 #endif
 }

@@ -125,12 +125,17 @@ void reset_view_caches(AppState& app) {
   ring.filter = app.ring.filter;
   ring.follow = app.ring.follow;
   app.ring = ring;
+  app.ring_twin = ring;
+  app.batching_twin = BatchingViewState{};
+  app.train_eval_twin = TrainEvalViewState{};
   for (auto& c : app.bn.cache) c = BnViewState::Series{};
   app.ranks.cache = RanksViewState::Cache{};
   app.train_eval.cache = TrainEvalViewState::Cache{};
 }
 
-void start_live(AppState& app, const lab::RunConfig& cfg, bool paused, double t0) {
+// Replaces the live run. The twin trains beside it: twin_cfg when given (a lesson's second run),
+// else the other BatchNorm mode when compare_bn is on.
+void start_live(AppState& app, const lab::RunConfig& cfg, bool paused, double t0, const lab::RunConfig* twin_cfg = nullptr) {
   retire(app, app.host);
   retire(app, app.twin);
   app.live_cfg = cfg;
@@ -139,15 +144,22 @@ void start_live(AppState& app, const lab::RunConfig& cfg, bool paused, double t0
   app.host = std::make_unique<RunHost>(cfg, paused, app.opts.rank_nice);
   app.host->set_delay(app.data.gate_delay_s);
   app.twin_data = RunData();
-  if (app.compare_bn && cfg.world_size > 1 && cfg.mode != "dp") {  // DataParallel has no SyncBatchNorm
-    lab::RunConfig t = cfg;
-    t.bn = other_bn(cfg.bn);
-    t.out_dir.clear();  // one run directory per run
-    app.twin_data.reset_live(t);
+  app.data_label.clear();
+  app.twin_label.clear();
+  std::optional<lab::RunConfig> twin;
+  if (twin_cfg) twin = *twin_cfg;
+  else if (app.compare_bn && cfg.world_size > 1 && cfg.mode != "dp") {  // DataParallel has no SyncBatchNorm
+    twin = cfg;
+    twin->bn = other_bn(cfg.bn);
+    twin->out_dir.clear();  // one run directory per run
+  }
+  if (twin) {
+    app.twin_data.reset_live(*twin);
     app.twin_data.gate_delay_s = app.data.gate_delay_s;
-    app.twin = std::make_unique<RunHost>(t, paused, app.opts.rank_nice);
+    app.twin = std::make_unique<RunHost>(*twin, paused, app.opts.rank_nice);
     app.twin->set_delay(app.data.gate_delay_s);
   }
+  app.twin_shown = app.twin != nullptr;
   reset_view_caches(app);
   app.train_eval.eval_index = -1;
   app.last_status = HostStatus{};
@@ -156,7 +168,7 @@ void start_live(AppState& app, const lab::RunConfig& cfg, bool paused, double t0
               fmt("new run: %s, %s, %s, bn %s%s, seed %llu%s", cfg.model.c_str(), describe_parallelism(cfg).c_str(),
                   describe_batch(cfg).c_str(), cfg.bn.c_str(), cfg.broadcast_buffers ? "" : ", broadcast_buffers off",
                   static_cast<unsigned long long>(cfg.seed),
-                  app.twin ? fmt(" (+ twin with bn %s)", other_bn(cfg.bn).c_str()).c_str() : ""),
+                  app.twin ? (twin_cfg ? std::string(" (+ a twin run)") : fmt(" (+ twin with bn %s)", other_bn(cfg.bn).c_str())).c_str() : ""),
               since_start(t0));
 }
 
@@ -211,6 +223,9 @@ bool open_run_dir(AppState& app, const std::string& dir, double t0) {
     retire(app, app.twin);
     app.data = std::move(d);
     app.twin_data = RunData();
+    app.twin_shown = false;
+    app.data_label.clear();
+    app.twin_label.clear();
     app.controls.pending = app.data.cfg;
     reset_view_caches(app);
     app.log.add(LogLevel::Info,
@@ -222,6 +237,176 @@ bool open_run_dir(AppState& app, const std::string& dir, double t0) {
     app.log.add(LogLevel::Error, fmt("cannot open %s: %s", dir.c_str(), e.what()), since_start(t0));
     if (!e.hint().empty()) app.log.add(LogLevel::Warning, "hint: " + e.hint(), since_start(t0));
     return false;
+  }
+}
+
+// ---- 2b. lessons: the app's side of a LessonDriver ----
+
+// The driver's view of the lab: the live run and its twin, the views.
+class AppLab : public LabHooks {
+ public:
+  AppLab(AppState& app, double t0) : m_app(app), m_t0(t0) {}
+  void start_live(const lab::RunConfig& cfg, const lab::RunConfig* twin, bool paused) override {
+    viz::start_live(m_app, cfg, paused, m_t0, twin);
+    label_from_dirs();
+  }
+  const RunData* live(int which) const override {
+    if (which == 0) return m_app.host ? &m_app.data : nullptr;
+    return m_app.twin ? &m_app.twin_data : nullptr;
+  }
+  void stage(int64_t iteration, int ring_step) override {
+    for (RunHost* h : {m_app.host.get(), m_app.twin.get()}) {
+      if (!h) continue;
+      if (ring_step < 0) h->run_to_step(iteration);
+      else if (h->config().world_size > 1 && h->config().mode != "dp") h->run_into_allreduce(iteration, ring_step);
+      else h->run_to_step(iteration + 1);  // no gradient allreduce to stop in: after the iteration
+    }
+  }
+  void resume() override {
+    if (m_app.host) m_app.host->resume();
+    if (m_app.twin) m_app.twin->resume();
+  }
+  std::string open_dirs(const std::string& dir, const std::string& twin_dir) override {
+    try {
+      RunData d = load_run_dir(dir);
+      RunData t;
+      if (!twin_dir.empty()) t = load_run_dir(twin_dir);
+      retire(m_app, m_app.host);
+      retire(m_app, m_app.twin);
+      m_app.data = std::move(d);
+      m_app.twin_data = std::move(t);
+      m_app.twin_shown = !twin_dir.empty();
+      reset_view_caches(m_app);
+      label_from_dirs();
+      return "";
+    } catch (const lab::Error& e) {
+      m_app.log.add(LogLevel::Error, std::string("lesson: ") + e.what(), since_start(m_t0));
+      return e.what();
+    }
+  }
+  void show(const lessons::Observe& o) override {
+    for (int i = 0; i < kViewCount; ++i)
+      if (o.view == view_key(static_cast<ViewId>(i))) {
+        m_app.view = static_cast<ViewId>(i);
+        m_app.select_view = true;
+        if (m_app.solo) m_app.solo = m_app.view;
+      }
+    if (!o.layer.empty()) m_app.bn_layer_wanted = o.layer;
+    if (o.channel >= 0) m_app.bn.channel = static_cast<int>(o.channel);
+    if (!m_app.data.live && o.step >= 0) {  // finished runs: show the observed iteration
+      m_app.bn.follow = false;
+      m_app.bn.step = o.step;
+      m_app.ring.follow = m_app.ring_twin.follow = false;
+      m_app.ring.scrub_step = m_app.ring_twin.scrub_step = static_cast<int>(o.step);
+    } else {
+      m_app.bn.follow = true;
+      m_app.ring.follow = m_app.ring_twin.follow = true;
+    }
+  }
+
+ private:
+  // the lesson's run names label the columns (the run directory's name is the run's)
+  void label_from_dirs() {
+    auto name = [](const lab::RunConfig& c, const std::string& source) {
+      const std::string dir = !c.out_dir.empty() ? c.out_dir : source;
+      const size_t slash = dir.find_last_of('/');
+      return "run " + (slash == std::string::npos ? dir : dir.substr(slash + 1));
+    };
+    m_app.data_label = name(m_app.data.cfg, m_app.data.source);
+    m_app.twin_label = m_app.twin_shown ? name(m_app.twin_data.cfg, m_app.twin_data.source) : "";
+  }
+  AppState& m_app;
+  double m_t0;
+};
+
+// The prepared folder a lesson replays: --prepared DIR, else the lesson's own prepared folder when
+// it was prepared from this version of the lesson ("none": always train).
+std::string lesson_prepared_dir(const AppState& app, const lessons::Lesson& l) {
+  if (app.opts.prepared == "none") return "";
+  if (!app.opts.prepared.empty()) return app.opts.prepared;
+  const std::string dir = lessons::prepared_dir(l.id);
+  std::ifstream f(dir + "/prepared.json");
+  if (!f) return "";
+  try {
+    const nlohmann::json j = nlohmann::json::parse(f);
+    if (j.value("lesson", "") == l.id && j.value("version", -1) == l.version) return dir;
+  } catch (const nlohmann::json::exception&) {
+  }
+  return "";
+}
+
+// Opens a lesson in the Lessons panel. A lesson that cannot be read is shown with its error; the
+// app keeps working.
+void start_lesson(AppState& app, const std::string& id_or_file, double t0, bool from_command_line) {
+  LessonPanelState& st = app.lesson_ui;
+  st.load_error.clear();
+  app.show_lesson_panel = true;
+  app.show_controls = false;
+  try {
+    const std::string path = lessons::resolve_lesson(id_or_file);
+    lessons::Lesson l = lessons::load_lesson(path);
+    const std::string prepared = lesson_prepared_dir(app, l);
+    const std::string session = lessons::new_session_dir(l.id);
+    const std::string record = lessons::records_dir() + "/" + session.substr(session.find_last_of('/') + 1) + ".json";
+    app.lesson = std::make_unique<LessonDriver>(std::move(l), session, prepared, record);
+    st.part_for_drafts = ~size_t{0};
+    app.log.add(LogLevel::Info,
+                fmt("lesson %s: %s%s", app.lesson->lesson().id.c_str(), app.lesson->lesson().title.c_str(),
+                    prepared.empty() ? "" : (" (replaying the runs prepared in " + prepared + ")").c_str()),
+                since_start(t0));
+    if (from_command_line && !app.opts.answers.empty()) {
+      lessons::Session& s = app.lesson->session();
+      if (app.opts.answers == "auto") {
+        s.set_auto_answers(true);
+      } else {
+        std::stringstream in(app.opts.answers);
+        std::string item;
+        while (std::getline(in, item, ',')) {
+          const size_t eq = item.find('=');
+          if (eq == std::string::npos) throw lab::ConfigError("--answers: expected ID=ANSWER pairs, got '" + item + "'");
+          s.answer(item.substr(0, eq), item.substr(eq + 1), 3);
+        }
+      }
+    }
+  } catch (const lab::Error& e) {
+    app.lesson.reset();
+    st.load_error = e.what();
+    st.load_error_file = id_or_file;
+    st.catalog_loaded = false;
+    app.log.add(LogLevel::Error, "cannot open lesson " + id_or_file + ": " + e.what(), since_start(t0));
+  }
+}
+
+// Once per frame: the lesson moves on; a BatchNorm layer asked for by name is selected when the
+// run has steps; a scripted lesson (--answers) runs and continues by itself.
+void update_lesson(AppState& app, double t0) {
+  if (!app.bn_layer_wanted.empty() && !app.data.by_step.empty()) {
+    for (const lab::StepRecord& r : app.data.by_step.front())
+      for (size_t i = 0; i < r.bn.size(); ++i)
+        if (r.bn[i].layer == app.bn_layer_wanted) app.bn.layer = static_cast<int>(i);
+    app.bn_layer_wanted.clear();
+  }
+  if (!app.lesson) return;
+  LessonDriver& d = *app.lesson;
+  AppLab lab(app, t0);
+  if (!app.opts.answers.empty() && app.script.active) {
+    if (d.stage() == LessonStage::Question && d.can_run()) d.run();
+    const bool stop_at_observe = app.opts.lesson_stage == "observe";
+    if (d.stage() == LessonStage::Observing && !stop_at_observe) d.continue_after_observe(lab);
+  }
+  const LessonStage before = d.stage();
+  d.update(lab);
+  if (d.stage() != before && d.stage() == LessonStage::Results) {
+    const lessons::PartResult* r = d.result();
+    app.log.add(r && r->passed() ? LogLevel::Info : LogLevel::Warning,
+                fmt("lesson %s, part %s: %d of %zu checks hold; record %s", d.lesson().id.c_str(), d.part().id.c_str(),
+                    r ? static_cast<int>(r->checks.size()) - r->failed_checks() : 0, r ? r->checks.size() : 0,
+                    d.record_path().c_str()),
+                since_start(t0));
+  }
+  if (!d.error().empty() && app.lesson_ui.commit_error != d.error()) {
+    app.log.add(LogLevel::Error, "lesson: " + d.error(), since_start(t0));
+    app.lesson_ui.commit_error = d.error();
   }
 }
 
@@ -273,6 +458,29 @@ void apply_commands(AppState& app, Commands& cmd, double t0) {
       start_live(app, app.live_cfg, false, t0);
     }
   }
+  const bool lesson_busy = app.lesson && (app.lesson->stage() == LessonStage::Running || app.lesson->stage() == LessonStage::Observing);
+  if ((cmd.reset || cmd.apply_settings || !cmd.open_dir.empty()) && lesson_busy) {
+    app.log.add(LogLevel::Warning, "the lesson is running its runs: a new run would replace them (close the lesson first)",
+                since_start(t0));
+    cmd.reset = cmd.apply_settings = false;
+    cmd.open_dir.clear();
+  }
+  if (!cmd.lesson_start.empty()) start_lesson(app, cmd.lesson_start, t0, false);
+  if (app.lesson) {
+    AppLab lab(app, t0);
+    if (cmd.lesson_run) app.lesson->run();
+    if (cmd.lesson_continue) app.lesson->continue_after_observe(lab);
+    if (cmd.lesson_next_part) app.lesson->next_part();
+    if (cmd.lesson_reset) start_lesson(app, app.lesson->lesson().file, t0, false);
+    if (cmd.lesson_close) {
+      app.lesson.reset();
+      app.lesson_ui.catalog_loaded = false;
+    }
+  }
+  if (cmd.show_lessons) {
+    app.show_lesson_panel = true;
+    app.show_controls = false;
+  }
   if (cmd.reset || cmd.apply_settings) {
     const std::vector<SettingCheck>& checks = app.controls.checks;
     const auto err = std::find_if(checks.begin(), checks.end(), [](const SettingCheck& c) { return c.severity == Severity::Error; });
@@ -314,6 +522,27 @@ void draw_menu(AppState& app, Commands& cmd) {
       if (ImGui::MenuItem("Reset layout")) cmd.reset_layout = true;
       ImGui::EndMenu();
     }
+    if (ImGui::BeginMenu("Lessons")) {
+      if (ImGui::MenuItem("All lessons...", nullptr, app.show_lesson_panel && !app.lesson)) {
+        cmd.show_lessons = true;
+        cmd.lesson_close = app.lesson != nullptr;
+      }
+      ImGui::Separator();
+      if (!app.lesson_ui.catalog_loaded) {
+        app.lesson_ui.catalog = lessons::load_catalog();
+        app.lesson_ui.catalog_loaded = true;
+      }
+      for (const lessons::CatalogEntry& c : app.lesson_ui.catalog) {
+        if (!c.lesson) {
+          ImGui::MenuItem((c.id + " (cannot be used)").c_str(), nullptr, false, false);
+          continue;
+        }
+        if (ImGui::MenuItem(c.lesson->title.c_str(), nullptr, app.lesson && app.lesson->lesson().id == c.id)) cmd.lesson_start = c.path;
+      }
+      ImGui::Separator();
+      ImGui::MenuItem("Lessons panel", nullptr, &app.show_lesson_panel);
+      ImGui::EndMenu();
+    }
     if (ImGui::BeginMenu("Help")) {
       if (ImGui::MenuItem("Keys and views", "F1")) cmd.toggle_help = true;
       ImGui::EndMenu();
@@ -338,12 +567,44 @@ void draw_menu(AppState& app, Commands& cmd) {
   }
 }
 
+// What a column of two runs side by side is called: the lesson's run name, else what differs.
+std::string column_label(const AppState& app, bool twin) {
+  const std::string& l = twin ? app.twin_label : app.data_label;
+  if (!l.empty()) return l;
+  const RunData& d = twin ? app.twin_data : app.data;
+  return fmt("%s, %s, bn %s", describe_parallelism(d.cfg).c_str(), describe_batch(d.cfg).c_str(), d.cfg.bn.c_str());
+}
+
 void draw_view(AppState& app, ViewId v, Commands& cmd) {
-  switch (v) {
-    case ViewId::Ring: draw_ring_view(app.data, app.ring, app.clock); break;
-    case ViewId::BatchNorm: draw_batchnorm_view(app.data, app.twin ? &app.twin_data : nullptr, app.bn, cmd); break;
-    case ViewId::Batching: draw_batching_view(app.data, app.batching); break;
-    case ViewId::TrainEval: draw_train_eval_view(app.data, app.train_eval, app.bn); break;
+  if (v == ViewId::BatchNorm) {  // the BatchNorm view lays out its own twin columns
+    draw_batchnorm_view(app.data, app.twin_shown ? &app.twin_data : nullptr, app.bn, cmd);
+    return;
+  }
+  auto one = [&](bool twin) {
+    const RunData& d = twin ? app.twin_data : app.data;
+    switch (v) {
+      case ViewId::Ring: draw_ring_view(d, twin ? app.ring_twin : app.ring, app.clock); break;
+      case ViewId::Batching: draw_batching_view(d, twin ? app.batching_twin : app.batching); break;
+      case ViewId::TrainEval: draw_train_eval_view(d, twin ? app.train_eval_twin : app.train_eval, app.bn); break;
+      case ViewId::BatchNorm: break;
+    }
+  };
+  if (!app.twin_shown) {
+    one(false);
+    return;
+  }
+  // two runs side by side (a lesson's contrast, or the twin of --compare-bn)
+  if (ImGui::BeginTable("twin_columns", 2, ImGuiTableFlags_BordersInnerV | ImGuiTableFlags_SizingStretchSame)) {
+    for (int c = 0; c < 2; ++c) {
+      ImGui::TableNextColumn();
+      ImGui::PushID(c);
+      ImGui::PushFont(font(FontId::Bold));
+      ImGui::TextUnformatted(column_label(app, c == 1).c_str());
+      ImGui::PopFont();
+      one(c == 1);
+      ImGui::PopID();
+    }
+    ImGui::EndTable();
   }
 }
 
@@ -369,7 +630,7 @@ void draw_views_window(AppState& app, Commands& cmd) {
     const RunData& d = app.data;
     ImGui::TextDisabled("  %s, %s, %s, bn %s%s, %lld iteration%s done | %s", d.cfg.model.c_str(),
                         describe_parallelism(d.cfg).c_str(), describe_batch(d.cfg).c_str(), d.cfg.bn.c_str(),
-                        app.twin ? fmt(" (twin: bn %s)", app.twin_data.cfg.bn.c_str()).c_str() : "",
+                        app.twin_shown ? fmt(" (twin: %s)", column_label(app, true).c_str()).c_str() : "",
                         static_cast<long long>(d.steps_done()), d.steps_done() == 1 ? "" : "s", run_phase_name(d.phase));
     ImGui::Separator();
     draw_view(app, *app.solo, cmd);
@@ -436,6 +697,14 @@ void draw_windows(AppState& app, Commands& cmd) {
     ImGui::SetNextWindowSize(ImVec2(w, h), cond);
   };
   // index into app.window_rects: 0 controls, 1 views, 2 timeline, 3 ranks, 4 log
+  if (app.show_lesson_panel) {
+    // the left column, where the controls are (they come back from the View menu)
+    ImGui::SetNextWindowPos(ImVec2(o.x, o.y), app.layout_reset ? ImGuiCond_Always : ImGuiCond_Appearing);
+    ImGui::SetNextWindowSize(ImVec2(left, s.y), app.layout_reset ? ImGuiCond_Always : ImGuiCond_Appearing);
+    if (ImGui::Begin("Lessons", &app.show_lesson_panel))
+      draw_lessons_panel(app.lesson.get(), app.lesson_ui, app.opts.teacher, cmd);
+    ImGui::End();
+  }
   if (app.show_controls) {
     place(0, 0, left, s.y);
     if (ImGui::Begin("Controls", &app.show_controls, tiled_flags(app, 0)))
@@ -512,6 +781,17 @@ bool terminal(RunPhase p) { return p == RunPhase::Finished || p == RunPhase::Fai
 bool script_ready(AppState& app) {
   Script& sc = app.script;
   const RunData& d = app.data;
+  if (!app.opts.lesson.empty()) {
+    // a lesson: the stage --lesson-stage names (default: the question without --answers, the
+    // results with them); a lesson that could not be opened, or stopped with an error, at once
+    if (!app.lesson || !app.lesson->error().empty()) return true;
+    const LessonStage st = app.lesson->stage();
+    std::string want = app.opts.lesson_stage;
+    if (want.empty()) want = app.opts.answers.empty() ? "question" : "results";
+    if (want == "question") return st == LessonStage::Question;
+    if (want == "observe") return st == LessonStage::Observing || st == LessonStage::Results || st == LessonStage::Finished;
+    return st == LessonStage::Results || st == LessonStage::Finished;
+  }
   if (!d.live) return true;
   if (d.phase == RunPhase::Failed) return true;
   if (sc.ring_steps >= 0) {
@@ -521,33 +801,16 @@ bool script_ready(AppState& app) {
       sc.staged = true;
     }
     if (!sc.staged) return false;
-    auto staged_in = [&](const RunData& r) {
-      uint64_t seq = 0;
-      if (!latest_collective(r.events, training_sync_filter(r.cfg.mode), false, seq)) return false;
-      const CollectiveTrace t = collect_trace(r.events, seq, r.cfg.allreduce);
-      if (t.train_step != sc.target_steps) return false;
-      // every sender of each of the first ring_steps steps has recorded its transfer
-      std::vector<int> senders;
-      for (const PhaseSteps& p : allreduce_phases(r.cfg.allreduce, r.world(), t.bytes))
-        senders.insert(senders.end(), static_cast<size_t>(p.steps), p.senders);
-      for (int k = 0; k < sc.ring_steps && k < static_cast<int>(senders.size()); ++k) {
-        std::vector<int> srcs;
-        for (const Transfer& x : t.transfers)
-          if (x.global_step == k && std::find(srcs.begin(), srcs.end(), x.src) == srcs.end()) srcs.push_back(x.src);
-        if (static_cast<int>(srcs.size()) < senders[static_cast<size_t>(k)]) return false;
-      }
-      return true;
-    };
-    // An iteration without a gradient allreduce (local SGD between averages) stages nothing: the
-    // run waits at the start of the next one, and the picture is taken there.
-    auto passed = [&](const RunData& r) { return r.steps_done() > sc.target_steps; };
-    if (passed(d) && !staged_in(d)) {
+    bool passed = false;
+    staged_in_allreduce(d, sc.target_steps, sc.ring_steps, &passed);
+    if (passed) {
       if (!sc.warned)
         std::fprintf(stderr, "dtlab gui: iteration %lld has no gradient allreduce to stop in (--ring-steps)\n",
                      static_cast<long long>(sc.target_steps));
       sc.warned = true;
       return true;
     }
+    auto staged_in = [&](const RunData& r) { return staged_in_allreduce(r, sc.target_steps, sc.ring_steps); };
     return staged_in(d) && (!app.twin || staged_in(app.twin_data) || app.twin_data.phase == RunPhase::Failed);
   }
   if (!app.opts.steps_given) {
@@ -649,6 +912,10 @@ int run_app(const lab::RunConfig& cfg_in, const AppOptions& opts) {
     app.data = std::move(opened);
     app.controls.pending = app.data.cfg;
     app.log.add(LogLevel::Info, "opened " + opts.open_dir, 0);
+  } else if (!opts.lesson.empty()) {
+    // a lesson: nothing trains before the learner has predicted
+    app.controls.pending = cfg_in;
+    start_lesson(app, opts.lesson, t0, true);
   } else {
     lab::RunConfig cfg = cfg_in;
     // Staging a mid-allreduce picture: the run must go on past --steps, and must not pass the
@@ -703,6 +970,7 @@ int run_app(const lab::RunConfig& cfg_in, const AppOptions& opts) {
     echo_log(app);
     reap(app);
     update_checks(app);
+    update_lesson(app, t0);
     mark(FramePart::News);
 
     win.new_frame(sc.active);

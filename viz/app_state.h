@@ -5,6 +5,7 @@
 #pragma once
 
 #include <array>
+#include <map>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -15,7 +16,9 @@
 
 #include "app_options.h"
 #include "batching_model.h"
+#include "catalog.h"
 #include "frame_stats.h"
+#include "lesson_driver.h"
 #include "log.h"
 #include "ring_model.h"
 #include "run_data.h"
@@ -46,6 +49,14 @@ struct Commands {
   bool back_to_live = false;
   bool reset_layout = false;
   std::optional<ViewId> show_view;
+  // lessons
+  std::string lesson_start;          // a lesson file to start (from the list or the menu)
+  bool lesson_run = false;           // Run: the predictions are committed
+  bool lesson_continue = false;      // after an observation
+  bool lesson_next_part = false;     // the next variation
+  bool lesson_reset = false;         // the same lesson for the next learner
+  bool lesson_close = false;         // back to the list
+  bool show_lessons = false;         // open the Lessons panel (the list)
 };
 
 struct RingViewState {
@@ -117,6 +128,23 @@ struct RanksViewState {
   } cache;
 };
 
+// The Lessons panel: the list, and what the learner is typing before committing.
+struct LessonPanelState {
+  std::vector<lessons::CatalogEntry> catalog;  // loaded when the panel first shows the list
+  bool catalog_loaded = false;
+  std::string load_error;            // --lesson or a chosen file that could not be read: shown, app keeps working
+  std::string load_error_file;
+  // drafts of the current part's predictions (committed into the session by "Commit")
+  std::map<std::string, int> choice;          // prediction id -> index of the chosen choice (-1: none)
+  std::map<std::string, std::string> number;  // numeric answers as typed
+  std::map<std::string, int> confidence;      // 1..5 (0: not given)
+  std::map<std::string, std::string> why;
+  std::string commit_error;
+  bool committed = false;            // this part's predictions are locked
+  size_t part_for_drafts = ~size_t{0};
+  bool show_checks = true;
+};
+
 struct LogViewState {
   bool auto_scroll = true;
   size_t seen = 0;
@@ -156,6 +184,8 @@ struct AppState {
   std::unique_ptr<RunHost> host, twin;
   std::vector<std::unique_ptr<RunHost>> retiring;
   RunData data, twin_data;
+  bool twin_shown = false;   // twin_data is shown beside data (a twin host, or a lesson's second run directory)
+  std::string data_label, twin_label;  // a lesson names its runs; otherwise the labels say what differs
   bool compare_bn = false;
   lab::RunConfig live_cfg;   // configuration of the live run
   HostStatus last_status;    // to log changes once
@@ -171,10 +201,16 @@ struct AppState {
   std::string open_input;    // File > Open text field
 
   ControlsState controls;
-  RingViewState ring;
+  RingViewState ring, ring_twin;        // *_twin: the second column when two runs are shown side by side
   BnViewState bn;
-  BatchingViewState batching;
-  TrainEvalViewState train_eval;
+  BatchingViewState batching, batching_twin;
+  TrainEvalViewState train_eval, train_eval_twin;
+  std::string bn_layer_wanted;          // a BatchNorm layer to select by name ("2") once the run has steps
+
+  // the lesson being taken (nullptr: none) and its panel
+  std::unique_ptr<LessonDriver> lesson;
+  LessonPanelState lesson_ui;
+  bool show_lesson_panel = false;
   TimelineState timeline;
   RanksViewState ranks;
   LogViewState log_view;

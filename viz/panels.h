@@ -23,6 +23,8 @@ void draw_timeline_panel(const RunData& d, TimelineState& st);
 void draw_ranks_panel(const RunData& d, RanksViewState& st);
 // Warnings and errors.
 void draw_log_panel(const LogBuffer& log, LogViewState& st);
+// Lessons: the list, or the lesson being taken (predict, run, observe, results).
+void draw_lessons_panel(LessonDriver* driver, LessonPanelState& st, bool teacher, Commands& cmd);
 // Shortcuts and what each view shows (F1).
 void draw_help_window(bool* open);
 

@@ -939,6 +939,28 @@ std::string format_value(const Value& v, const std::string& format) {
   return s;
 }
 
+std::string reflow(const std::string& text) {
+  std::string out, line;
+  std::stringstream in(text);
+  bool in_para = false;
+  while (std::getline(in, line)) {
+    const bool blank = line.find_first_not_of(" \t\r") == std::string::npos;
+    if (blank) {
+      if (!out.empty()) out += "\n\n";
+      in_para = false;
+      continue;
+    }
+    if (line.back() == '\r') line.pop_back();
+    const bool own_line = line.rfind("- ", 0) == 0 || line.rfind("  ", 0) == 0;
+    if (in_para && !own_line) out += " ";
+    else if (in_para) out += "\n";
+    out += own_line ? line : line.substr(line.find_first_not_of(' '));
+    in_para = true;
+  }
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  return out;
+}
+
 // ---- 7. requirements ----
 
 const std::vector<std::string>& known_requirements() {

@@ -106,7 +106,7 @@ struct Observe {
   std::string view;                // ring | batchnorm | batching | traineval
   std::string layer;               // batchnorm view: the BatchNorm layer ("2")
   int64_t channel = -1;            // batchnorm view: the channel
-  int64_t step = -1;               // pause at the start of this iteration (-1: when the run ends)
+  int64_t step = -1;               // the iteration to look at: the run pauses when it is done (-1: the end)
   int ring_step = -1;              // ... or this many ring steps into its gradient allreduce
   std::string say;                 // what to look at ({quantity:fmt} placeholders allowed)
   SourcePos pos;
@@ -186,6 +186,11 @@ struct Placeholder {
 std::vector<Placeholder> find_placeholders(const std::string& text);
 // Formats a value with a placeholder's format (numbers; other values ignore it).
 std::string format_value(const Value& v, const std::string& format);
+
+// Text as written in a lesson's multi-line strings, reflowed for a display that wraps: lines of a
+// paragraph joined by spaces, paragraphs (blank lines) kept, and lines that start with "- " or two
+// spaces kept on their own.
+std::string reflow(const std::string& text);
 
 // What `requires` may name, and whether this build and machine has it (mpi: the MPI transport and
 // mpirun; cuda: a CUDA device; gui: the lab window and a display; full-dataset: the whole

@@ -12,6 +12,16 @@
 
 namespace lessons {
 
+namespace {
+
+// A quantity whose run has not run yet: not an error to remember, the value comes later.
+class PendingError : public ExprError {
+ public:
+  using ExprError::ExprError;
+};
+
+}  // namespace
+
 std::string iso_now() {
   const std::time_t t = std::time(nullptr);
   std::tm tm{};
@@ -172,10 +182,13 @@ const Value* Session::lookup(const Part& part, const std::string& name, std::vec
       stack.pop_back();
     } else {
       const RunOutcome* o = outcome(q->run);
-      if (!o) throw QuantityError("run '" + q->run + "' has not run");
+      if (!o) throw PendingError("run '" + q->run + "' has not run yet");
       val = m_files.read(*q, *o);
     }
     return &(m_values[name] = std::move(val));
+  } catch (const PendingError&) {
+    if (!stack.empty() && stack.back() == name) stack.pop_back();
+    throw;
   } catch (const std::exception& ex) {
     if (!stack.empty() && stack.back() == name) stack.pop_back();
     m_errors[name] = ex.what();
@@ -354,6 +367,23 @@ const PartResult& Session::evaluate(const Part& part) {
     }
   }
   return m_results[part.id] = std::move(res);
+}
+
+std::string Session::render_now(const Part& part, const std::string& text) {
+  std::vector<std::string> stack;
+  std::string error;
+  const std::string out = render(text, [&](const std::string& n) { return lookup(part, n, stack); }, error);
+  // "{?}" marks a value still to come
+  std::string shown;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out.compare(i, 3, "{?}") == 0) {
+      shown += "\u2026";
+      i += 2;
+    } else {
+      shown += out[i];
+    }
+  }
+  return shown;
 }
 
 const PartResult* Session::result(const Part& part) const {

@@ -102,6 +102,10 @@ class Session {
   const PartResult& evaluate(const Part& part);
   const PartResult* result(const Part& part) const;
 
+  // A text's placeholders filled with what is known now (runs still to come give "…"): the
+  // observe sentence while its run is paused mid-way.
+  std::string render_now(const Part& part, const std::string& text);
+
   // The record of this session (lessons/README.md, "Records"): lesson id and version, dtlab's
   // version, who and when, every evaluated part's predictions with confidence, quantities, checks.
   nlohmann::json record(const std::string& front_end, const std::string& learner) const;

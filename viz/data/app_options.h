@@ -27,6 +27,13 @@ struct AppOptions {
   int rank_nice = 5;
   double exit_after = 0;       // --exit-after S: close the window after S seconds (benchmarks)
   bool steps_given = false;    // --steps was on the command line (screenshots wait for it)
+  // Lessons (viz/panel_lessons.cpp, viz/data/lesson_driver.h)
+  std::string lesson;          // --lesson ID|FILE: open with this lesson in the Lessons panel
+  std::string answers;         // --answers K=V,...|auto: commit these predictions and run (scripts)
+  std::string lesson_stage;    // --lesson-stage question|observe|results: when --screenshot shoots
+  std::string prepared;        // --prepared DIR: replay these runs ("": the lesson's prepared folder if
+                               //   it matches, else train; "none": always train)
+  bool teacher = false;        // --teacher: show the lessons' teacher notes
 };
 
 }  // namespace viz

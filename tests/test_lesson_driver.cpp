@@ -1,0 +1,157 @@
+// The app's lesson driver without a display: a lesson taken end to end over real run hosts, as the
+// Lessons panel takes it (Run locked until the predictions are committed, the observed moment
+// staged with the twin run beside it, results and record), and replayed from prepared runs.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "catalog.h"
+#include "lesson_driver.h"
+#include "run_host.h"
+#include "test_util.h"
+
+namespace {
+
+using namespace viz;
+
+// LabHooks over two RunHosts, as the app has them (without views).
+class HostLab : public LabHooks {
+ public:
+  void start_live(const lab::RunConfig& cfg, const lab::RunConfig* twin, bool paused) override {
+    host = std::make_unique<RunHost>(cfg, paused);
+    data.reset_live(cfg);
+    twin_host.reset();
+    twin_data = RunData();
+    if (twin) {
+      twin_host = std::make_unique<RunHost>(*twin, paused);
+      twin_data.reset_live(*twin);
+    }
+    ++started;
+  }
+  const RunData* live(int which) const override {
+    if (which == 0) return host ? &data : nullptr;
+    return twin_host ? &twin_data : nullptr;
+  }
+  void stage(int64_t iteration, int ring_step) override {
+    for (RunHost* h : {host.get(), twin_host.get()})
+      if (h) ring_step >= 0 ? h->run_into_allreduce(iteration, ring_step) : h->run_to_step(iteration);
+  }
+  void resume() override {
+    for (RunHost* h : {host.get(), twin_host.get()})
+      if (h) h->resume();
+  }
+  std::string open_dirs(const std::string& dir, const std::string& twin_dir) override {
+    host.reset();
+    twin_host.reset();
+    data = load_run_dir(dir);
+    twin_data = twin_dir.empty() ? RunData() : load_run_dir(twin_dir);
+    ++opened;
+    return "";
+  }
+  void show(const lessons::Observe& o) override { shown.push_back(o.view); }
+  void pump() {
+    if (host) data.update_from(*host);
+    if (twin_host) twin_data.update_from(*twin_host);
+  }
+
+  std::unique_ptr<RunHost> host, twin_host;
+  RunData data, twin_data;
+  int started = 0, opened = 0;
+  std::vector<std::string> shown;
+};
+
+// Updates until the driver reaches `want` (or 120 s pass).
+bool wait_for(LessonDriver& d, HostLab& lab, LessonStage want) {
+  const auto t0 = std::chrono::steady_clock::now();
+  while (d.stage() != want) {
+    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(120)) return false;
+    if (!d.error().empty()) return false;
+    lab.pump();
+    d.update(lab);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+std::string shipped(const std::string& id) {
+  return (std::filesystem::path(DTLAB_FIXTURES_DIR).parent_path().parent_path() / "lessons" / (id + ".toml")).string();
+}
+
+TEST(LessonDriver, PredictThenRunObserveTheTwinsAndRecord) {
+  DTLAB_REQUIRE_DATASET();
+  testutil::TempDir dir;
+  LessonDriver d(lessons::load_lesson(shipped("bn-ddp")), dir.file("session"), "", dir.file("records/r.json"));
+  HostLab lab;
+  EXPECT_EQ(d.stage(), LessonStage::Question);
+  EXPECT_FALSE(d.can_run());
+  EXPECT_FALSE(d.run());  // Run stays disabled until every prediction is committed
+  d.session().answer("whose_batch", "b", 4, "DDP is one big batch");
+  EXPECT_FALSE(d.can_run());
+  d.session().answer("sync_equals_global", "a", 2);
+  EXPECT_TRUE(d.can_run());
+  ASSERT_TRUE(d.run());
+
+  // the first observation: local and sync BatchNorm as twins, paused after iteration 0
+  ASSERT_TRUE(wait_for(d, lab, LessonStage::Observing)) << d.error();
+  ASSERT_NE(d.observing(), nullptr);
+  EXPECT_EQ(d.observing()->view, "batchnorm");
+  ASSERT_NE(lab.twin_host, nullptr);
+  EXPECT_EQ(lab.data.cfg.bn, "local");
+  EXPECT_EQ(lab.twin_data.cfg.bn, "sync");
+  // every rank of both runs has finished iteration 0 and waits before iteration 1
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  lab.pump();
+  EXPECT_EQ(lab.data.steps_done(), 1);
+  EXPECT_EQ(lab.twin_data.steps_done(), 1);
+  EXPECT_EQ(lab.data.phase, RunPhase::Paused);
+  EXPECT_NE(d.observing_text().find("Left, ordinary BatchNorm"), std::string::npos);
+
+  d.continue_after_observe(lab);
+  ASSERT_TRUE(wait_for(d, lab, LessonStage::Results)) << d.error();
+  EXPECT_EQ(lab.started, 2);  // local + sync together, then global
+  const lessons::PartResult* r = d.result();
+  ASSERT_NE(r, nullptr);
+  for (const lessons::CheckResult& c : r->checks) EXPECT_TRUE(c.passed) << c.id << ": " << c.error;
+  ASSERT_EQ(r->predictions.size(), 2u);
+  EXPECT_FALSE(r->predictions[0].correct);  // b: the global batch
+  EXPECT_TRUE(r->predictions[1].correct);
+  EXPECT_FALSE(r->hints.empty());
+  ASSERT_TRUE(std::filesystem::exists(dir.file("records/r.json")));
+  const nlohmann::json rec = nlohmann::json::parse(testutil::read_file(dir.file("records/r.json")));
+  EXPECT_EQ(rec["front_end"], "app");
+  EXPECT_EQ(rec["parts"][0]["predictions"][0]["why"], "DDP is one big batch");
+
+  // the variation: its own prediction, then its run
+  ASSERT_TRUE(d.has_next_part());
+  d.next_part();
+  EXPECT_EQ(d.stage(), LessonStage::Question);
+  EXPECT_FALSE(d.can_run());
+  d.session().answer("eval_without_broadcast", "b");
+  ASSERT_TRUE(d.run());
+  ASSERT_TRUE(wait_for(d, lab, LessonStage::Results)) << d.error();
+  EXPECT_TRUE(d.result()->passed());
+  EXPECT_FALSE(d.has_next_part());
+}
+
+TEST(LessonDriver, PreparedRunsAreReplayedFromTheirDirectories) {
+  DTLAB_REQUIRE_DATASET();
+  testutil::TempDir dir;
+  const auto p = testutil::run_cli("lesson prepare " + shipped("bn-ddp") + " --out " + dir.file("prepared"));
+  ASSERT_EQ(p.exit_code, 0) << p.out;
+  LessonDriver d(lessons::load_lesson(shipped("bn-ddp")), dir.file("session"), dir.file("prepared"), "");
+  HostLab lab;
+  d.session().set_auto_answers(true);
+  ASSERT_TRUE(d.run());
+  ASSERT_TRUE(wait_for(d, lab, LessonStage::Observing)) << d.error();
+  EXPECT_EQ(lab.started, 0);  // nothing trains
+  EXPECT_EQ(lab.data.cfg.bn, "local");
+  EXPECT_EQ(lab.twin_data.cfg.bn, "sync");
+  d.continue_after_observe(lab);
+  ASSERT_TRUE(wait_for(d, lab, LessonStage::Results)) << d.error();
+  EXPECT_TRUE(d.result()->passed());
+  for (const lessons::RunSpec& r : d.part().runs) EXPECT_TRUE(d.session().outcome(r.name)->prepared);
+}
+
+}  // namespace
