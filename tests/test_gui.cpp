@@ -272,3 +272,59 @@ TEST(Gui, KeysPauseAndTakeAScreenshot) {
     shot = shot || e.path().filename().string().rfind("dtlab-", 0) == 0;
   EXPECT_TRUE(shot) << "S saves dtlab-<time>.png in the current directory";
 }
+
+// Lessons in the window: the question with Run locked, the observed moment (two runs side by
+// side, paused), the results with the record written under the user's data directory; the three
+// screenshots differ. (The gating itself is tested without a display: test_lesson_driver.cpp.)
+TEST(GuiLessons, QuestionObservedMomentAndResults) {
+  DTLAB_REQUIRE_GUI();
+  DTLAB_REQUIRE_DATASET();
+  testutil::TempDir d;
+  const std::string env = "XDG_DATA_HOME=" + d.file("data") + " XDG_CONFIG_HOME=" + d.file("config") +
+                          " xvfb-run -a -s \"-screen 0 1600x1000x24\"";
+  const std::vector<std::pair<std::string, std::string>> stages = {
+      {"question", "--lesson bn-ddp"},
+      {"observe", "--lesson bn-ddp --answers whose_batch=b,sync_equals_global=a --lesson-stage observe"},
+      {"results", "--lesson bn-ddp --answers whose_batch=b,sync_equals_global=a"}};
+  std::vector<Png> shots;
+  for (const auto& [name, flags] : stages) {
+    const auto r = testutil::run_cli_with_prefix(env, "gui " + flags + " --screenshot " + d.file(name + ".png"));
+    ASSERT_EQ(r.exit_code, 0) << name << "\n" << r.out;
+    EXPECT_FALSE(contains(r.out, "error")) << name << "\n" << r.out;
+    shots.push_back(load_png(d.file(name + ".png")));
+    EXPECT_GT(shots.back().variance, 100.0) << name;
+  }
+  for (size_t i = 0; i < shots.size(); ++i)
+    for (size_t j = i + 1; j < shots.size(); ++j) EXPECT_GT(differing(shots[i], shots[j]), 0.02) << i << " and " << j;
+  // the results run left a record (the question and observe runs ended before any part finished)
+  int records = 0;
+  for (const auto& e : std::filesystem::directory_iterator(d.file("data/dtlab/lessons/records"))) {
+    const auto j = nlohmann::json::parse(testutil::read_file(e.path().string()));
+    EXPECT_EQ(j["lesson"]["id"], "bn-ddp");
+    EXPECT_EQ(j["front_end"], "app");
+    EXPECT_TRUE(j["passed"].get<bool>());
+    EXPECT_EQ(j["parts"][0]["predictions"][0]["answer"], "b");
+    ++records;
+  }
+  EXPECT_EQ(records, 1);
+  EXPECT_FALSE(std::filesystem::exists(d.file("config/dtlab/layout.ini")));
+}
+
+// A malformed lesson never takes the app down: it is shown with its error (file:line:col) next to
+// the list of lessons, where it is listed as unusable, and the window keeps working.
+TEST(GuiLessons, MalformedLessonIsShownWithItsError) {
+  DTLAB_REQUIRE_GUI();
+  testutil::TempDir d;
+  std::filesystem::create_directories(d.file("lessons"));
+  std::ofstream(d.file("lessons/broken.toml")) << "format_version = 1\nid = \"broken\"\ncolour = 3\n[question\n";
+  const std::string env = "DTLAB_LESSONS=" + d.file("lessons") + " XDG_DATA_HOME=" + d.file("data") +
+                          " XDG_CONFIG_HOME=" + d.file("config") + " xvfb-run -a -s \"-screen 0 1600x1000x24\"";
+  const auto r = testutil::run_cli_with_prefix(env, "gui --lesson broken --screenshot " + d.file("broken.png"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "cannot open lesson broken")) << r.out;
+  EXPECT_TRUE(contains(r.out, d.file("lessons/broken.toml") + ":4:")) << r.out;
+  EXPECT_GT(load_png(d.file("broken.png")).variance, 100.0);
+  const auto missing = testutil::run_cli_with_prefix(env, "gui --lesson nothing-like-it --screenshot " + d.file("m.png"));
+  ASSERT_EQ(missing.exit_code, 0) << missing.out;
+  EXPECT_TRUE(contains(missing.out, "no lesson 'nothing-like-it'")) << missing.out;
+}

@@ -624,6 +624,13 @@ void draw_views_header(const AppState& app) {
 
 void draw_views_window(AppState& app, Commands& cmd) {
   draw_views_header(app);
+  if (app.lesson && !app.host && app.data.phase == RunPhase::Empty) {
+    // nothing is shown before the learner has predicted
+    ImGui::Spacing();
+    heading(app.lesson->lesson().title.c_str());
+    ImGui::TextDisabled("The lesson's runs train here once your prediction is committed (Lessons panel, left).");
+    return;
+  }
   if (app.solo) {
     heading(view_title(*app.solo));
     ImGui::SameLine();
