@@ -464,3 +464,21 @@ TEST(LessonCatalog, ShippedLessonsAllLoad) {
 }
 
 }  // namespace
+
+namespace {
+
+// The authoring guide's complete example is the file that ctest runs (lesson.example).
+TEST(LessonGuide, TheWorkedExampleIsTheExampleFile) {
+  const std::filesystem::path root = std::filesystem::path(DTLAB_FIXTURES_DIR).parent_path().parent_path();
+  const std::string guide = testutil::read_file((root / "lessons" / "README.md").string());
+  const std::string start = "```toml\n# How does DistributedSampler";
+  const size_t a = guide.find(start);
+  ASSERT_NE(a, std::string::npos);
+  const size_t b = guide.find("```", a + 7);
+  ASSERT_NE(b, std::string::npos);
+  const std::string block = guide.substr(a + 8, b - a - 8);
+  EXPECT_EQ(block, testutil::read_file((root / "lessons" / "examples" / "sampler-shards.toml").string()));
+  EXPECT_NO_THROW(lessons::load_lesson((root / "lessons" / "examples" / "sampler-shards.toml").string()));
+}
+
+}  // namespace
