@@ -11,13 +11,14 @@ TEST(Architecture, CoreIncludesNoGuiGpuMpiOrBackendHeaders) {
   ASSERT_TRUE(std::filesystem::is_directory(lab)) << lab;
   const std::regex forbidden(R"(#\s*include\s*[<"](imgui|GLFW|GL/|cuda|cudnn|nccl|mpi\.h|threads/|cpu/|backends))");
   int files = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(lab)) {
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(lab)) {
+    if (!entry.is_regular_file()) continue;
     std::ifstream f(entry.path());
     std::string line;
     int n = 0;
     while (std::getline(f, line)) {
       ++n;
-      EXPECT_FALSE(std::regex_search(line, forbidden)) << entry.path().filename().string() << ":" << n << ": " << line;
+      EXPECT_FALSE(std::regex_search(line, forbidden)) << entry.path().string() << ":" << n << ": " << line;
     }
     ++files;
   }

@@ -1,4 +1,4 @@
-// parallel_for (lab/parallel.h) and the promise it makes to the layers: the same bits with any
+// parallel_for (lab/tensor/parallel.h) and the promise it makes to the layers: the same bits with any
 // number of compute threads.
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // Ranks as processes: a Transport over MPI point-to-point (Open MPI), one rank per process.
 //
-// Supported: everything in lab/transport.h, and native_allreduce_sum (MPI_Iallreduce).
+// Supported: everything in lab/comm/transport.h, and native_allreduce_sum (MPI_Iallreduce).
 //   - Matching is MPI's: messages from src to dst with equal tags arrive in posting order. A lab
 //     tag (uint64) becomes an MPI tag by keeping its low bits and its top two bits (lab tags are
 //     collective sequence numbers, plus run-internal ranges at the top); two lab tags that map

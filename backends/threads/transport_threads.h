@@ -1,6 +1,6 @@
 // Emulated ranks: a Transport over threads of one process (N ranks = N threads).
 //
-// Supported: everything in lab/transport.h.
+// Supported: everything in lab/comm/transport.h.
 //   - Matching: messages from src to dst are matched in posting order by tag; a recv takes the
 //     first message on the (src -> dst) channel whose tag is equal (later tags may overtake).
 //   - send() is buffered: it copies into the (rank -> dst) mailbox and returns at once.

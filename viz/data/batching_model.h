@@ -1,5 +1,5 @@
 // EpochLayout: one epoch of DistributedSampler + per-rank DataLoader, position by position, for
-// the batching view. Computed with the lab's own sampler (lab/sampler.h), so the picture is the
+// the batching view. Computed with the lab's own sampler (lab/data/sampler.h), so the picture is the
 // training's order, not a re-derivation.
 //
 // Positions p = 0 .. total_size-1 index the padded (or cut) global list. Rank r takes positions

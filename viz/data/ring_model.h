@@ -66,7 +66,7 @@ struct CollectiveFilter {
 CollectiveFilter training_sync_filter(const std::string& mode);
 
 // The phases of one allreduce in the order they happen, with their steps, for an algorithm on N
-// ranks and S bytes (lab/ring_allreduce.h, naive_allreduce.h, tree_allreduce.h).
+// ranks and S bytes (lab/comm/ring_allreduce.h, naive_allreduce.h, tree_allreduce.h).
 struct PhaseSteps {
   lab::Phase phase = lab::Phase::None;
   int steps = 0;

@@ -40,7 +40,7 @@ std::string list(const std::vector<int64_t>& v) {
 bool batch_of_one_fails(const lab::RunConfig& c) { return c.model == "mlp"; }
 
 // --mode dp: one DataLoader of global batches, each split over the devices as torch.chunk
-// (lab/data_parallel.h). Appends its checks; false when the run would be refused.
+// (lab/modes/data_parallel.h). Appends its checks; false when the run would be refused.
 bool check_data_parallel(const lab::RunConfig& c, int64_t dataset_size, std::vector<SettingCheck>& out) {
   const int64_t L = dataset_size, B = c.batch_size;
   const int W = c.world_size;
