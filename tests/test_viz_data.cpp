@@ -3,6 +3,8 @@
 // host's stepping, and a run directory read back (viz/data: no GUI headers).
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <array>
 #include <chrono>
 #include <cstdlib>
@@ -645,6 +647,22 @@ TEST(VizRunDir, ARunDirectoryReadsBackIntoTheSameData) {
   EXPECT_EQ(t.steps, 6);
   EXPECT_EQ(t.what, "grad bucket");
   for (int rank = 0; rank < 4; ++rank) EXPECT_EQ(viz::owned_chunk(t, rank), (rank + 1) % 4);
+}
+
+// DataParallel's devices other than 0 have no loss of their own (null in metrics.jsonl): the run
+// directory still opens, with those losses NaN as the live run holds them.
+TEST(VizRunDir, DataParallelRunDirectoryOpens) {
+  DTLAB_REQUIRE_DATASET();
+  testutil::TempDir dir;
+  const auto r = testutil::run_cli("run --mode dp --model mlp --world-size 3 --batch-size 30 --limit-train 300 "
+                                   "--limit-test 60 --steps 4 --threads 1 --out " + dir.file("run"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const viz::RunData d = viz::load_run_dir(dir.file("run"));
+  EXPECT_EQ(d.steps_done(), 4);
+  ASSERT_NE(d.record(3, 0), nullptr);
+  ASSERT_NE(d.record(3, 1), nullptr);
+  EXPECT_TRUE(std::isfinite(d.record(3, 0)->loss));
+  EXPECT_TRUE(std::isnan(d.record(3, 1)->loss));
 }
 
 TEST(VizRunDir, MissingConfigIsAnErrorNamingTheFile) {

@@ -365,17 +365,17 @@ Value RunFiles::read(const QuantitySpec& q, const RunOutcome& o) {
     if (!is_file(path)) throw QuantityError(where + ": " + missing(o, "metrics.jsonl"));
     const std::vector<nlohmann::json>& recs = metrics(o.dir);
     int64_t last_step = -1;
+    const char* step_key = q.kind == "eval" ? "steps" : "step";  // eval records: iterations done when taken
     if (q.step && *q.step < 0)
       for (const auto& r : recs)
-        if (r.value("kind", "") == q.kind && r.contains("step")) last_step = std::max(last_step, r["step"].get<int64_t>());
+        if (r.value("kind", "") == q.kind && r.contains(step_key)) last_step = std::max(last_step, r[step_key].get<int64_t>());
     std::vector<Value> vals;
     for (const auto& r : recs) {
       if (r.value("kind", "") != q.kind) continue;
       if (q.rank && (!r.contains("rank") || r["rank"].get<int64_t>() != *q.rank)) continue;
       if (q.step) {
         const int64_t want = *q.step < 0 ? last_step : *q.step;
-        const char* key = q.kind == "eval" ? "steps" : "step";
-        if (!r.contains(key) || r[key].get<int64_t>() != want) continue;
+        if (!r.contains(step_key) || r[step_key].get<int64_t>() != want) continue;
       }
       if (q.epoch && (!r.contains("epoch") || r["epoch"].get<int64_t>() != *q.epoch)) continue;
       std::string at = where + ": metrics.jsonl " + q.kind + " record";

@@ -1,9 +1,10 @@
-// load_run_dir: a run directory (lab/run_dir.h) read back into RunData, so a finished run shows
+// load_run_dir: a run directory (lab/run/run_dir.h) read back into RunData, so a finished run shows
 // in the same panels as a live one. The run directory is the contract: this reads only what
 // RunDir writes.
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -22,8 +23,16 @@ std::vector<float> floats(const nlohmann::json& j, const char* key) {
   auto it = j.find(key);
   if (it == j.end() || !it->is_array()) return v;
   v.reserve(it->size());
-  for (const auto& x : *it) v.push_back(x.is_number() ? x.get<float>() : 0.0f);
+  for (const auto& x : *it) v.push_back(x.is_number() ? x.get<float>() : std::numeric_limits<float>::quiet_NaN());
   return v;
+}
+
+// A float field; null (how metrics.jsonl writes a NaN, e.g. DataParallel's devices other than 0
+// have no loss of their own) reads back as NaN, as the live run holds it.
+float float_or_nan(const nlohmann::json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number()) return std::numeric_limits<float>::quiet_NaN();
+  return it->get<float>();
 }
 
 lab::StepRecord step_from_json(const nlohmann::json& j) {
@@ -33,7 +42,7 @@ lab::StepRecord step_from_json(const nlohmann::json& j) {
   r.epoch = j.value("epoch", int64_t{0});
   r.batch = j.value("batch", int64_t{0});
   r.batch_size = j.value("batch_size", int64_t{0});
-  r.loss = j.value("loss", 0.0f);
+  r.loss = float_or_nan(j, "loss");
   r.correct = j.value("correct", int64_t{0});
   r.bytes_sent = j.value("bytes_sent", uint64_t{0});
   r.t = j.value("t", 0.0);
