@@ -330,7 +330,7 @@ void print_results(const Session& s, const Part& part, const PartResult& res) {
       if (ob.ring_step >= 0) where += ", ring step " + std::to_string(ob.ring_step);
       std::string runs;
       for (const std::string& r : ob.runs) runs += (runs.empty() ? "" : " and ") + r;
-      std::printf("%s", wrap("- " + where + " (run " + runs + "): " + res.observations[i], "  ").c_str());
+      std::printf("%s", wrap("- " + where + " (run " + runs + "): " + reflow(res.observations[i]), "  ").c_str());
     }
     std::printf("%s", wrap("(see it live: dtlab gui --lesson " + s.lesson().id + ")", "  ").c_str());
   }
@@ -344,7 +344,7 @@ void print_results(const Session& s, const Part& part, const PartResult& res) {
                 p.correct ? "right" : "not right");
     if (pr.kind == "choice" && p.answer && !p.correct)
       for (const Choice& c : pr.choices)
-        if (c.key == p.answer->value && !c.misconception.empty()) std::printf("%s", wrap("Why " + c.key + " is tempting: " + c.misconception, "    ").c_str());
+        if (c.key == p.answer->value && !c.misconception.empty()) std::printf("%s", wrap("About " + c.key + ": " + c.misconception, "    ").c_str());
     if (!p.error.empty()) std::printf("    (could not decide: %s)\n", p.error.c_str());
   }
   if (!res.hints.empty()) {

@@ -146,8 +146,9 @@ void LessonDriver::start_next(LabHooks& lab) {
     return;
   }
 
-  if (r->command != "run") {
-    // bench and eval: on the driver's thread, the views keep what they show
+  if (r->command != "run" || r->parsed.run.comm == "mpi") {
+    // bench and eval, and ranks as processes (mpirun): on the driver's thread; the views keep
+    // what they show (an observation of such a run opens its directory when the part ends)
     m_worker_done = false;
     m_worker_outcome.reset();
     m_worker_error.clear();
