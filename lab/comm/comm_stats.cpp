@@ -32,6 +32,36 @@ TrafficStats traffic_stats(const std::vector<std::vector<Event>>& events_per_ran
   return t;
 }
 
+ComputeStats compute_stats(const std::vector<std::vector<Event>>& events_per_rank) {
+  const size_t n = events_per_rank.size();
+  ComputeStats c;
+  c.forward.assign(n, 0);
+  c.backward.assign(n, 0);
+  c.optimizer.assign(n, 0);
+  for (size_t r = 0; r < n; ++r)
+    for (const Event& e : events_per_rank[r]) {
+      if (e.kind != EventKind::Compute || e.train_step < 0) continue;
+      const double s = e.t_end - e.t_start;
+      if (e.phase == Phase::Forward) c.forward[r] += s;
+      else if (e.phase == Phase::Backward) c.backward[r] += s;
+      else if (e.phase == Phase::OptimizerStep) c.optimizer[r] += s;
+    }
+  return c;
+}
+
+std::vector<BucketInfo> grad_buckets(const std::vector<std::vector<Event>>& events_per_rank) {
+  std::vector<BucketInfo> out;
+  if (events_per_rank.empty()) return out;
+  int64_t last = -1;
+  for (const Event& e : events_per_rank[0])
+    if (e.kind == EventKind::Collective && e.train_step >= 0 && std::string(e.what) == "grad bucket") last = std::max(last, e.train_step);
+  for (const Event& e : events_per_rank[0])
+    if (e.kind == EventKind::Collective && e.train_step == last && std::string(e.what) == "grad bucket")
+      out.push_back({e.tag, e.bytes});
+  std::sort(out.begin(), out.end(), [](const BucketInfo& a, const BucketInfo& b) { return a.index < b.index; });
+  return out;
+}
+
 OverlapStats overlap_stats(const std::vector<std::vector<Event>>& events_per_rank) {
   OverlapStats o;
   for (const auto& events : events_per_rank) {

@@ -38,7 +38,21 @@ struct OverlapStats {
   double hidden_fraction = 0;          // hidden_seconds_total / comm_seconds_total (0 without comm)
 };
 
+// Seconds of computation per rank and phase during the training steps (Compute events).
+struct ComputeStats {
+  std::vector<double> forward, backward, optimizer;  // per rank
+};
+
+// DDP's gradient buckets as the last training step reduced them on rank 0: index and bytes
+// (bucket 0 holds the last layers' gradients, ready first in backward).
+struct BucketInfo {
+  int index = 0;
+  uint64_t bytes = 0;
+};
+
 // events_per_rank[r]: rank r's events.
+ComputeStats compute_stats(const std::vector<std::vector<Event>>& events_per_rank);
+std::vector<BucketInfo> grad_buckets(const std::vector<std::vector<Event>>& events_per_rank);
 TrafficStats traffic_stats(const std::vector<std::vector<Event>>& events_per_rank);
 OverlapStats overlap_stats(const std::vector<std::vector<Event>>& events_per_rank);
 

@@ -1026,6 +1026,26 @@ const RunSummary& Run::finish() {
                           {"link", {{"latency_us", m_cfg.link_latency_us}, {"gbps", m_cfg.link_gbps}}},
                           {"what", "seconds inside collectives during training steps, and the part of them "
                                    "that overlapped the same rank's backward computation"}};
+    const ComputeStats cs = compute_stats(events);
+    nlohmann::json cpr = nlohmann::json::array();
+    double fw = 0, bw = 0, opt = 0;
+    for (size_t r = 0; r < cs.forward.size(); ++r) {
+      cpr.push_back({{"rank", r}, {"forward_seconds", cs.forward[r]}, {"backward_seconds", cs.backward[r]},
+                     {"optimizer_seconds", cs.optimizer[r]}});
+      fw += cs.forward[r] / static_cast<double>(cs.forward.size());
+      bw += cs.backward[r] / static_cast<double>(cs.forward.size());
+      opt += cs.optimizer[r] / static_cast<double>(cs.forward.size());
+    }
+    j["compute"] = {{"per_rank", cpr}, {"forward_seconds", fw}, {"backward_seconds", bw}, {"optimizer_seconds", opt},
+                    {"what", "seconds of forward, backward and optimizer steps during training (mean over ranks, and "
+                             "per rank); a backward includes the waits DDP's buckets make it do"}};
+    if (m_cfg.mode != "dp" && m_cfg.world_size > 1) {
+      nlohmann::json bj = nlohmann::json::array();
+      for (const BucketInfo& b : grad_buckets(events)) bj.push_back({{"index", b.index}, {"bytes", b.bytes}});
+      j["ddp"] = {{"buckets", bj}, {"bucket_cap_mb", m_cfg.bucket_cap_mb},
+                  {"what", "the gradient buckets of the last training step: bucket 0 holds the last layers' "
+                           "gradients (ready first in backward; at most 1 MiB after the first iteration's rebuild)"}};
+    }
     if (m_cfg.mode == "dp") {
       j["data_parallel"] = {{"devices", m_cfg.world_size}, {"global_batch", m_cfg.batch_size},
                             {"device0_share_of_bytes", tr.rank0_share},
