@@ -48,6 +48,9 @@ class CommRuntime {
     (void)error;
     return {};
   }
+  // The rank this process's transport is waiting for right now (-1: none), e.g. when a signal
+  // came: under mpirun, SIGTERM usually means another process of the job ended.
+  virtual int waiting_for() const { return -1; }
   // Stops every process of the job at once (MPI_Abort); does not return. No-op here.
   virtual void kill_job(int exit_code) { (void)exit_code; }
 };

@@ -1,8 +1,16 @@
+// dtlab bench train and bench sgemm (bench_train.h says what each mode measures and prints).
+//
+// Sections: the models without (or with frozen) BatchNorm | timing (one training step on N
+// emulated ranks; the median of rounds) | per-sample vs batched (gradients and times) | the
+// command: one size, the sweep, per sample | bench sgemm
 #include "bench_train.h"
 
 #include <algorithm>
-#include <atomic>
+#include <cassert>
+#include <cmath>
 #include <cstdio>
+#include <exception>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -11,73 +19,237 @@
 #include "command_line.h"
 #include "communicator.h"
 #include "config.h"
+#include "conv2d.h"
 #include "ddp.h"
 #include "errors.h"
 #include "events.h"
+#include "flatten.h"
 #include "gemm.h"
+#include "linear.h"
+#include "maxpool2d.h"
 #include "model.h"
 #include "optim.h"
 #include "parallel.h"
+#include "relu.h"
 #include "threads/transport_threads.h"
 #include "torch_rng.h"
 
 namespace lab {
 
+// ---- the models without (or with frozen) BatchNorm ----
+
 namespace {
 
-struct RankBench {
-  std::unique_ptr<Model> model;
-  double step_seconds = 0;
-  std::string error;
+// BatchNorm in eval mode, with gradients, as PyTorch computes it after model.eval(): the
+// statistics are frozen (running_mean, running_var), weight and bias still learn.
+//   x: (N, C) or (N, C, H, W); y = x * alpha + beta per channel with
+//   alpha = weight / sqrt(running_var + eps), beta = bias - running_mean * alpha.
+//   backward: dx = dy * alpha; dweight += sum dy * (x - running_mean) / sqrt(running_var + eps);
+//   dbias += sum dy (sums over N, H, W, in double).
+// Unlike BatchNorm in train mode it treats every sample on its own, so a batch of one is fine.
+// Private to bench train: the per-sample loop's BatchNorm (bench_train.h).
+class FrozenBatchNorm : public Module {
+ public:
+  FrozenBatchNorm(int features, int spatial_dims, double eps) : m_c(features), m_spatial(spatial_dims), m_eps(eps) {
+    m_weight = {"weight", Tensor({features}, 1.0f), Tensor({features})};
+    m_bias = {"bias", Tensor({features}, 0.0f), Tensor({features})};
+    m_running_mean = {"running_mean", Tensor({features}, 0.0f)};
+    m_running_var = {"running_var", Tensor({features}, 1.0f)};
+    m_num_batches_tracked = {"num_batches_tracked", Tensor(), true, 0};
+  }
+  std::string kind() const override { return m_spatial == 2 ? "BatchNorm2d" : "BatchNorm1d"; }
+  std::string describe() const override { return kind() + "(" + std::to_string(m_c) + ", frozen)"; }
+  std::vector<Param*> params() override { return {&m_weight, &m_bias}; }
+  std::vector<Buffer*> buffers() override { return {&m_running_mean, &m_running_var, &m_num_batches_tracked}; }
+
+  void forward(const Tensor& x, Tensor& y, Mode mode) override {
+    coefficients();
+    const int64_t nb = x.dim(0), inner = x.numel() / std::max<int64_t>(1, nb * m_c);
+    y.resize(x.shape);
+    for (int64_t b = 0; b < nb; ++b)
+      for (int64_t ch = 0; ch < m_c; ++ch) {
+        const float* p = x.ptr() + (b * m_c + ch) * inner;
+        float* q = y.ptr() + (b * m_c + ch) * inner;
+        for (int64_t i = 0; i < inner; ++i) q[i] = p[i] * m_alpha[ch] + m_beta[ch];
+      }
+    if (mode == Mode::Train) m_x = x;
+  }
+
+  void backward(const Tensor& dy, Tensor* dx) override {
+    const int64_t nb = m_x.dim(0), inner = m_x.numel() / std::max<int64_t>(1, nb * m_c);
+    if (dx) dx->resize(m_x.shape);
+    for (int64_t ch = 0; ch < m_c; ++ch) {
+      const float mean = m_running_mean.value.ptr()[ch];
+      double sum_dy = 0, sum_dy_xhat = 0;
+      for (int64_t b = 0; b < nb; ++b) {
+        const int64_t off = (b * m_c + ch) * inner;
+        const float* g = dy.ptr() + off;
+        const float* p = m_x.ptr() + off;
+        for (int64_t i = 0; i < inner; ++i) {
+          sum_dy += g[i];
+          sum_dy_xhat += static_cast<double>(g[i]) * ((p[i] - mean) * m_invstd[ch]);
+        }
+        if (dx)
+          for (int64_t i = 0; i < inner; ++i) dx->ptr()[off + i] = g[i] * m_alpha[ch];
+      }
+      m_weight.grad.ptr()[ch] += static_cast<float>(sum_dy_xhat);
+      m_bias.grad.ptr()[ch] += static_cast<float>(sum_dy);
+    }
+  }
+
+ private:
+  // alpha, beta (C,) from the frozen statistics, in float as lab's BatchNorm in eval mode.
+  void coefficients() {
+    m_invstd.resize(static_cast<size_t>(m_c));
+    m_alpha.resize(static_cast<size_t>(m_c));
+    m_beta.resize(static_cast<size_t>(m_c));
+    const float eps = static_cast<float>(m_eps);
+    for (int64_t ch = 0; ch < m_c; ++ch) {
+      m_invstd[ch] = 1.0f / std::sqrt(m_running_var.value.ptr()[ch] + eps);
+      m_alpha[ch] = m_invstd[ch] * m_weight.value.ptr()[ch];
+      m_beta[ch] = m_bias.value.ptr()[ch] - m_running_mean.value.ptr()[ch] * m_alpha[ch];
+    }
+  }
+
+  int64_t m_c;
+  int m_spatial;
+  double m_eps;
+  Param m_weight, m_bias;
+  Buffer m_running_mean, m_running_var, m_num_batches_tracked;
+  std::vector<float> m_invstd, m_alpha, m_beta;  // (C,) each
+  Tensor m_x;                                    // like x: the last Train-mode input
 };
 
 }  // namespace
 
-int bench_train(const BenchTrainOptions& opt) {
-  std::FILE* out = opt.out ? opt.out : stdout;
-  if (opt.batch_size <= 0)
-    throw ConfigError("batch_size should be a positive integer value, but got batch_size=" + std::to_string(opt.batch_size));
-  if (opt.world_size < 1 || opt.world_size > kMaxWorldSize)
-    throw ConfigError("--world-size must be in 1.." + std::to_string(kMaxWorldSize));
-  if (opt.threads < 1) throw ConfigError("--threads must be at least 1");
-  if (opt.rounds < 1 || !(opt.seconds > 0)) throw ConfigError("--rounds and --seconds must be positive");
-  const int world = opt.world_size;
-  set_compute_threads(world == 1 ? opt.threads : 1);
-  std::fprintf(out, "# dtlab %s bench train model=%s batch_size=%lld world_size=%d threads=%d sgemm=%s\n", kDtlabVersion,
-              opt.model.c_str(), opt.batch_size, world, world == 1 ? opt.threads : 1, gemm_backend_name());
-  std::fflush(out);
-
+std::unique_ptr<Model> build_bench_model(const std::string& name, uint64_t seed, BenchBatchNorm bn) {
   ModelOptions mopt;
-  mopt.name = opt.model;
-  std::vector<RankBench> ranks(static_cast<size_t>(world));
-  for (auto& r : ranks) r.model = build_model(mopt, 0);
-  const int64_t flops = ranks[0].model->train_flops_per_sample({1, 28, 28});
+  mopt.name = name;
+  if (bn == BenchBatchNorm::Train) return build_model(mopt, seed);
+  // build_model's architectures (model.cpp), layer by layer in the same order, so that the
+  // generator is drawn from exactly as there; a BatchNorm layer is replaced (Frozen) or left out
+  // (None). Its options are BatchNormOptions' defaults, those bench train's models use.
+  const double eps = BatchNormOptions().eps;
+  TorchGenerator g(seed);
+  auto model = std::make_unique<Model>();
+  auto linear = [&](int in, int out) {
+    auto m = std::make_unique<Linear>(in, out);
+    m->reset_parameters(g);
+    model->add(std::move(m));
+  };
+  auto conv = [&](int cin, int cout) {  // no bias: as in build_model, where a BatchNorm follows
+    auto m = std::make_unique<Conv2d>(cin, cout, 3, 1, false);
+    m->reset_parameters(g);
+    model->add(std::move(m));
+  };
+  auto batchnorm = [&](int features, int spatial_dims) {
+    if (bn == BenchBatchNorm::Frozen) model->add(std::make_unique<FrozenBatchNorm>(features, spatial_dims, eps));
+  };
+  if (name == "mlp") {
+    model->add(std::make_unique<Flatten>());
+    linear(784, 256);
+    batchnorm(256, 0);
+    model->add(std::make_unique<ReLU>());
+    linear(256, 128);
+    batchnorm(128, 0);
+    model->add(std::make_unique<ReLU>());
+    linear(128, 10);
+  } else if (name == "cnn") {
+    conv(1, 32);
+    batchnorm(32, 2);
+    model->add(std::make_unique<ReLU>());
+    model->add(std::make_unique<MaxPool2d>(2));
+    conv(32, 64);
+    batchnorm(64, 2);
+    model->add(std::make_unique<ReLU>());
+    model->add(std::make_unique<MaxPool2d>(2));
+    model->add(std::make_unique<Flatten>());
+    linear(64 * 7 * 7, 128);
+    model->add(std::make_unique<ReLU>());
+    linear(128, 10);
+  } else {
+    throw ConfigError("--model: unknown model '" + name + "'", "choose one of: mlp, cnn");
+  }
+  return model;
+}
+
+// ---- timing ----
+
+namespace {
+
+constexpr int kWarmupSteps = 5;  // as torch_peer.py
+
+// Median seconds per call of fn: kWarmupSteps calls, then `rounds` rounds of about `seconds`
+// each (at least one call). With comm (several ranks) every rank runs rank 0's count per round.
+double median_call_seconds(const std::function<void()>& fn, double seconds, int rounds, Communicator* comm) {
+  for (int i = 0; i < kWarmupSteps; ++i) fn();
+  double t0 = now_seconds();
+  fn();
+  float m = static_cast<float>(std::max(1.0, seconds / std::max(now_seconds() - t0, 1e-6)));
+  // Every rank must run the same number of steps: use rank 0's count.
+  if (comm) comm->broadcast(&m, sizeof m, 0, CollectiveInfo{"bench steps", -1});
+  const int calls = static_cast<int>(m);
+  std::vector<double> ts;
+  for (int round = 0; round < rounds; ++round) {
+    t0 = now_seconds();
+    for (int i = 0; i < calls; ++i) fn();
+    ts.push_back((now_seconds() - t0) / calls);
+  }
+  std::sort(ts.begin(), ts.end());
+  return ts[ts.size() / 2];
+}
+
+// A fixed random batch, as torch_peer makes it: x (B, 1, 28, 28) in [-1, 1], labels in 0..9,
+// drawn from a generator seeded with the rank.
+struct Batch {
+  Tensor x;               // (B, 1, 28, 28)
+  std::vector<int> y;     // (B,)
+};
+Batch random_batch(long long batch, uint64_t seed) {
+  TorchGenerator g(seed);
+  Batch b{Tensor({batch, 1, 28, 28}), std::vector<int>(static_cast<size_t>(batch))};
+  g.uniform_(b.x.ptr(), b.x.numel(), -1.0, 1.0);
+  for (int& v : b.y) v = static_cast<int>(g.random() % 10);
+  return b;
+}
+
+SgdOptions bench_sgd() {
+  SgdOptions so;
+  so.lr = 0.01;
+  so.momentum = 0.9;
+  return so;
+}
+
+BenchBatchNorm batchnorm_of(const BenchTrainOptions& opt) {
+  return opt.batchnorm ? BenchBatchNorm::Train : BenchBatchNorm::None;
+}
+
+// Median seconds of one training step at per-rank batch `batch` on opt.world_size emulated
+// ranks (DDP, ring allreduce), a fresh model (seed 0) and batch per call; the slowest rank's.
+// A rank's error is rethrown with its type (a BatchNorm batch of one stays a TrainingError).
+double time_train_step(const BenchTrainOptions& opt, long long batch) {
+  const int world = opt.world_size;
+  std::vector<std::unique_ptr<Model>> models(static_cast<size_t>(world));
+  for (auto& m : models) m = build_bench_model(opt.model, 0, batchnorm_of(opt));
+  std::vector<double> step_seconds(static_cast<size_t>(world), 0.0);
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(world));
   ThreadsWorld tw(world);
-  std::vector<EventLog> logs(static_cast<size_t>(world));
   std::vector<std::thread> threads;
   for (int rank = 0; rank < world; ++rank) {
     threads.emplace_back([&, rank] {
-      RankBench& rb = ranks[static_cast<size_t>(rank)];
       try {
-        Model& model = *rb.model;
+        Model& model = *models[static_cast<size_t>(rank)];
         Communicator comm(tw.transport(rank), nullptr);
         broadcast_state(model, comm);
         DdpReducer reducer(model, comm, 25.0);
-        SgdOptions so;
-        so.lr = 0.01;
-        so.momentum = 0.9;
-        Sgd sgd(model.params(), so);
+        Sgd sgd(model.params(), bench_sgd());
         // A fixed batch per rank, different on every rank (torch_peer seeds each rank by its rank).
-        TorchGenerator g(static_cast<uint64_t>(rank));
-        Tensor x({opt.batch_size, 1, 28, 28});
-        g.uniform_(x.ptr(), x.numel(), -1.0, 1.0);
-        std::vector<int> y(static_cast<size_t>(opt.batch_size));
-        for (int& v : y) v = static_cast<int>(g.random() % 10);
+        const Batch data = random_batch(batch, static_cast<uint64_t>(rank));
         Tensor dlogits;
         auto step = [&] {
           model.zero_grad();
-          const Tensor& logits = model.forward(x, Mode::Train);
-          cross_entropy(logits, y, &dlogits, nullptr);
+          const Tensor& logits = model.forward(data.x, Mode::Train);
+          cross_entropy(logits, data.y, &dlogits, nullptr);
           reducer.prepare_for_backward();
           model.backward(dlogits, [&](int i) {
             if (world > 1) reducer.mark_param_ready(i);
@@ -85,52 +257,335 @@ int bench_train(const BenchTrainOptions& opt) {
           if (world > 1) reducer.finalize_backward();
           sgd.step();
         };
-        for (int i = 0; i < 5; ++i) step();
-        double t0 = now_seconds();
-        step();
-        float m = static_cast<float>(std::max(1.0, opt.seconds / std::max(now_seconds() - t0, 1e-6)));
-        // Every rank must run the same number of steps: use rank 0's count.
-        comm.broadcast(&m, sizeof m, 0, CollectiveInfo{"bench steps", -1});
-        const int steps = static_cast<int>(m);
-        std::vector<double> ts;
-        for (int round = 0; round < opt.rounds; ++round) {
-          t0 = now_seconds();
-          for (int i = 0; i < steps; ++i) step();
-          ts.push_back((now_seconds() - t0) / steps);
-        }
-        std::sort(ts.begin(), ts.end());
-        rb.step_seconds = ts[ts.size() / 2];
+        step_seconds[static_cast<size_t>(rank)] = median_call_seconds(step, opt.seconds, opt.rounds, &comm);
       } catch (const std::exception& e) {
-        rb.error = e.what();
-        tw.transport(rank).abort(rb.error);
+        errors[static_cast<size_t>(rank)] = std::current_exception();
+        tw.transport(rank).abort(e.what());
       }
     });
   }
   for (auto& t : threads) t.join();
-  double slowest = 0;
-  for (const auto& r : ranks) {
-    if (!r.error.empty()) throw Error("bench train failed: " + r.error);
-    slowest = std::max(slowest, r.step_seconds);
+  for (const auto& e : errors) {
+    if (!e) continue;
+    try {
+      std::rethrow_exception(e);
+    } catch (const Error& err) {
+      throw_error(err.exit_code(), "bench train failed at batch size " + std::to_string(batch) + ": " + err.what(),
+                  err.hint());
+    } catch (const std::exception& err) {
+      throw Error(std::string("bench train failed: ") + err.what());
+    }
   }
-  const double sps = static_cast<double>(opt.batch_size) * world / slowest;
+  return *std::max_element(step_seconds.begin(), step_seconds.end());
+}
+
+// ---- per-sample vs batched ----
+
+// Every parameter's gradient (params() order) and its state_dict name.
+struct Gradients {
+  std::vector<std::string> names;
+  std::vector<Tensor> grads;
+};
+Gradients gradients_of(Model& model) {
+  Gradients g;
+  for (const StateEntry& e : model.state_dict())
+    if (e.param) {
+      g.names.push_back(e.name);
+      g.grads.push_back(e.param->grad);
+    }
+  return g;
+}
+
+struct GradDiff {
+  double max_abs = 0;   // max |a - b| over every element of every parameter
+  double max_rel = 0;   // max over parameters of max |a - b| / max(max |a|, max |b|), in [0, 2]
+  std::string rel_param;  // where max_rel is (a state_dict name of b's model)
+};
+// a and b: the same parameters in the same order (names may differ where a model lacks layers).
+GradDiff compare(const Gradients& a, const Gradients& b) {
+  assert(a.grads.size() == b.grads.size());
+  GradDiff d;
+  for (size_t p = 0; p < a.grads.size(); ++p) {
+    assert(a.grads[p].shape == b.grads[p].shape);
+    double diff = 0, scale = 0;
+    for (size_t i = 0; i < a.grads[p].data.size(); ++i) {
+      diff = std::max(diff, std::fabs(static_cast<double>(a.grads[p].data[i]) - b.grads[p].data[i]));
+      scale = std::max({scale, std::fabs(static_cast<double>(a.grads[p].data[i])),
+                        std::fabs(static_cast<double>(b.grads[p].data[i]))});
+    }
+    d.max_abs = std::max(d.max_abs, diff);
+    const double rel = scale > 0 ? diff / scale : diff;
+    if (rel > d.max_rel || d.rel_param.empty()) {
+      d.max_rel = rel;
+      d.rel_param = b.names[p];
+    }
+  }
+  return d;
+}
+
+// The samples of a batch one by one: xs[i] (1, 1, 28, 28), ys[i] (1,). Cut before timing, as a
+// PyTorch loop's x[i:i+1] is a view that costs nothing.
+struct Samples {
+  std::vector<Tensor> xs;
+  std::vector<std::vector<int>> ys;
+};
+Samples split(const Batch& b) {
+  Samples s;
+  const int64_t n = b.x.dim(0), per = b.x.numel() / n;
+  for (int64_t i = 0; i < n; ++i) {
+    Tensor xi({1, b.x.dim(1), b.x.dim(2), b.x.dim(3)});
+    std::copy(b.x.ptr() + i * per, b.x.ptr() + (i + 1) * per, xi.ptr());
+    s.xs.push_back(std::move(xi));
+    s.ys.push_back({b.y[static_cast<size_t>(i)]});
+  }
+  return s;
+}
+
+// Zeroes the gradients, then forward and backward of the whole batch (the mean loss over B).
+void batched_pass(Model& model, const Batch& b, Tensor& dlogits) {
+  model.zero_grad();
+  const Tensor& logits = model.forward(b.x, Mode::Train);
+  cross_entropy(logits, b.y, &dlogits, nullptr);
+  model.backward(dlogits);
+}
+
+// Zeroes the gradients, then B forward and backward passes of one sample each, accumulated.
+void per_sample_passes(Model& model, const Samples& s, Tensor& dlogits) {
+  model.zero_grad();
+  const float batch = static_cast<float>(s.xs.size());
+  for (size_t i = 0; i < s.xs.size(); ++i) {
+    const Tensor& logits = model.forward(s.xs[i], Mode::Train);
+    cross_entropy(logits, s.ys[i], &dlogits, nullptr);  // (1, 10): the gradient of sample i's own loss
+    // The batched loss is the mean over the B samples, so each sample's gradient enters it with
+    // weight 1/B: scaling dlogits scales every gradient of this backward (it is linear in
+    // dlogits), and backward accumulates (+=) into the parameters' gradients.
+    for (float& v : dlogits.data) v /= batch;
+    model.backward(dlogits);
+  }
+}
+
+struct PerSampleResult {
+  double batched_seconds = 0, per_sample_seconds = 0;
+  GradDiff grad;              // per-sample vs the batched step as timed
+  bool has_same_computation = false;
+  GradDiff same_computation;  // per-sample vs a batched step computing the same (not for "train")
+  std::string train_mode_error;  // BatchNorm's batch-of-one error in train mode ("" when accepted)
+};
+
+// How the per-sample passes build BatchNorm: none without it, else --per-sample-bn's choice.
+BenchBatchNorm per_sample_batchnorm(const BenchTrainOptions& opt) {
+  if (!opt.batchnorm) return BenchBatchNorm::None;
+  return opt.per_sample_bn == "train" ? BenchBatchNorm::Train : BenchBatchNorm::Frozen;
+}
+
+PerSampleResult run_per_sample(const BenchTrainOptions& opt, long long batch_size) {
+  PerSampleResult r;
+  const Batch data = random_batch(batch_size, 0);  // rank 0's batch of the timed batched step
+  const Samples samples = split(data);
+  const BenchBatchNorm per_sample_bn = per_sample_batchnorm(opt);
+  Tensor dlogits;
+
+  if (opt.batchnorm) {
+    // What train mode does with a batch of one, on a model of its own: BatchNorm1d (mlp) has one
+    // value per channel and raises PyTorch's error; BatchNorm2d (cnn) has 28 x 28 and normalizes
+    // the sample with its own statistics.
+    auto probe = build_bench_model(opt.model, 0, BenchBatchNorm::Train);
+    try {
+      probe->forward(samples.xs[0], Mode::Train);
+    } catch (const TrainingError& e) {
+      r.train_mode_error = e.what();
+      if (per_sample_bn == BenchBatchNorm::Train)
+        throw TrainingError("--per-sample-bn train: " + r.train_mode_error,
+                            "a batch of one has no batch statistics here; --per-sample-bn frozen runs the per-sample "
+                            "passes with frozen statistics (BatchNorm in eval mode)");
+    }
+  }
+
+  // Gradients at the initial weights (seed 0), before any optimizer step.
+  auto batched_model = build_bench_model(opt.model, 0, batchnorm_of(opt));
+  batched_pass(*batched_model, data, dlogits);
+  const Gradients batched = gradients_of(*batched_model);
+  auto per_sample_model = build_bench_model(opt.model, 0, per_sample_bn);
+  per_sample_passes(*per_sample_model, samples, dlogits);
+  const Gradients per_sample = gradients_of(*per_sample_model);
+  r.grad = compare(per_sample, batched);
+  if (per_sample_bn == BenchBatchNorm::Frozen) {
+    auto frozen = build_bench_model(opt.model, 0, BenchBatchNorm::Frozen);
+    batched_pass(*frozen, data, dlogits);
+    r.same_computation = compare(per_sample, gradients_of(*frozen));
+    r.has_same_computation = true;
+  } else if (per_sample_bn == BenchBatchNorm::None) {
+    r.same_computation = r.grad;
+    r.has_same_computation = true;
+  }
+
+  // Times: the batched step exactly as the one-size mode times it, and the per-sample step.
+  r.batched_seconds = time_train_step(opt, batch_size);
+  auto timed = build_bench_model(opt.model, 0, per_sample_bn);
+  Sgd sgd(timed->params(), bench_sgd());
+  r.per_sample_seconds = median_call_seconds(
+      [&] {
+        per_sample_passes(*timed, samples, dlogits);
+        sgd.step();
+      },
+      opt.seconds, opt.rounds, nullptr);
+  return r;
+}
+
+}  // namespace
+
+// ---- the command ----
+
+int bench_train(const BenchTrainOptions& opt) {
+  std::FILE* out = opt.out ? opt.out : stdout;
+  if (opt.batch_size <= 0)
+    throw ConfigError("batch_size should be a positive integer value, but got batch_size=" + std::to_string(opt.batch_size));
+  for (long long b : opt.batch_sizes)
+    if (b < 1)
+      throw ConfigError("--batch-sizes: every batch size must be at least 1, got " + std::to_string(b),
+                        "give a comma-separated list such as --batch-sizes 2,8,32,128,512");
+  if (opt.world_size < 1 || opt.world_size > kMaxWorldSize)
+    throw ConfigError("--world-size must be in 1.." + std::to_string(kMaxWorldSize));
+  if (opt.threads < 1) throw ConfigError("--threads must be at least 1");
+  if (opt.rounds < 1 || !(opt.seconds > 0)) throw ConfigError("--rounds and --seconds must be positive");
+  if (opt.per_sample && opt.world_size != 1)
+    throw ConfigError("--per-sample runs one rank, got --world-size " + std::to_string(opt.world_size));
+  if (opt.per_sample_bn != "frozen" && opt.per_sample_bn != "train")
+    throw ConfigError("--per-sample-bn: expected frozen or train, got '" + opt.per_sample_bn + "'");
+  if (opt.per_sample && !opt.batch_sizes.empty())
+    throw ConfigError("--per-sample takes one --batch-size, not --batch-sizes",
+                      "run the sweep and the per-sample comparison as two commands");
+  const bool sweep = !opt.batch_sizes.empty();
+  std::vector<long long> sizes = sweep ? opt.batch_sizes : std::vector<long long>{opt.batch_size};
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+
+  const int world = opt.world_size;
+  const int threads = world == 1 ? opt.threads : 1;
+  set_compute_threads(threads);
+  std::string size_text;
+  for (long long b : sizes) size_text += (size_text.empty() ? "" : ",") + std::to_string(b);
+  std::fprintf(out, "# dtlab %s bench train model=%s %s=%s world_size=%d threads=%d sgemm=%s batchnorm=%s%s\n",
+               kDtlabVersion, opt.model.c_str(), sweep ? "batch_sizes" : "batch_size", size_text.c_str(), world,
+               threads, gemm_backend_name(), opt.batchnorm ? "on" : "off", opt.per_sample ? " per_sample=on" : "");
+  std::fflush(out);
+  const int64_t flops = build_bench_model(opt.model, 0, batchnorm_of(opt))->train_flops_per_sample({1, 28, 28});
+  nlohmann::json j = {{"command", "bench train"},
+                      {"producer", std::string("dtlab ") + kDtlabVersion},
+                      {"model", opt.model},
+                      {"batchnorm", opt.batchnorm},
+                      {"world_size", world},
+                      {"threads", threads},
+                      {"sgemm", gemm_backend_name()},
+                      {"train_flops_per_sample", flops}};
   std::fprintf(out, "train_flops_per_sample %lld\n", static_cast<long long>(flops));
-  std::fprintf(out, "gflops %.1f\n", sps * static_cast<double>(flops) / 1e9);
+  auto gflops_of = [&](double sps) { return sps * static_cast<double>(flops) / 1e9; };
+
+  if (sweep) {
+    // Each row is a fresh model and batch, one size after the other; the smallest comes first.
+    std::fprintf(out, "%10s %10s %14s %12s %9s %22s\n", "batch", "step_ms", "ms_per_sample", "samples/s", "GFLOP/s",
+                 "speedup_per_sample");
+    std::fflush(out);
+    double first_ms_per_sample = 0, last_ms_per_sample = 0;
+    for (long long b : sizes) {
+      const double step = time_train_step(opt, b);
+      const double global_batch = static_cast<double>(b) * world;
+      const double sps = global_batch / step;
+      const double ms_per_sample = step * 1e3 / global_batch;
+      if (b == sizes.front()) first_ms_per_sample = ms_per_sample;
+      last_ms_per_sample = ms_per_sample;
+      const double speedup = first_ms_per_sample / ms_per_sample;
+      std::fprintf(out, "%10lld %10.3f %14.5f %12.1f %9.1f %21.2fx\n", b, step * 1e3, ms_per_sample, sps,
+                   gflops_of(sps), speedup);
+      std::fflush(out);
+      j["sweep"].push_back({{"batch_size", b},
+                            {"step_ms", step * 1e3},
+                            {"ms_per_sample", ms_per_sample},
+                            {"samples_per_s", sps},
+                            {"gflops", gflops_of(sps)},
+                            {"speedup_per_sample", speedup}});
+    }
+    const double ratio = first_ms_per_sample / last_ms_per_sample;
+    j["batch_sizes"] = sizes;
+    j["ratio_smallest_largest"] = ratio;
+    if (!opt.json_out.empty()) write_result_json(opt.json_out, j);
+    std::fprintf(out, "ratio per-sample time smallest/largest batch %.2f\n", ratio);
+    return kExitOk;
+  }
+
+  const long long b = sizes.front();
+  if (opt.per_sample) {
+    const PerSampleResult r = run_per_sample(opt, b);
+    const double sps = static_cast<double>(b) / r.batched_seconds;
+    const double ratio = r.per_sample_seconds / r.batched_seconds;
+    const BenchBatchNorm psbn = per_sample_batchnorm(opt);
+    const std::string bn = psbn == BenchBatchNorm::None ? "none" : psbn == BenchBatchNorm::Frozen ? "frozen" : "train";
+    std::string note;
+    if (psbn == BenchBatchNorm::None)
+      note = "the models are built without BatchNorm (--no-batchnorm): both steps compute the same function";
+    else if (psbn == BenchBatchNorm::Frozen)
+      note = "the batched step normalizes with the batch's statistics (train mode); the per-sample passes freeze "
+             "them: BatchNorm in eval mode (running statistics, the initial mean 0 and variance 1), weight and bias "
+             "still learning";
+    else
+      note = "the batched step normalizes with the batch's statistics, each per-sample pass with its one sample's "
+             "own statistics (train mode; BatchNorm2d over the sample's positions)";
+    std::fprintf(out, "batchnorm: %s: %s\n", bn.c_str(), note.c_str());
+    if (opt.batchnorm)
+      std::fprintf(out, "train mode on a batch of one: %s\n",
+                   r.train_mode_error.empty() ? "accepted (BatchNorm2d: 28 x 28 values per channel, the sample's own "
+                                                "statistics)"
+                                              : r.train_mode_error.c_str());
+    std::fprintf(out, "gradients before the optimizer step, every parameter (rel: max |diff| / the larger max |gradient| "
+                      "per tensor):\n");
+    std::fprintf(out, "  per-sample vs batched step:             max abs diff %.3e  max rel diff %.3e (%s)\n",
+                 r.grad.max_abs, r.grad.max_rel, r.grad.rel_param.c_str());
+    if (psbn == BenchBatchNorm::Frozen)
+      std::fprintf(out, "  per-sample vs batched, same frozen BN:  max abs diff %.3e  max rel diff %.3e (%s)\n",
+                   r.same_computation.max_abs, r.same_computation.max_rel, r.same_computation.rel_param.c_str());
+    std::fprintf(out, "batched_ms %.3f  (one step of %lld samples, %.1f samples/s)\n", r.batched_seconds * 1e3, b,
+                 sps);
+    std::fprintf(out, "per_sample_ms %.3f  (%lld passes of one sample, gradients accumulated x 1/%lld, one SGD step; "
+                 "%.1f samples/s)\n",
+                 r.per_sample_seconds * 1e3, b, b, static_cast<double>(b) / r.per_sample_seconds);
+    j["batch_size"] = b;
+    j["gflops"] = gflops_of(sps);
+    j["step_ms"] = r.batched_seconds * 1e3;
+    j["samples_per_s"] = sps;
+    const nlohmann::json none;  // null: no batched step computes what the per-sample passes do
+    j["per_sample"] = {{"batch_size", b},
+                       {"batched_ms", r.batched_seconds * 1e3},
+                       {"per_sample_ms", r.per_sample_seconds * 1e3},
+                       {"ratio", ratio},
+                       {"grad_max_abs_diff", r.grad.max_abs},
+                       {"grad_max_rel_diff", r.grad.max_rel},
+                       {"grad_max_rel_param", r.grad.rel_param},
+                       {"same_computation_max_abs_diff",
+                        r.has_same_computation ? nlohmann::json(r.same_computation.max_abs) : none},
+                       {"same_computation_max_rel_diff",
+                        r.has_same_computation ? nlohmann::json(r.same_computation.max_rel) : none},
+                       {"batchnorm", bn},
+                       {"batchnorm_note", note},
+                       {"train_mode_error", r.train_mode_error}};
+    if (!opt.json_out.empty()) write_result_json(opt.json_out, j);
+    std::fprintf(out, "ratio per-sample/batched step time %.2f\n", ratio);
+    return kExitOk;
+  }
+
+  const double slowest = time_train_step(opt, b);
+  const double sps = static_cast<double>(b) * world / slowest;
+  std::fprintf(out, "gflops %.1f\n", gflops_of(sps));
   std::fprintf(out, "step_ms %.3f\n", slowest * 1e3);
   std::fprintf(out, "samples_per_s %.1f\n", sps);
-  if (!opt.json_out.empty())
-    write_result_json(opt.json_out, {{"command", "bench train"},
-                                     {"producer", std::string("dtlab ") + kDtlabVersion},
-                                     {"model", opt.model},
-                                     {"batch_size", opt.batch_size},
-                                     {"world_size", world},
-                                     {"threads", world == 1 ? opt.threads : 1},
-                                     {"sgemm", gemm_backend_name()},
-                                     {"train_flops_per_sample", flops},
-                                     {"gflops", sps * static_cast<double>(flops) / 1e9},
-                                     {"step_ms", slowest * 1e3},
-                                     {"samples_per_s", sps}});
+  j["batch_size"] = b;
+  j["gflops"] = gflops_of(sps);
+  j["step_ms"] = slowest * 1e3;
+  j["samples_per_s"] = sps;
+  if (!opt.json_out.empty()) write_result_json(opt.json_out, j);
   return kExitOk;
 }
+
+// ---- bench sgemm ----
 
 int bench_sgemm(const BenchSgemmOptions& opt) {
   std::FILE* out = opt.out ? opt.out : stdout;

@@ -1,17 +1,77 @@
 // dtlab bench train: training throughput in samples per second, measured the way
 // shared/peers/torch_peer.py measures PyTorch (fixed random batch, SGD lr 0.01 momentum 0.9,
 // 5 warm-up steps, rounds of about `seconds`, median step time; with several ranks, DDP over
-// emulated ranks and the slowest rank's time). The last line printed is `samples_per_s <N>`.
+// emulated ranks and the slowest rank's time). Three modes:
+//
+//   one size (--batch-size B, the default)   the last line printed is `samples_per_s <N>`
+//     --json: {"command": "bench train", "producer", "model", "batchnorm", "batch_size",
+//              "world_size", "threads", "sgemm", "train_flops_per_sample", "gflops", "step_ms",
+//              "samples_per_s"}; "batchnorm": true, false with --no-batchnorm
+//
+//   a sweep (--batch-sizes 2,8,32,...)       "is a minibatch processed all at once?"
+//     One row per size, in increasing order (a fresh model and batch per size): step ms, ms per
+//     sample (step / global batch), samples/s, GFLOP/s and the per-sample speed-up against the
+//     smallest size (its ms per sample / this one's). The last line printed is
+//     `ratio per-sample time smallest/largest batch <x>`.
+//     --json: the one-size keys without the per-size ones ("batch_size", "gflops", "step_ms",
+//     "samples_per_s"), plus "batch_sizes": [...], "ratio_smallest_largest": x and
+//     "sweep": [{"batch_size", "step_ms", "ms_per_sample", "samples_per_s", "gflops",
+//                "speedup_per_sample"}, ...]        (e.g. "/sweep/0/ms_per_sample")
+//
+//   per sample (--per-sample, one rank)      the same B samples one at a time
+//     The batched step (forward and backward of all B, one SGD step) next to B passes of a
+//     batch of one whose gradients are accumulated, then one SGD step. The loss of the batched
+//     step is the mean over B, so every per-sample gradient is scaled by 1/B as it is
+//     accumulated. Both gradients are taken at the same initial weights (seed 0), before any
+//     optimizer step, and compared over every parameter.
+//     BatchNorm: in train mode a batch of one has no batch statistics, so per-sample processing
+//     of a model with BatchNorm is not the batched computation. BatchNorm1d (mlp) sees one value
+//     per channel and raises PyTorch's "Expected more than 1 value per channel when training";
+//     BatchNorm2d (cnn) accepts it but normalizes the sample with its own statistics over its
+//     28 x 28 positions. --per-sample-bn chooses what the per-sample passes do:
+//       frozen (default): what a per-sample loop can do, freeze the statistics: BatchNorm in
+//         eval mode (the model's running statistics, here the initial mean 0 and variance 1;
+//         weight and bias still learn, as after model.eval() in PyTorch). The batched step keeps
+//         batch statistics, so the gradients differ by far more than rounding; a second
+//         comparison, the batched step with the same frozen statistics ("same_computation"),
+//         shows that the per-sample loop itself changes nothing but rounding.
+//       train: model.train() per sample, as a naive PyTorch loop does: the cnn normalizes each
+//         sample with its own statistics (no batched step computes that: same_computation is
+//         null); the mlp fails with PyTorch's error (exit 5).
+//     --no-batchnorm builds the models without their BatchNorm layers (the same other layers and
+//     initial weights): there both gradients agree to rounding. The last line printed is
+//     `ratio per-sample/batched step time <x>`.
+//     --json: the one-size keys (the batched step's figures) plus
+//       "per_sample": {"batch_size", "batched_ms", "per_sample_ms", "ratio" (per_sample_ms /
+//         batched_ms), "grad_max_abs_diff", "grad_max_rel_diff", "grad_max_rel_param",
+//         "same_computation_max_abs_diff", "same_computation_max_rel_diff",
+//         "batchnorm" ("none" | "frozen" | "train"), "batchnorm_note", "train_mode_error"
+//         (BatchNorm's batch-of-one error in train mode; "" when it accepts one or has no BatchNorm)}
+//     Differences: max_abs = max |per-sample - batched| over every element of every gradient;
+//     max_rel = max over parameters of max |per-sample - batched| / max(max |per-sample|,
+//     max |batched|): relative to the tensor's largest gradient (an element that cancels to almost
+//     zero would make an elementwise relative difference meaningless), and symmetric, so it stays
+//     in [0, 2] where one side is zero (the bias of a Linear followed by BatchNorm has no gradient
+//     with batch statistics: the mean subtracts it). Rounding gives about 1e-7 to 1e-6.
 #pragma once
 
+#include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <string>
+#include <vector>
+
+#include "model.h"
 
 namespace lab {
 
 struct BenchTrainOptions {
   std::string model = "cnn";
   long long batch_size = 64;
+  std::vector<long long> batch_sizes;  // non-empty: the sweep (--batch-sizes), instead of batch_size
+  bool per_sample = false;             // --per-sample: batched step vs B steps of one sample
+  bool batchnorm = true;               // false (--no-batchnorm): the models without BatchNorm layers
+  std::string per_sample_bn = "frozen";  // --per-sample's BatchNorm: frozen (eval mode) or train
   int world_size = 1;
   int threads = 1;
   double seconds = 0.3;
@@ -22,6 +82,16 @@ struct BenchTrainOptions {
 
 // Returns an exit code.
 int bench_train(const BenchTrainOptions& opt);
+
+// How bench train builds a model's BatchNorm layers.
+enum class BenchBatchNorm {
+  Train,   // lab's BatchNorm: batch statistics in a training step (build_model's model itself)
+  Frozen,  // BatchNorm in eval mode with gradients: running statistics, learnable weight and bias
+  None,    // no BatchNorm layers; every other layer and initial weight as build_model's
+};
+// The model `name` ("mlp" | "cnn") initialized as build_model(name, seed) (BatchNorm draws no
+// random numbers, so the other layers get the same initial weights in every variant).
+std::unique_ptr<Model> build_bench_model(const std::string& name, uint64_t seed, BenchBatchNorm bn);
 
 // dtlab bench sgemm: the sgemm backend's GFLOP/s on square (size x size) float32 matrices with
 // `threads` threads, the roofline that training throughput is compared with (tools/

@@ -1,9 +1,12 @@
 #include "command_line.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <set>
 
+#include "checkpoint.h"
 #include "errors.h"
 
 namespace cli {
@@ -14,7 +17,8 @@ namespace {
 void add_mode_flags(CLI::App& app, lab::RunConfig& c) {
   app.add_option("--mode", c.mode,
                  "ddp (DistributedDataParallel), dp (nn.DataParallel: one process, world-size devices, "
-                 "--batch-size is the global batch) or local-sgd (periodic model averaging)")
+                 "--batch-size is the global batch), local-sgd (periodic model averaging) or async (a parameter "
+                 "server; world-size workers push gradients without waiting for each other)")
       ->capture_default_str();
   app.add_option("--average-every", c.average_every, "local-sgd: average the parameters every K steps (PeriodicModelAverager period)")
       ->capture_default_str();
@@ -31,6 +35,11 @@ void add_mode_flags(CLI::App& app, lab::RunConfig& c) {
       ->capture_default_str();
   app.add_flag("--uneven-data", c.uneven_data, "rank r drops the last r batches of its shard each epoch (uneven inputs)");
   app.add_flag("--join", c.join, "ddp: DDP's join context: ranks out of data shadow the others' collectives");
+  app.add_option("--async-schedule", c.async_schedule,
+                 "async: free (the parameter server serves whoever sends first) or seeded (a reproducible order "
+                 "drawn from --async-seed)")
+      ->capture_default_str();
+  app.add_option("--async-seed", c.async_seed, "async: the seed of the seeded schedule")->capture_default_str();
 }
 
 }  // namespace
@@ -79,6 +88,9 @@ void add_run_flags(CLI::App& app, lab::RunConfig& c, std::string& bn_momentum) {
   app.add_option("--eval-batch-size", c.eval_batch_size, "batch size for evaluation on the test set")->capture_default_str();
   app.add_option("--threads", c.threads, "compute threads (0: one per core); with several ranks, one BLAS thread each")
       ->capture_default_str();
+  app.add_flag("--nondeterministic", c.nondeterministic,
+               "teaching aid: reductions add contributions in arrival order, as GPU atomics do (convolution weight "
+               "gradients over compute threads, the naive allreduce's gather): two runs differ in the last bits");
   app.add_option("--comm", c.comm,
                  "transport between ranks: threads (emulated ranks in this process) or mpi (one process per rank, "
                  "started by mpirun)")
@@ -90,14 +102,32 @@ void add_run_flags(CLI::App& app, lab::RunConfig& c, std::string& bn_momentum) {
       ->capture_default_str();
   app.add_option("--out", c.out_dir, "run directory to write (config, metrics, trace, weights, summary)");
   app.add_option("--init", c.init, "start from these weights (safetensors with PyTorch state_dict names)");
+  app.add_option("--checkpoint-every", c.checkpoint_every,
+                 "write a checkpoint into the run directory every N iterations (0: off); --resume continues from it")
+      ->capture_default_str();
+  app.add_flag("--checkpoint-every-epoch", c.checkpoint_every_epoch, "write a checkpoint at the start of every epoch");
+  app.add_option("--resume", c.resume,
+                 "continue the run directory's newest committed checkpoint (its configuration; with --out elsewhere: "
+                 "a copy continues there)");
   app.add_option("--trace-steps", c.trace_steps, "iterations written to trace.json (-1: all)")->capture_default_str();
+  app.add_option("--record-bn", c.record_bn,
+                 "BatchNorm statistics kept in bn_stats.bin: auto (every step of the first epoch, then every 10th), "
+                 "all, off, or N (every N-th step)")
+      ->capture_default_str();
   app.add_option("--eval-every", c.eval_every,
                  "evaluate a copy of rank 0's model in eval and train mode every N iterations (0: off)")
       ->capture_default_str();
   app.add_option("--eval-samples", c.eval_samples, "test samples used by --eval-every")->capture_default_str();
   app.add_option("--fail-rank", c.fail_rank, "teaching aid: make this rank fail ...")->capture_default_str();
   app.add_option("--fail-step", c.fail_step, "... at this iteration (default 0) ...")->capture_default_str();
-  app.add_option("--fail-at", c.fail_at, "... in forward, backward or allreduce, or hang (stop answering)")->capture_default_str();
+  app.add_option("--fail-at", c.fail_at,
+                 "... in forward, backward or allreduce, hang (stop answering), or nan (a NaN in its loss gradient)")
+      ->capture_default_str();
+  app.add_option("--on-nonfinite", c.on_nonfinite,
+                 "a NaN or infinite loss or gradient: stop (fail naming rank, iteration and layer, before the allreduce "
+                 "spreads it) or skip-step (no optimizer step where the averaged gradient is not finite, as AMP's "
+                 "GradScaler)")
+      ->capture_default_str();
   add_mode_flags(app, c);
 }
 
@@ -121,6 +151,19 @@ void add_bench_train_flags(CLI::App& app, lab::BenchTrainOptions& o) {
   app.add_option("--threads", o.threads, "BLAS threads for one rank (ranks use one each)")->capture_default_str();
   app.add_option("--seconds", o.seconds, "target seconds per timing round")->capture_default_str();
   app.add_option("--rounds", o.rounds, "timing rounds (the median is reported)")->capture_default_str();
+  app.add_option("--batch-sizes", o.batch_sizes,
+                 "a sweep instead of --batch-size: one row per size, e.g. 2,8,32,128,512 (ms per sample, speed-up)")
+      ->delimiter(',')
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_flag("--per-sample", o.per_sample,
+               "also process the same batch one sample at a time (gradients accumulated x 1/B, one SGD step): "
+               "times, ratio and the gradients' difference");
+  app.add_option("--per-sample-bn", o.per_sample_bn,
+                 "--per-sample's BatchNorm: frozen (eval mode, running statistics) or train (each sample's own "
+                 "statistics; the mlp's BatchNorm1d refuses a batch of one)")
+      ->capture_default_str();
+  app.add_flag("!--no-batchnorm", o.batchnorm,
+               "build the model without its BatchNorm layers (the same other layers and initial weights)");
   app.add_option("--json", o.json_out, "also write the figures to this file as JSON");
 }
 
@@ -155,6 +198,23 @@ void add_bench_allreduce_flags(CLI::App& app, lab::BenchAllreduceOptions& o) {
   app.add_option("--json", o.json_out, "also write every figure to this file as JSON");
 }
 
+void add_bench_chain_flags(CLI::App& app, lab::BenchChainOptions& o) {
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.add_option("--dims", o.dims, "the chain's dims d0,d1,...,dn: A_i is d(i-1) x d(i), e.g. 8,4096,4096,4096,8")
+      ->delimiter(',')
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->capture_default_str();
+  app.add_option("--threads", o.threads, "sgemm thread counts, e.g. 1,2: every order runs at each")
+      ->delimiter(',')
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->capture_default_str();
+  app.add_option("--seconds", o.seconds, "target seconds per timing round")->capture_default_str();
+  app.add_option("--rounds", o.rounds, "timing rounds (the median is reported)")->capture_default_str();
+  app.add_option("--seed", o.seed, "seed of the matrices' values (TorchGenerator, uniform in [-1, 1])")
+      ->capture_default_str();
+  app.add_option("--json", o.json_out, "also write every figure to this file as JSON");
+}
+
 void add_eval_flags(CLI::App& app, lab::EvalCommandOptions& o) {
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--run", o.run_dir, "a run directory: its model (config.toml) and final weights (final.safetensors)");
@@ -172,16 +232,92 @@ void add_eval_flags(CLI::App& app, lab::EvalCommandOptions& o) {
   app.add_option("--data-dir", o.data_dir, "directory of the Fashion-MNIST .gz files (default: the run's, else the "
                                            "Debian package's)");
   app.add_option("--probe", o.probe, "report the softmax outputs of the first K test samples")->capture_default_str();
+  app.add_option("--autocast", o.autocast,
+                 "none or bf16: evaluate as under torch.autocast(\"cpu\", dtype=torch.bfloat16), beside float32 "
+                 "(accuracy, agreement, speedup)")
+      ->capture_default_str();
   app.add_option("--threads", o.threads, "compute threads (0: one per core)")->capture_default_str();
   app.add_option("--json", o.json_out, "also write every figure (and every sample's prediction) as JSON");
 }
 
 const std::vector<std::string>& lesson_commands() {
-  static const std::vector<std::string> k = {"run", "bench train", "bench sgemm", "bench allreduce", "eval"};
+  static const std::vector<std::string> k = {"run", "bench train", "bench sgemm", "bench allreduce", "bench chain", "eval"};
   return k;
 }
 
-CommandSpec parse_command(const std::string& command, const std::vector<std::string>& args) {
+std::string unknown_flag_message(const CLI::App& app, const std::vector<std::string>& args) {
+  for (const std::string& a : args) {
+    if (a.rfind("--", 0) != 0) continue;
+    const std::string name = a.substr(0, a.find('='));
+    if (app.get_option_no_throw(name)) continue;
+    std::string best;
+    size_t best_d = 4;
+    for (const CLI::Option* o : app.get_options()) {
+      for (const std::string& known : o->get_lnames()) {
+        const std::string k = "--" + known;
+        std::vector<size_t> prev(k.size() + 1), cur(k.size() + 1);
+        for (size_t j = 0; j <= k.size(); ++j) prev[j] = j;
+        for (size_t i = 1; i <= name.size(); ++i) {
+          cur[0] = i;
+          for (size_t j = 1; j <= k.size(); ++j)
+            cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (name[i - 1] == k[j - 1] ? 0 : 1)});
+          std::swap(prev, cur);
+        }
+        if (prev[k.size()] < best_d) {
+          best_d = prev[k.size()];
+          best = k;
+        }
+      }
+    }
+    return "unknown flag " + name + (best.empty() ? "" : " (did you mean " + best + "?)");
+  }
+  return "";
+}
+
+lab::RunConfig resume_config(const CLI::App& app, const lab::RunConfig& given, const lab::RunConfig* stand_in) {
+  static const std::set<std::string> may_change = {"--resume",     "--out",      "--timeout",          "--threads",
+                                                   "--comm",       "--world-size", "--data-dir",       "--checkpoint-every",
+                                                   "--checkpoint-every-epoch"};
+  std::set<std::string> run_flags;  // the flags of dtlab run (an app may have more of its own)
+  {
+    CLI::App probe;
+    lab::RunConfig scratch;
+    std::string bn;
+    add_run_flags(probe, scratch, bn);
+    for (const CLI::Option* o : probe.get_options()) run_flags.insert(o->get_name(false, true).substr(0, o->get_name(false, true).find(',')));
+  }
+  for (const CLI::Option* o : app.get_options()) {
+    if (o->count() == 0) continue;
+    const std::string name = o->get_name(false, true).substr(0, o->get_name(false, true).find(','));
+    if (run_flags.count(name) && !may_change.count(name))
+      throw lab::ConfigError(
+          "--resume continues the run as its checkpoint configured it: " + name + " cannot be given with it",
+          "drop " + name + ". To train differently from its weights, start a new run with --init " + given.resume +
+              "/final.safetensors (or a checkpoint's rank0.safetensors)");
+  }
+  lab::RunConfig c;
+  if (stand_in) {
+    c = *stand_in;
+  } else {
+    const lab::FoundCheckpoint found = lab::find_checkpoint(given.resume);
+    const lab::CheckpointState st = lab::read_checkpoint_state(found.dir);
+    c = lab::config_from_toml(st.config_toml, found.dir + "/state.json");
+  }
+  c.resume = given.resume;
+  c.out_dir = app.count("--out") ? given.out_dir : given.resume;
+  if (app.count("--timeout")) c.timeout_s = given.timeout_s;
+  if (app.count("--threads")) c.threads = given.threads;
+  if (app.count("--comm")) c.comm = given.comm;
+  if (app.count("--world-size")) c.world_size = given.world_size;
+  if (app.count("--data-dir")) c.data_dir = given.data_dir;
+  if (app.count("--checkpoint-every")) c.checkpoint_every = given.checkpoint_every;
+  if (app.count("--checkpoint-every-epoch")) c.checkpoint_every_epoch = given.checkpoint_every_epoch;
+  lab::validate(c);
+  return c;
+}
+
+CommandSpec parse_command(const std::string& command, const std::vector<std::string>& args,
+                          const std::function<const lab::RunConfig*(const std::string&)>& resume_stand_in) {
   CommandSpec spec;
   spec.command = command;
   spec.args = args;
@@ -192,6 +328,7 @@ CommandSpec parse_command(const std::string& command, const std::vector<std::str
   else if (command == "bench train") add_bench_train_flags(app, spec.bench_train);
   else if (command == "bench sgemm") add_bench_sgemm_flags(app, spec.bench_sgemm);
   else if (command == "bench allreduce") add_bench_allreduce_flags(app, spec.bench_allreduce);
+  else if (command == "bench chain") add_bench_chain_flags(app, spec.bench_chain);
   else if (command == "eval") add_eval_flags(app, spec.eval);
   else {
     std::string known;
@@ -202,6 +339,10 @@ CommandSpec parse_command(const std::string& command, const std::vector<std::str
   try {
     app.parse(reversed);
   } catch (const CLI::ParseError& e) {
+    // An unknown flag is named, with the closest known one (CLI11 lists the leftovers backwards)
+    const std::string unknown = unknown_flag_message(app, args);
+    if (!unknown.empty())
+      throw lab::ConfigError("dtlab " + command + ": " + unknown, "dtlab " + command + " --help lists every flag");
     std::string what = e.what();
     if (what.empty()) what = e.get_name();
     throw lab::ConfigError("dtlab " + command + ": " + what);
@@ -209,6 +350,8 @@ CommandSpec parse_command(const std::string& command, const std::vector<std::str
   if (command == "run") {
     spec.run.bn_momentum = parse_bn_momentum(bn_momentum);
     spec.world_size_given = app.count("--world-size") > 0;
+    if (!spec.run.resume.empty())
+      spec.run = resume_config(app, spec.run, resume_stand_in ? resume_stand_in(spec.run.resume) : nullptr);
     lab::validate(spec.run);
   }
   return spec;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <optional>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_allreduce.h"
+#include "bench_chain.h"
 #include "bench_train.h"
 #include "config.h"
 #include "eval_command.h"
@@ -22,22 +24,32 @@ namespace cli {
 // after the command line by parse_bn_momentum ("none" or a number).
 void add_run_flags(CLI::App& app, lab::RunConfig& c, std::string& bn_momentum);
 std::optional<double> parse_bn_momentum(const std::string& s);
+// `dtlab run --resume DIR`: the configuration of DIR's newest committed checkpoint, with the
+// flags a resumed run may change taken from `given` (--out, --timeout, --threads, --comm,
+// --world-size, --data-dir, --checkpoint-every, --checkpoint-every-epoch). Any other flag on
+// the command line (app.count > 0) is a ConfigError naming it. Validated.
+// `stand_in`: the configuration the checkpoint will have (a lesson's lint, before any run exists);
+// null: read from DIR's newest committed checkpoint. Options of app that are not run flags (the
+// app's own, e.g. dtlab gui's --screenshot) are not checked.
+lab::RunConfig resume_config(const CLI::App& app, const lab::RunConfig& given, const lab::RunConfig* stand_in = nullptr);
 
 void add_bench_train_flags(CLI::App& app, lab::BenchTrainOptions& o);
 void add_bench_sgemm_flags(CLI::App& app, lab::BenchSgemmOptions& o);
 void add_bench_allreduce_flags(CLI::App& app, lab::BenchAllreduceOptions& o);
+void add_bench_chain_flags(CLI::App& app, lab::BenchChainOptions& o);
 void add_eval_flags(CLI::App& app, lab::EvalCommandOptions& o);
 
 // A command a lesson (or a script) runs: its name, its arguments as given, and its options as
 // the CLI parses them. Exactly one of the option structs is meaningful, the one `command` names.
 struct CommandSpec {
-  std::string command;              // "run", "bench train", "bench sgemm", "bench allreduce", "eval"
+  std::string command;              // "run", "bench train", "bench sgemm", "bench allreduce", "bench chain", "eval"
   std::vector<std::string> args;    // the flags, as a user would type them after the command
   lab::RunConfig run;               // with bn_momentum resolved; validated (lab::validate)
   bool world_size_given = false;    // run: --world-size was on the command line
   lab::BenchTrainOptions bench_train;
   lab::BenchSgemmOptions bench_sgemm;
   lab::BenchAllreduceOptions bench_allreduce;
+  lab::BenchChainOptions bench_chain;
   lab::EvalCommandOptions eval;
 };
 
@@ -47,7 +59,14 @@ const std::vector<std::string>& lesson_commands();
 // Parses `dtlab <command> <args...>` with the CLI's own definitions. Throws lab::ConfigError with
 // CLI11's message ("--wrld-size: unknown flag", "--batch-size: Value 'x' could not be converted")
 // or lab::validate's (for run). `--help` is refused (it would print and stop).
-CommandSpec parse_command(const std::string& command, const std::vector<std::string>& args);
+// resume_stand_in (a lesson's lint): for `run --resume DIR`, the configuration DIR's checkpoint
+// will hold, or null to read it from DIR.
+CommandSpec parse_command(const std::string& command, const std::vector<std::string>& args,
+                          const std::function<const lab::RunConfig*(const std::string&)>& resume_stand_in = {});
+
+// "unknown flag --no-sync-step (did you mean --no-sync-steps?)" for the first word of args that
+// looks like a flag app does not have; "" when there is none.
+std::string unknown_flag_message(const CLI::App& app, const std::vector<std::string>& args);
 
 // The command as one shell line (words with spaces or quotes are quoted): "dtlab run --model mlp".
 std::string command_line(const std::string& command, const std::vector<std::string>& args);

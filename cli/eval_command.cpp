@@ -1,6 +1,7 @@
 #include "eval_command.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <thread>
@@ -14,6 +15,7 @@
 #include "evaluate.h"
 #include "events.h"
 #include "gemm.h"
+#include "gemm_bf16.h"
 #include "model.h"
 #include "parallel.h"
 #include "run.h"
@@ -47,6 +49,14 @@ int eval_command(const EvalCommandOptions& opt) {
   if (opt.limit_test < 0) throw ConfigError("--limit-test must be >= 0");
   if (opt.probe < 0) throw ConfigError("--probe must be >= 0");
   if (opt.threads < 0) throw ConfigError("--threads must be >= 0 (0: one per core)");
+  if (opt.autocast != "none" && opt.autocast != "bf16")
+    throw ConfigError("--autocast: unknown value '" + opt.autocast + "'",
+                      "none: float32; bf16: torch.autocast(\"cpu\", dtype=torch.bfloat16), measured beside float32");
+  const bool autocast = opt.autocast == "bf16";
+  if (autocast && opt.bn_mode != "eval")
+    throw ConfigError("--autocast bf16 needs --bn-mode eval (got --bn-mode " + opt.bn_mode + ")",
+                      "autocast bf16 emulates inference with running statistics; PyTorch's bf16 batch-statistics "
+                      "kernels are not emulated");
   if (opt.run_dir.empty() && opt.weights.empty())
     throw ConfigError("dtlab eval needs --run DIR or --weights FILE", "e.g. dtlab eval --run runs/quickstart");
   if (opt.run_dir.empty() && opt.rank != 0) throw ConfigError("--rank needs --run DIR (a run directory with every rank's files)");
@@ -85,8 +95,10 @@ int eval_command(const EvalCommandOptions& opt) {
   const int threads = opt.threads > 0 ? opt.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   set_compute_threads(threads);
 
-  std::fprintf(out, "dtlab %s eval | model=%s bn_mode=%s (model.%s()) batch_size=%lld test samples=%lld threads=%d sgemm=%s\n",
-              kDtlabVersion, cfg.model.c_str(), opt.bn_mode.c_str(), opt.bn_mode.c_str(),
+  const std::string autocast_echo =
+      autocast ? std::string(" autocast=bf16 (bf16 gemm: ") + gemm_bf16_kernel_name() + ")" : std::string();
+  std::fprintf(out, "dtlab %s eval | model=%s bn_mode=%s (model.%s())%s batch_size=%lld test samples=%lld threads=%d sgemm=%s\n",
+              kDtlabVersion, cfg.model.c_str(), opt.bn_mode.c_str(), opt.bn_mode.c_str(), autocast_echo.c_str(),
               static_cast<long long>(opt.batch_size), static_cast<long long>(test.size), threads, gemm_backend_name());
   for (const std::string& s : sources) std::fprintf(out, "  weights: %s\n", s.c_str());
   std::fflush(out);
@@ -98,11 +110,57 @@ int eval_command(const EvalCommandOptions& opt) {
   outputs.probe_probs = &probs;
   outputs.probe = opt.probe;
   const Mode mode = opt.bn_mode == "train" ? Mode::Train : Mode::Eval;
-  const double t0 = now_seconds();
-  const EvalResult r = evaluate(*model, mode, test, opt.batch_size, 0, test.size, outputs);
-  const double secs = std::max(1e-9, now_seconds() - t0);
-  std::fprintf(out, "accuracy %.4f loss %.4f | %lld samples in %.3f s, %.0f samples/s\n", r.acc, r.loss,
-              static_cast<long long>(r.samples), secs, static_cast<double>(r.samples) / secs);
+  EvalResult r;
+  double secs = 0;
+  // --autocast bf16: the float32 model beside it, in alternating rounds (best of each)
+  std::vector<int> predictions32;
+  std::vector<float> probs32;
+  EvalResult r32;
+  double secs32 = 0;
+  if (!autocast) {
+    const double t0 = now_seconds();
+    r = evaluate(*model, mode, test, opt.batch_size, 0, test.size, outputs);
+    secs = std::max(1e-9, now_seconds() - t0);
+  } else {
+    EvalOutputs outputs32 = outputs;
+    outputs32.predictions = &predictions32;
+    outputs32.probe_probs = &probs32;
+    secs = secs32 = 1e300;
+    for (int round = 0; round < kAutocastRounds; ++round) {
+      model->set_autocast(Autocast::BF16);
+      double t0 = now_seconds();
+      r = evaluate(*model, mode, test, opt.batch_size, 0, test.size, outputs);
+      secs = std::min(secs, std::max(1e-9, now_seconds() - t0));
+      model->set_autocast(Autocast::None);
+      t0 = now_seconds();
+      r32 = evaluate(*model, mode, test, opt.batch_size, 0, test.size, outputs32);
+      secs32 = std::min(secs32, std::max(1e-9, now_seconds() - t0));
+    }
+  }
+  const double samples_per_s = static_cast<double>(r.samples) / secs;
+  std::fprintf(out, "accuracy %.4f loss %.4f | %lld samples in %.3f s, %.0f samples/s%s\n", r.acc, r.loss,
+              static_cast<long long>(r.samples), secs, samples_per_s,
+              autocast ? (" (bf16 autocast, best of " + std::to_string(kAutocastRounds) + " rounds)").c_str() : "");
+  // bf16 against fp32: top-1 agreement over every test sample, softmax differences over the probe
+  int64_t same = 0;
+  float probs_diff = 0;
+  double agreement = 1, samples_per_s32 = 0, speedup = 0;
+  if (autocast) {
+    for (size_t i = 0; i < predictions.size(); ++i) same += predictions[i] == predictions32[i];
+    for (size_t i = 0; i < probs.size(); ++i) probs_diff = std::max(probs_diff, std::fabs(probs[i] - probs32[i]));
+    if (!predictions.empty()) agreement = static_cast<double>(same) / static_cast<double>(predictions.size());
+    samples_per_s32 = static_cast<double>(r32.samples) / secs32;
+    speedup = samples_per_s / samples_per_s32;
+    std::fprintf(out, "fp32 reference: accuracy %.4f loss %.4f | %lld samples in %.3f s, %.0f samples/s (best of %d rounds)\n",
+                r32.acc, r32.loss, static_cast<long long>(r32.samples), secs32, samples_per_s32, kAutocastRounds);
+    std::fprintf(out, "bf16 vs fp32: top-1 agreement %.4f (%lld of %lld predictions differ), softmax max |diff| ",
+                agreement, static_cast<long long>(predictions.size()) - static_cast<long long>(same),
+                static_cast<long long>(predictions.size()));
+    if (probs.empty()) std::fprintf(out, "n/a (--probe 0)");
+    else std::fprintf(out, "%.3g over the first %zu samples", static_cast<double>(probs_diff), probs.size() / 10);
+    std::fprintf(out, ", accuracy %+.4f\n", r.acc - r32.acc);
+    std::fprintf(out, "speedup %.2fx (bf16 / fp32 samples per second, measured in this command)\n", speedup);
+  }
   const int64_t probe = static_cast<int64_t>(probs.size() / 10);
   for (int64_t i = 0; i < std::min<int64_t>(probe, 3); ++i) {
     const float* p = probs.data() + i * 10;
@@ -117,23 +175,37 @@ int eval_command(const EvalCommandOptions& opt) {
       pj.push_back(std::vector<float>(probs.begin() + i * 10, probs.begin() + (i + 1) * 10));
       labels.push_back(test.labels[static_cast<size_t>(i)]);
     }
-    write_result_json(opt.json_out,
-                      {{"command", "eval"},
-                       {"producer", std::string("dtlab ") + kDtlabVersion},
-                       {"weights", sources},
-                       {"model", cfg.model},
-                       {"bn_mode", opt.bn_mode},
-                       {"batch_size", opt.batch_size},
-                       {"threads", threads},
-                       {"samples", r.samples},
-                       {"accuracy", r.acc},
-                       {"loss", r.loss},
-                       {"seconds", secs},
-                       {"samples_per_s", static_cast<double>(r.samples) / secs},
-                       {"probe", {{"samples", probe}, {"labels", labels}, {"probs", pj}}},
-                       {"predictions", predictions},
-                       {"what", "probe.probs[i]: softmax outputs of test sample i; predictions: every test sample's "
-                                "predicted class; bn_mode train: each test batch's own statistics (model.train())"}});
+    nlohmann::json j = {{"command", "eval"},
+                        {"producer", std::string("dtlab ") + kDtlabVersion},
+                        {"weights", sources},
+                        {"model", cfg.model},
+                        {"bn_mode", opt.bn_mode},
+                        {"autocast", opt.autocast},
+                        {"batch_size", opt.batch_size},
+                        {"threads", threads},
+                        {"samples", r.samples},
+                        {"accuracy", r.acc},
+                        {"loss", r.loss},
+                        {"seconds", secs},
+                        {"samples_per_s", samples_per_s},
+                        {"probe", {{"samples", probe}, {"labels", labels}, {"probs", pj}}},
+                        {"predictions", predictions},
+                        {"what", "probe.probs[i]: softmax outputs of test sample i; predictions: every test sample's "
+                                 "predicted class; bn_mode train: each test batch's own statistics (model.train())"}};
+    if (autocast) {
+      j["bf16_gemm"] = gemm_bf16_kernel_name();
+      j["rounds"] = kAutocastRounds;
+      j["fp32"] = {{"accuracy", r32.acc}, {"loss", r32.loss}, {"seconds", secs32}, {"samples_per_s", samples_per_s32}};
+      j["agreement"] = agreement;
+      j["probs_max_abs_diff"] = probs.empty() ? nlohmann::json(nullptr) : nlohmann::json(probs_diff);
+      j["speedup"] = speedup;
+      j["what"] = j["what"].get<std::string>() +
+                  "; autocast bf16: accuracy, loss, seconds, samples_per_s, predictions and probe are the bf16 "
+                  "model's (torch.autocast(\"cpu\", dtype=torch.bfloat16)), fp32 the same model without autocast; "
+                  "seconds: the best of `rounds` rounds; agreement: share of test samples with the same predicted "
+                  "class; probs_max_abs_diff: over the probe's softmax outputs; speedup: bf16 / fp32 samples_per_s";
+    }
+    write_result_json(opt.json_out, j);
   }
   return kExitOk;
 }

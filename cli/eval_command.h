@@ -6,6 +6,15 @@
 //
 // What it answers: does a test image's prediction depend on the other images in its batch? In
 // eval mode no (the same outputs at --batch-size 1 and 1000, to rounding); in train mode yes.
+//
+// --autocast bf16: does autocast help inference on a CPU? The model runs as under
+// torch.autocast("cpu", dtype=torch.bfloat16) (Model::set_autocast: Linear and Conv2d on bf16
+// operands with float32 sums, every activation PyTorch holds in bf16 rounded to bf16), and the
+// same command also evaluates the float32 model: accuracy, loss and samples/s of both (each the
+// best of kAutocastRounds rounds over the test set, bf16 and fp32 rounds alternating), top-1
+// agreement (share of test samples with the same predicted class), the largest difference of
+// the probe samples' softmax outputs, and the speed ratio. Eval mode only: --bn-mode train with
+// --autocast bf16 is refused (PyTorch's bf16 batch-statistics kernels are not emulated).
 #pragma once
 
 #include <cstdint>
@@ -27,8 +36,12 @@ struct EvalCommandOptions {
   int64_t probe = 10;           // softmax outputs of the first `probe` test samples are reported
   int threads = 0;              // compute threads (0: one per core)
   std::string json_out;         // also write every figure as JSON
+  std::string autocast = "none";  // none | bf16: torch.autocast("cpu", dtype=torch.bfloat16), beside fp32
   std::FILE* out = nullptr;     // where the figures are printed (nullptr: stdout)
 };
+
+// --autocast bf16: rounds over the test set per precision; the best (fastest) one is reported.
+constexpr int kAutocastRounds = 3;
 
 // Returns an exit code; throws lab::Error for bad options, missing files or data.
 int eval_command(const EvalCommandOptions& opt);

@@ -154,9 +154,12 @@ int cmd_show(const LessonCommandOptions& o) {
   }
   std::string req;
   for (const std::string& r : l.requires_) req += (req.empty() ? "" : ", ") + r;
-  std::printf("\n%zu run%s, about %g s on 2 cores%s. Start: dtlab lesson run %s  or  dtlab gui --lesson %s\n",
-              l.main.runs.size(), l.main.runs.size() == 1 ? "" : "s", l.budget_s, req.empty() ? "" : ("; requires " + req).c_str(),
-              l.id.c_str(), l.id.c_str());
+  size_t runs = 0;
+  for (const Part* p : l.parts()) runs += p->runs.size();
+  std::printf("\n%zu run%s (the lesson and its variations), within %g s on 2 cores%s. Start: dtlab lesson run %s  or  "
+              "dtlab gui --lesson %s\n",
+              runs, runs == 1 ? "" : "s", l.budget_s, req.empty() ? "" : ("; requires " + req).c_str(), l.id.c_str(),
+              l.id.c_str());
   if (o.teacher && (!l.teacher.notes.empty() || !l.teacher.pitfalls.empty())) {
     heading("Teacher notes");
     std::printf("%s", wrap(l.teacher.notes, "  ").c_str());
@@ -210,12 +213,18 @@ void ask(Session& s, const Prediction& p) {
     a.erase(a.find_last_not_of(" \t\r") + 1);
     int conf = 0;
     std::string why;
-    if (p.confidence) {
-      std::printf("  How sure are you? 1 (guessing) .. 5 (sure): ");
+    while (p.confidence) {
+      std::printf("  How sure are you? 1 (guessing) .. 5 (sure), or Enter to skip: ");
       std::fflush(stdout);
       std::string c;
-      if (std::getline(std::cin, c)) conf = std::atoi(c.c_str());
-      if (conf < 1 || conf > 5) conf = 0;
+      if (!std::getline(std::cin, c) || c.find_first_not_of(" \t\r") == std::string::npos) break;
+      char* end = nullptr;
+      const long v = std::strtol(c.c_str(), &end, 10);
+      if (end && *end == 0 && v >= 1 && v <= 5) {
+        conf = static_cast<int>(v);
+        break;
+      }
+      std::printf("  '%s' is not a number from 1 to 5\n", c.c_str());
     }
     if (p.ask_why) {
       std::printf("  Why, in one line: ");
@@ -241,9 +250,22 @@ void collect_answers(Session& s, const std::vector<const Part*>& parts, const Le
   }
   const auto answers = parse_pairs(o.answers, "--answers");
   const auto conf = parse_pairs(o.confidence, "--confidence");
+  const auto why = parse_pairs(o.why, "--why");
+  for (const auto& [k, v] : conf)
+    if (!answers.count(k)) throw lab::ConfigError("--confidence " + k + "=" + v + ": no answer for '" + k + "' in --answers");
+  for (const auto& [k, v] : why)
+    if (!answers.count(k)) throw lab::ConfigError("--why " + k + "=...: no answer for '" + k + "' in --answers");
   for (const auto& [k, v] : answers) {
-    const auto c = conf.find(k);
-    s.answer(k, v, c == conf.end() ? 0 : std::atoi(c->second.c_str()));
+    int level = 0;
+    if (const auto c = conf.find(k); c != conf.end()) {
+      char* end = nullptr;
+      const long x = std::strtol(c->second.c_str(), &end, 10);
+      if (!end || *end != 0 || x < 1 || x > 5)
+        throw lab::ConfigError("--confidence " + k + "=" + c->second + ": a number from 1 (guessing) to 5 (sure)");
+      level = static_cast<int>(x);
+    }
+    const auto w = why.find(k);
+    s.answer(k, v, level, w == why.end() ? "" : w->second);
   }
   std::vector<std::string> missing;
   for (const Part* p : parts)
@@ -342,9 +364,7 @@ void print_results(const Session& s, const Part& part, const PartResult& res) {
     std::printf("  %s: you said %s%s; measured: %s  -> %s\n", pr.id.c_str(), mine.c_str(),
                 pr.kind == "numeric" && !pr.unit.empty() && p.answer ? (" " + pr.unit).c_str() : "", p.truth().c_str(),
                 p.correct ? "right" : "not right");
-    if (pr.kind == "choice" && p.answer && !p.correct)
-      for (const Choice& c : pr.choices)
-        if (c.key == p.answer->value && !c.misconception.empty()) std::printf("%s", wrap("About " + c.key + ": " + c.misconception, "    ").c_str());
+    if (!p.misconception.empty()) std::printf("%s", wrap("About " + p.answer->value + ": " + p.misconception, "    ").c_str());
     if (!p.error.empty()) std::printf("    (could not decide: %s)\n", p.error.c_str());
   }
   if (!res.hints.empty()) {
@@ -506,6 +526,7 @@ CLI::App* add_lesson_command(CLI::App& app, LessonCommandOptions& o) {
   run->add_option("--answers", o.answers, "predictions as ID=ANSWER,... (choice key or number), or auto (the measured "
                                           "truth: for tests); asked on a terminal otherwise");
   run->add_option("--confidence", o.confidence, "confidence per prediction, ID=1..5,...");
+  run->add_option("--why", o.why, "the reason for an answer, ID=text,... (kept in the record)");
   run->add_option("--out", o.out_dir, "where the runs and record.json go (default: a new folder under the user's data "
                                       "directory, ~/.local/share/dtlab/lessons/runs)");
   run->add_option("--prepared", o.prepared, "replay the runs prepared by `dtlab lesson prepare` instead of training "

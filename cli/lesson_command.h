@@ -23,6 +23,7 @@ struct LessonCommandOptions {
   std::vector<std::string> dirs;      // report
   std::string answers;                // run: K=V,... or auto
   std::string confidence;             // run: K=N,...
+  std::string why;                    // run: K=text,...
   std::string out_dir;                // run, prepare
   std::string prepared;               // run: replay a prepared folder ("default": the lesson's own)
   std::string part;                   // run: one part (main or a variation id)

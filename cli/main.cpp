@@ -6,6 +6,7 @@
 //   dtlab bench train [flags]  training throughput (samples/s) on a fixed batch
 //   dtlab bench sgemm [flags]  the sgemm backend's GFLOP/s (the roofline of bench train)
 //   dtlab bench allreduce [flags]  allreduce time and bandwidth per size, nccl-tests style
+//   dtlab bench chain [flags]  a matrix chain in every parenthesization, at several thread counts
 //   dtlab eval  [flags]        test accuracy of weights in eval or train mode (eval_command.cpp)
 //   dtlab lesson list|show|check|run|report|prepare   lessons (lesson_command.cpp)
 //   dtlab gui   [flags]        the lab window (gui_command.cpp); also `dtlab` alone on a display
@@ -23,6 +24,7 @@
 
 #include "backends.h"
 #include "bench_allreduce.h"
+#include "bench_chain.h"
 #include "bench_train.h"
 #include "command_line.h"
 #include "eval_command.h"
@@ -36,8 +38,8 @@
 
 namespace {
 
-volatile std::sig_atomic_t g_interrupted = 0;
-void on_sigint(int) { g_interrupted = 1; }
+volatile std::sig_atomic_t g_interrupted = 0;  // the signal's number
+void on_sigint(int sig) { g_interrupted = sig; }
 
 void print_mode_header(const lab::RunConfig& c) {
   std::printf("  mode=%s", c.mode.c_str());
@@ -45,18 +47,22 @@ void print_mode_header(const lab::RunConfig& c) {
   if (c.mode == "local-sgd")
     std::printf(" average_every=%lld warmup_steps=%lld", static_cast<long long>(c.average_every),
                 static_cast<long long>(c.warmup_steps));
-  if (c.mode != "dp") std::printf(" overlap=%s", c.overlap ? "on" : "off");
+  if (c.mode == "async")
+    std::printf(" (%d workers and a parameter server; schedule %s%s)", c.world_size, c.async_schedule.c_str(),
+                c.async_schedule == "seeded" ? (" seed " + std::to_string(c.async_seed)).c_str() : "");
+  if (c.mode != "dp" && c.mode != "async") std::printf(" overlap=%s", c.overlap ? "on" : "off");
   if (c.no_sync_steps > 0) std::printf(" no_sync_steps=%lld", static_cast<long long>(c.no_sync_steps));
   if (c.uneven_data) std::printf(" uneven_data=on");
   if (c.join) std::printf(" join=on");
   if (c.link_model()) std::printf(" link=%gus/%gGbps", c.link_latency_us, c.link_gbps);
+  if (c.nondeterministic) std::printf(" nondeterministic=on (reductions in arrival order)");
   std::printf("\n");
 }
 
 // Communication figures after a run: time in collectives, how much was hidden behind backward,
 // bytes moved and rank 0's share; local SGD's drift.
 void print_mode_summary(const lab::RunConfig& c, const lab::RunSummary& s) {
-  if (c.world_size < 2) return;
+  if (c.world_size < 2 && c.mode != "async") return;
   const lab::OverlapStats& o = s.overlap;
   const double n = static_cast<double>(c.world_size);
   std::printf("communication: %.3f s per rank in collectives, %.3f s of it hidden behind backward (%.1f%%)\n",
@@ -69,6 +75,16 @@ void print_mode_summary(const lab::RunConfig& c, const lab::RunSummary& s) {
   if (c.mode == "local-sgd")
     std::printf("local SGD: %zu averagings; replica drift before averaging (L2 to the average): max %.4g, mean %.4g\n",
                 s.drift.size(), s.drift_max, s.drift_mean);
+  if (c.mode == "async" && !s.async_updates.empty()) {
+    int64_t max_st = 0;
+    double mean = 0;
+    for (const auto& [w, st] : s.async_updates) {
+      max_st = std::max(max_st, st);
+      mean += static_cast<double>(st) / static_cast<double>(s.async_updates.size());
+    }
+    std::printf("async: the parameter server applied %zu pushes (%s schedule); staleness mean %.2f, max %lld updates\n",
+                s.async_updates.size(), c.async_schedule.c_str(), mean, static_cast<long long>(max_st));
+  }
 }
 
 void print_header(const lab::Run& run) {
@@ -130,34 +146,85 @@ class Progress {
   size_t m_epochs_printed = 0;
 };
 
-int cmd_run(lab::RunConfig& c) {
+int cmd_run(lab::RunConfig& c, const lab::CommRuntime& runtime) {
   lab::Run run(c, lab::make_world);
   // With ranks in several processes (--comm mpi) rank 0's process alone reports; the others
   // print only their own errors.
   const bool report = run.is_local(0);
   if (report) print_header(run);
   Progress progress(run);
+  for (const std::string& n : run.notes()) std::fprintf(stderr, "dtlab: %s\n", n.c_str());
+  if (report && run.resumed_from() >= 0)
+    std::printf("resuming at iteration %lld of %lld\n", static_cast<long long>(run.resumed_from()),
+                static_cast<long long>(run.steps_total()));
+  // Ctrl-C, SIGTERM, and SIGUSR1 (which mpirun forwards to every process without killing them
+  // a second later, as it does after the SIGTERM it sends on Ctrl-C).
   std::signal(SIGINT, on_sigint);
+  std::signal(SIGTERM, on_sigint);
+  std::signal(SIGUSR1, on_sigint);
+  bool stopping = false;  // Ctrl-C with a run directory: the ranks write a checkpoint and stop
   run.start();
   while (!run.poll()) {
-    if (g_interrupted) {
+    if (g_interrupted && !stopping) {
+      // A second Ctrl-C ends the process at once (the last committed checkpoint stays usable).
+      std::signal(SIGINT, SIG_DFL);
+      std::signal(SIGTERM, SIG_DFL);
+      std::signal(SIGUSR1, SIG_DFL);
+      progress.done();
+      const int peer = runtime.waiting_for();
+      if (c.comm == "mpi" && g_interrupted == SIGTERM && peer >= 0)
+        // mpirun sends SIGTERM to every process when one of them ends: say which rank this one was
+        // waiting for (mpirun's own message comes when the job is over).
+        std::fprintf(stderr,
+                     "dtlab: rank %d: SIGTERM while waiting for rank %d. Under mpirun this means a process of the job "
+                     "ended: rank %d, unless it was waiting too (every rank prints whom it waited for)%s\n",
+                     runtime.rank(), peer, peer,
+                     c.out_dir.empty() ? "" : "; the run directory keeps its last committed checkpoint");
+      if (c.comm == "mpi" && g_interrupted == SIGTERM && peer >= 0) {
+        // a vanished peer cannot take part in a checkpoint: mpirun ends this process in a moment
+        run.control().stop();
+        break;
+      }
+      if (run.interrupt()) {
+        stopping = true;
+        if (report)
+          std::fprintf(stderr, "dtlab: interrupted: writing a checkpoint at the next iteration, then stopping%s\n",
+                       c.comm == "mpi" ? " (every rank)" : " (Ctrl-C again stops at once)");
+        continue;
+      }
       run.control().stop();
       break;
     }
-    if (report) progress(*run.snapshot());
+    if (report && !stopping) progress(*run.snapshot());
     usleep(100000);
   }
-  if (g_interrupted) {
+  if (g_interrupted && !stopping) {
     progress.done();
-    std::fprintf(stderr, "dtlab: interrupted; the run directory holds what was finished\n");
+    std::fprintf(stderr, "dtlab: interrupted; %s\n",
+                 c.out_dir.empty() ? "no run directory to keep it in (--out DIR; with it, Ctrl-C writes a checkpoint)"
+                                   : "the run directory holds what was finished (no checkpoint: checkpoints cover "
+                                     "--mode ddp, dp and local-sgd without --uneven-data or --join)");
     try {
       run.finish();
     } catch (const std::exception&) {
     }
     return lab::kExitInterrupted;
   }
+  const lab::RunSummary* finished = nullptr;
+  if (stopping) {
+    const lab::RunSummary& s = run.finish();
+    finished = &s;
+    if (run.interrupted_at() >= 0) {
+      std::fprintf(stderr, "dtlab: stopped at iteration %lld of %lld with a checkpoint; continue with:\n  dtlab run --resume %s\n",
+                   static_cast<long long>(run.interrupted_at()), static_cast<long long>(run.steps_total()),
+                   c.out_dir.c_str());
+      std::printf("test accuracy so far: %.4f eval mode, %.4f train mode\n", s.eval_mode.acc, s.train_mode.acc);
+      return lab::kExitInterrupted;
+    }
+    // (the run ended before the next iteration: it is complete)
+  }
   if (report) progress(*run.snapshot());
-  const lab::RunSummary& s = run.finish();
+  const lab::RunSummary& s = finished ? *finished : run.finish();
   if (!report) return lab::kExitOk;
   progress.done();
   std::printf("done: %lld steps, %lld epochs, %.1f s training, %.0f samples/s\n", static_cast<long long>(s.steps),
@@ -170,6 +237,12 @@ int cmd_run(lab::RunConfig& c) {
     std::printf("\n");
   }
   print_mode_summary(c, s);
+  if (!s.skipped_steps.empty()) {
+    std::printf("non-finite gradients: %zu iterations without an optimizer step (--on-nonfinite skip-step):",
+                s.skipped_steps.size());
+    for (size_t i = 0; i < s.skipped_steps.size() && i < 10; ++i) std::printf(" %lld", static_cast<long long>(s.skipped_steps[i]));
+    std::printf("%s\n", s.skipped_steps.size() > 10 ? " ..." : "");
+  }
   if (!c.out_dir.empty()) std::printf("run directory: %s\n", c.out_dir.c_str());
   return lab::kExitOk;
 }
@@ -213,6 +286,10 @@ int main(int argc, char** argv) {
   CLI::App* bench_allreduce = bench_cmd->add_subcommand(
       "allreduce", "allreduce time, algbw, busbw and #wrong per size (nccl-tests style), with a copy floor");
   cli::add_bench_allreduce_flags(*bench_allreduce, aopt);
+  lab::BenchChainOptions copt;
+  CLI::App* bench_chain = bench_cmd->add_subcommand(
+      "chain", "a matrix chain in every parenthesization: FLOPs, time, GFLOP/s, thread scaling, the optimal order");
+  cli::add_bench_chain_flags(*bench_chain, copt);
 
   lab::EvalCommandOptions eopt;
   CLI::App* eval_cmd = app.add_subcommand(
@@ -244,6 +321,18 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    if (dynamic_cast<const CLI::ExtrasError*>(&e)) {
+      // name the unknown flag and the closest known one of the command that was meant
+      CLI::App* cmd = &app;
+      while (!cmd->get_subcommands().empty()) cmd = cmd->get_subcommands().front();
+      const std::string m = cli::unknown_flag_message(*cmd, std::vector<std::string>(argv + 1, argv + argc));
+      if (!m.empty()) {
+        std::string path;
+        for (const CLI::App* c = cmd; c && c != &app; c = c->get_parent()) path = c->get_name() + (path.empty() ? "" : " " + path);
+        std::fprintf(stderr, "dtlab: error: %s\n  hint: dtlab %s --help lists every flag\n", m.c_str(), path.c_str());
+        return lab::kExitUsage;
+      }
+    }
     return app.exit(e) == 0 ? lab::kExitOk : lab::kExitUsage;
   }
   try {
@@ -256,20 +345,24 @@ int main(int argc, char** argv) {
     }
     if (run_cmd->parsed()) {
       cfg.bn_momentum = cli::parse_bn_momentum(bn_momentum);
+      if (!cfg.resume.empty()) cfg = cli::resume_config(*run_cmd, cfg);  // the checkpoint's configuration
       start_runtime(runtime, cfg, run_cmd->count("--world-size") > 0);
-      code = cmd_run(cfg);
+      code = cmd_run(cfg, *runtime);
     } else if (bench_train->parsed()) {
       code = lab::bench_train(bopt);
     } else if (bench_sgemm->parsed()) {
       code = lab::bench_sgemm(sopt);
     } else if (bench_allreduce->parsed()) {
       code = lab::bench_allreduce(aopt);
+    } else if (bench_chain->parsed()) {
+      code = lab::bench_chain(copt);
     } else if (eval_cmd->parsed()) {
       code = lab::eval_command(eopt);
     } else if (lesson_cmd->parsed()) {
       code = run_lesson_command(*lesson_cmd, lopt);
     } else if (gui_cmd->parsed()) {
       gui_cfg.bn_momentum = cli::parse_bn_momentum(gui_bn_momentum);
+      if (!gui_cfg.resume.empty()) gui_cfg = cli::resume_config(*gui_cmd, gui_cfg);  // the checkpoint's configuration
       code = cmd_gui(gui_cfg, gui_opt);
     }
   } catch (const lab::Error& e) {

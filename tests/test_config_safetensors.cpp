@@ -1,13 +1,19 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 #include "config.h"
 #include "errors.h"
 #include "model.h"
 #include "safetensors.h"
 #include "test_util.h"
+#include "toml_parse.h"
 
 TEST(Config, TomlRoundTrip) {
   lab::RunConfig c;
@@ -138,4 +144,100 @@ TEST(Config, ModesRejectCombinationsPyTorchCannotRun) {
   }
   c.bn = "local";
   EXPECT_NO_THROW(lab::validate(c));
+}
+
+// Found by fuzzing (fuzz/fuzz_config.cpp, fuzz_lesson.cpp): TOML that Debian's toml++ 3.3.0 cannot
+// be given is a ConfigError naming the file and line, not an assertion failure (abort) or
+// undefined behaviour inside the library. Valid non-ASCII text in strings and comments still reads.
+TEST(Config, TomlTheLibraryMishandlesIsAClearError) {
+  testutil::TempDir tmp;
+  lab::RunConfig c;
+  c.model = "mlp";
+  const std::string good = lab::to_toml(c, {{"sgemm", "reference"}});
+  const int lines = static_cast<int>(std::count(good.begin(), good.end(), '\n'));
+  // the text appended after a valid file, what the error says, and the line it names
+  const std::vector<std::tuple<std::string, std::string, int>> cases = {
+      {"[`backends]\n", "table header", 1},                  // toml++ asserts (tomlplusplus#301)
+      {"[[[1]]]\n", "table header", 1},
+      {"x = [}\n", "cannot close", 1},                       // toml++ asserts: '}' taken for a value
+      {"x = [\v]\n", "control character", 1},                // toml++ asserts: '\v' taken for a value
+      {"m\xd1\xa8mot = 1\n", "non-ASCII", 1},                // U+0468: __builtin_unreachable (#295)
+      {"bn_eps = 1.000'd\xef\xba\xbf\n", "non-ASCII", 1},    // U+FEBF in an unquoted value
+      {"x = 1.[\"\"\"\x01\xc3\x82\"\"\"\n", "control character", 1},
+      {"s = \"\"\"\\\n\xc2\xa7\"\"\"\n", "backslash", 2},    // valid TOML toml++ cannot read (#190)
+  };
+  for (const auto& [bad, says, line] : cases) {
+    std::ofstream(tmp.file("config.toml"), std::ios::binary) << good << bad;
+    try {
+      lab::config_from_toml_file(tmp.file("config.toml"));
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const lab::ConfigError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(tmp.file("config.toml") + ":" + std::to_string(lines + line) + ":"), std::string::npos) << what;
+      EXPECT_NE(what.find(says), std::string::npos) << what;
+    }
+  }
+  c.data_dir = "/data/fashion-mnist \xc3\xa9t\xc3\xa9 \xe3\x80\x81";
+  std::ofstream(tmp.file("config.toml"), std::ios::binary) << "# r\xc3\xa9sum\xc3\xa9\n" << lab::to_toml(c, {});
+  EXPECT_EQ(lab::config_from_toml_file(tmp.file("config.toml")).data_dir, c.data_dir);
+}
+
+// Found by fuzzing and by hand (fuzz/fuzz_safetensors.cpp): headers whose sizes overflow, are
+// negative or floats, or whose __metadata__ is not a map, are an IoError naming the file, not
+// undefined behaviour (signed overflow, float-to-integer conversion) or a JSON library exception.
+TEST(Safetensors, HostileHeadersGiveClearErrors) {
+  testutil::TempDir tmp;
+  auto file = [&](const std::string& header, const std::string& payload) {
+    std::string h = header;
+    std::string bytes(8, '\0');
+    for (int i = 0; i < 8; ++i) bytes[static_cast<size_t>(i)] = static_cast<char>((h.size() >> (8 * i)) & 0xFF);
+    std::ofstream(tmp.file("w.safetensors"), std::ios::binary) << bytes << h << payload;
+    return tmp.file("w.safetensors");
+  };
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"w":{"dtype":"F32","shape":[1099511627776,1099511627776],"data_offsets":[0,0]}})", "need"},
+      {R"({"w":{"dtype":"F32","shape":[4611686018427387904],"data_offsets":[0,0]}})", "not a size"},
+      {R"({"w":{"dtype":"F32","shape":[-1,-4],"data_offsets":[0,16]}})", "not a size"},
+      {R"({"w":{"dtype":"F32","shape":[1.5e300],"data_offsets":[0,0]}})", "not a size"},
+      {R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,1e300]}})", "not a size"},
+      {R"({"__metadata__":[1,2]})", "__metadata__"},
+      {R"({"__metadata__":5})", "__metadata__"},
+  };
+  for (const auto& [header, says] : cases) {
+    try {
+      lab::read_safetensors(file(header, std::string(16, '\0')));
+      ADD_FAILURE() << "accepted " << header;
+    } catch (const lab::IoError& e) {
+      EXPECT_NE(std::string(e.what()).find("w.safetensors"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  }
+}
+
+// The check in front of toml++ (toml_parse.h) lets valid TOML through: strings of every kind with
+// non-ASCII text, escapes, quotes and line-ending backslashes, quoted and dotted keys, arrays over
+// several lines with comments, inline tables, dates.
+TEST(Config, TomlCheckLetsValidTomlThrough) {
+  const std::string text =
+      "# r\xc3\xa9sum\xc3\xa9 \xe3\x80\x81\n"
+      "title = \"caf\xc3\xa9 \\\" \xcf\x83 \xc3\x97\"\n"
+      "path = 'C:\\dir\\\xc3\xa9'\n"
+      "s1 = \"\"\"one \\\n    \xe2\x80\x94 two\"\"\"\n"
+      "s2 = \"\"\"ends \\\n   \"\"\"\n"
+      "s3 = \"\"\"\"quoted\"\"\"\"\n"
+      "s4 = '''\n[not a header] \xc3\xa9 '''\n"
+      "\"quoted key \xc3\xa9\" = 1\n"
+      "a.\"b\xc3\xa9\".c = 2\n"
+      "list = [\n  \"x\xc3\xa9\", # comment \xc3\xa9\n  'y',\n  [1, 2], { k = \"\xe2\x89\xa4\" },\n]\n"
+      "when = 1979-05-27T07:32:00Z\n"
+      "day = 1979-05-27 07:32:00\n"
+      "[table.\"sub \xc3\xa9\"]\n"
+      "x = -0.5e-3\n"
+      "[[array]]\n"
+      "y = inf\n";
+  toml::table t;
+  ASSERT_NO_THROW(t = lab::parse_toml(text, "valid.toml"));
+  EXPECT_EQ(t["s2"].value<std::string>(), "ends ");
+  EXPECT_EQ(t["s3"].value<std::string>(), "\"quoted\"");
+  EXPECT_EQ(t["list"].as_array()->size(), 4u);
 }

@@ -526,7 +526,10 @@ TEST(LessonExpr, ValueTypeNamesAndStrings) {
 
   EXPECT_EQ(Value::num(0.5).to_string(), "0.5");
   EXPECT_EQ(Value::num(1e-7).to_string(), "1e-07");
-  EXPECT_EQ(Value::num(1234567).to_string(), "1.23457e+06");
+  EXPECT_EQ(Value::num(1234567).to_string(), "1234567");  // whole numbers in full: byte counts, steps
+  EXPECT_EQ(Value::num(1234567.5).to_string(), "1.23457e+06");
+  EXPECT_EQ(Value::num(-3).to_string(), "-3");
+  EXPECT_EQ(Value::num(1e20).to_string(), "1e+20");
   EXPECT_EQ(Value::num(kInf).to_string(), "inf");
   EXPECT_EQ(Value::boolean_(true).to_string(), "true");
   EXPECT_EQ(Value::boolean_(false).to_string(), "false");
@@ -537,6 +540,16 @@ TEST(LessonExpr, ValueTypeNamesAndStrings) {
   EXPECT_EQ(Value::tens({1, 2, 3, 4, 5, 6}).to_string(), "[1, 2, 3, 4, 5, 6] (6 values)");
   EXPECT_EQ(Value::tens({0, 1, 2, 3, 4, 5, 6, 7, 8, 9}).to_string(), "[0, 1, 2, 3, 4, ... 9] (10 values)");
   EXPECT_EQ(Value::tens({0, 1, 2, 3, 4, 5, 6}).to_string(), "[0, 1, 2, 3, 4, ... 6] (7 values)");
+}
+
+TEST(LessonExpr, DiffGivesWhatEachStepAdded) {
+  std::map<std::string, Value> q = {{"sent", Value::tens({10, 25, 25, 40})}};
+  auto look = [&](const std::string& n) -> const Value* { auto it = q.find(n); return it == q.end() ? nullptr : &it->second; };
+  const Value d = Expr::parse("diff(sent)").eval(look);
+  ASSERT_TRUE(d.is_tensor());
+  EXPECT_EQ(d.tensor, (std::vector<double>{15, 0, 15}));
+  q["one"] = Value::num(3);
+  EXPECT_THROW(Expr::parse("diff(one)").eval(look), ExprError);
 }
 
 }  // namespace

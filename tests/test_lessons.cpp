@@ -3,6 +3,7 @@
 // teacher's report. The shipped lessons themselves run under the "lesson" label (CMakeLists).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -482,3 +483,22 @@ TEST(LessonGuide, TheWorkedExampleIsTheExampleFile) {
 }
 
 }  // namespace
+
+// Found by fuzzing (fuzz/fuzz_lesson.cpp): TOML that Debian's toml++ 3.3.0 cannot be given (a table
+// header starting with a character no key starts with aborted dtlab on an assertion; some
+// non-ASCII characters outside strings were undefined behaviour) is a lesson error at its line.
+TEST(LessonFile, TomlThatTheTomlLibraryMishandlesIsAnErrorAtItsLine) {
+  const std::string good = kGood;
+  for (const std::string& bad : {std::string("\n[`teacher]\nnotes = \"x\"\n"), std::string("\nextra = [}\n"),
+                                 std::string("\nm\xd1\xa8mot = 1\n")}) {
+    const auto d = problems(good + bad);
+    ASSERT_EQ(d.size(), 1u) << bad;
+    EXPECT_EQ(d[0].pos.line, static_cast<int>(std::count(good.begin(), good.end(), '\n')) + 2) << d[0].format();
+    EXPECT_TRUE(contains(d[0].message, "TOML")) << d[0].message;
+  }
+  // non-ASCII text in strings and comments is fine
+  const Lesson l = parse_lesson(replace(kGood, "A tiny lesson", "A tiny lesson: \xc3\xa9, \xcf\x83, \xc3\x97") +
+                                    "# \xc2\xa7 \xe3\x80\x81\n",
+                                "lessons/tiny.toml");
+  EXPECT_EQ(l.title, "A tiny lesson: \xc3\xa9, \xcf\x83, \xc3\x97");
+}

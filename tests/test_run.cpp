@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "backends.h"
+#include "bn_stats.h"
 #include "errors.h"
 #include "run.h"
 #include "test_util.h"
@@ -50,15 +51,16 @@ TEST(Run, RunDirectoryHoldsTheContractFiles) {
   c.broadcast_buffers = false;  // ranks end with different running statistics
   lab::Run run(c, lab::make_world);
   const lab::RunSummary& s = run.run();
-  for (const char* f : {"config.toml", "metrics.jsonl", "trace.json", "init.safetensors", "final.safetensors",
-                        "summary.json", "final.rank1.buffers.safetensors"})
+  for (const char* f : {"config.toml", "metrics.jsonl", "bn_stats.bin", "trace.json", "init.safetensors",
+                        "final.safetensors", "summary.json", "final.rank1.buffers.safetensors"})
     EXPECT_TRUE(std::filesystem::exists(d.file(f))) << f;
   EXPECT_EQ(s.steps, 6);
   // The config read back is the config that ran.
   const lab::RunConfig back = lab::config_from_toml_file(d.file("config.toml"));
   EXPECT_EQ(back.world_size, 2);
   EXPECT_FALSE(back.broadcast_buffers);
-  // metrics: one step line per step and rank, with BN statistics per layer and channel.
+  // metrics: one step line per step and rank with the scalars; BN statistics per layer and channel
+  // in bn_stats.bin (every step of the first epoch with --record-bn auto)
   std::ifstream m(d.file("metrics.jsonl"));
   std::string line;
   int steps = 0, epochs = 0;
@@ -66,10 +68,7 @@ TEST(Run, RunDirectoryHoldsTheContractFiles) {
     const auto j = nlohmann::json::parse(line);
     if (j["kind"] == "step") {
       ++steps;
-      ASSERT_EQ(j["bn"].size(), 2u);
-      EXPECT_EQ(j["bn"][0]["layer"], "2");
-      EXPECT_EQ(j["bn"][0]["running_mean"].size(), 256u);
-      EXPECT_EQ(j["bn"][1]["batch_var"].size(), 128u);
+      EXPECT_FALSE(j.contains("bn"));
       EXPECT_GT(j["bytes_sent"].get<uint64_t>(), 0u);
     } else {
       ++epochs;
@@ -77,6 +76,19 @@ TEST(Run, RunDirectoryHoldsTheContractFiles) {
   }
   EXPECT_EQ(steps, 12);
   EXPECT_EQ(epochs, 1);
+  const lab::BnStatsFile bn = lab::read_bn_stats(d.file("bn_stats.bin"));
+  EXPECT_EQ(bn.world_size, 2);
+  ASSERT_EQ(bn.layers.size(), 2u);
+  EXPECT_EQ(bn.layers[0], (std::pair<std::string, int>{"2", 256}));
+  ASSERT_EQ(bn.steps.size(), 6u);
+  for (const auto& step : bn.steps) {
+    ASSERT_EQ(step.size(), 2u);
+    for (const lab::StepRecord& r : step) {
+      ASSERT_EQ(r.bn.size(), 2u);
+      EXPECT_EQ(r.bn[0].running_mean.size(), 256u);
+      EXPECT_EQ(r.bn[1].batch_var.size(), 128u);
+    }
+  }
   // trace: Chrome trace events with a process per rank and chunk events carrying their fields.
   const auto t = nlohmann::json::parse(testutil::read_file(d.file("trace.json")));
   int chunks = 0;
@@ -268,4 +280,75 @@ TEST(Run, InitLoadsWeightsOnRankZeroAndBroadcastsThem) {
   run.run();
   // init.safetensors of the second run is the first run's initial state (seed 7), not seed 0's.
   EXPECT_EQ(testutil::read_file(b.file("init.safetensors")), testutil::read_file(a.file("init.safetensors")));
+}
+
+// bn_stats.bin holds what metrics.jsonl held, bit for bit, stores a value shared by every rank once
+// (SyncBN), and records the steps --record-bn chooses.
+TEST(Run, BatchNormStatisticsFileHoldsWhatTheRecordsHeld) {
+  DTLAB_REQUIRE_DATASET();
+  for (const char* bn : {"local", "sync"}) {
+    testutil::TempDir d;
+    auto c = small("mlp", 3, d.path());
+    c.bn = bn;
+    std::vector<lab::StepRecord> seen;
+    lab::Run run(c, lab::make_world);
+    run.set_step_sink([&](const std::vector<lab::StepRecord>& recs) { seen.insert(seen.end(), recs.begin(), recs.end()); });
+    run.run();
+    const lab::BnStatsFile f = lab::read_bn_stats(d.file("bn_stats.bin"));
+    ASSERT_EQ(f.steps.size(), 6u) << bn;
+    for (const lab::StepRecord& r : seen) {
+      const lab::StepRecord& got = f.steps[static_cast<size_t>(r.step)][static_cast<size_t>(r.rank)];
+      ASSERT_EQ(got.bn.size(), r.bn.size());
+      for (size_t l = 0; l < r.bn.size(); ++l) {
+        EXPECT_EQ(got.bn[l].batch_mean, r.bn[l].batch_mean) << bn;
+        EXPECT_EQ(got.bn[l].batch_var, r.bn[l].batch_var) << bn;
+        EXPECT_EQ(got.bn[l].local_mean, r.bn[l].local_mean) << bn;
+        EXPECT_EQ(got.bn[l].running_mean, r.bn[l].running_mean) << bn;
+        EXPECT_EQ(got.bn[l].num_batches_tracked, r.bn[l].num_batches_tracked) << bn;
+        EXPECT_EQ(got.bn[l].count, r.bn[l].count) << bn;
+      }
+    }
+  }
+  // SyncBN's statistics are the same on every rank: stored once, the file is smaller
+  testutil::TempDir l, s;
+  auto cl = small("mlp", 4, l.path());
+  auto cs = cl;
+  cs.bn = "sync";
+  cs.out_dir = s.path();
+  lab::Run(cl, lab::make_world).run();
+  lab::Run(cs, lab::make_world).run();
+  EXPECT_LT(std::filesystem::file_size(s.file("bn_stats.bin")), std::filesystem::file_size(l.file("bn_stats.bin")));
+  // --record-bn: every 4th step; off: no file
+  testutil::TempDir e, o;
+  auto ce = small("mlp", 2, e.path());
+  ce.steps = 10;
+  ce.record_bn = "4";
+  lab::Run(ce, lab::make_world).run();
+  const lab::BnStatsFile fe = lab::read_bn_stats(e.file("bn_stats.bin"));
+  ASSERT_EQ(fe.steps.size(), 3u);  // steps 0, 4, 8
+  EXPECT_EQ(fe.steps[1][0].step, 4);
+  auto co = small("mlp", 2, o.path());
+  co.record_bn = "off";
+  lab::Run(co, lab::make_world).run();
+  EXPECT_FALSE(std::filesystem::exists(o.file("bn_stats.bin")));
+  co.record_bn = "sometimes";
+  EXPECT_THROW(lab::validate(co), lab::ConfigError);
+  // a cut file is an error naming it
+  std::string bytes = testutil::read_file(e.file("bn_stats.bin"));
+  bytes.resize(bytes.size() - 7);
+  EXPECT_THROW(lab::parse_bn_stats(bytes, "cut.bin"), lab::IoError);
+}
+
+// tools/read_bn_stats.py reads the file from Python in a few lines (numpy; skipped without it).
+TEST(Run, BatchNormStatisticsReadFromPython) {
+  DTLAB_REQUIRE_DATASET();
+  if (std::system("/usr/bin/python3 -c 'import numpy' > /dev/null 2>&1") != 0) GTEST_SKIP() << "numpy is not installed";
+  testutil::TempDir d;
+  auto c = small("mlp", 2, d.path());
+  c.bn = "sync";
+  lab::Run(c, lab::make_world).run();
+  const std::string tool = std::string(DTLAB_FIXTURES_DIR) + "/../../tools/read_bn_stats.py";
+  const auto r = testutil::run_shell("/usr/bin/python3 " + tool + " " + d.file("bn_stats.bin"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("2 ranks, layers [('2', 256), ('5', 128)], 6 recorded steps"), std::string::npos) << r.out;
 }

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <set>
 #include <thread>
 
@@ -639,7 +640,10 @@ TEST(VizRunDir, ARunDirectoryReadsBackIntoTheSameData) {
   EXPECT_EQ(d.evals.back().probe_eval.size(), 10u);
   EXPECT_TRUE(d.summary.valid);
   ASSERT_NE(d.record(19, 3), nullptr);
-  EXPECT_FALSE(d.record(19, 3)->bn.empty());
+  // BatchNorm statistics from bn_stats.bin: every step of epoch 0, then every 10th (--record-bn auto)
+  EXPECT_FALSE(d.record(9, 3)->bn.empty());
+  EXPECT_FALSE(d.record(10, 3)->bn.empty());
+  EXPECT_TRUE(d.record(19, 3)->bn.empty());
   // the trace's chunk events rebuild the last gradient allreduce
   uint64_t seq = 0;
   ASSERT_TRUE(viz::latest_collective(d.events, viz::CollectiveFilter{}, true, seq));
@@ -672,5 +676,49 @@ TEST(VizRunDir, MissingConfigIsAnErrorNamingTheFile) {
     FAIL() << "expected an error";
   } catch (const lab::IoError& e) {
     EXPECT_NE(std::string(e.what()).find("config.toml"), std::string::npos) << e.what();
+  }
+}
+
+// Found by fuzzing (fuzz/fuzz_run_dir.cpp) and by hand: damaged files of a run directory are an
+// IoError naming the file (and the line of metrics.jsonl), not an exception of the JSON library, a
+// float converted to an integer it does not fit (undefined behaviour), or room made for 10^11 steps.
+TEST(VizRunDir, DamagedFilesAreErrorsNamingTheFile) {
+  testutil::TempDir dir;
+  lab::RunConfig c;
+  c.model = "mlp";
+  c.world_size = 2;
+  c.data_dir = dir.file("no-dataset");
+  const std::string step0 = R"({"kind":"step","rank":0,"step":0,"loss":1.5})"
+                            "\n";
+  struct Case {
+    const char* file;
+    std::string text;
+    const char* says;
+  };
+  const Case cases[] = {
+      {"summary.json", "5", "summary.json: bad summary"},  // the fuzzer's find: value() on a number
+      {"metrics.jsonl", step0 + "5\n", "metrics.jsonl:2: bad record"},
+      {"metrics.jsonl", R"({"kind":"step","rank":1e300,"step":0})", "metrics.jsonl:1: bad record: 'rank' is 1e+300"},
+      {"metrics.jsonl", R"({"kind":"step","rank":0,"step":0,"bytes_sent":-1.5})", "'bytes_sent' is -1.5"},
+      {"metrics.jsonl", step0 + R"({"kind":"step","rank":0,"step":100000000000})", "metrics.jsonl:2: step 100000000000"},
+      {"metrics.jsonl", R"({"kind":"step","rank":0,"step":0,"bn":[5]})", "metrics.jsonl:1: bad record"},
+      {"metrics.jsonl", R"({"kind":"epoch","train_loss":"x"})", "metrics.jsonl:1: bad record"},
+      {"trace.json", R"({"traceEvents":[{"ph":"X","pid":1e20}]})", "trace.json: bad trace event: 'pid' is"},
+      {"trace.json", R"({"traceEvents":[{"ph":"X","pid":0,"cat":"collective","name":"allreduce b 99999999999"}]})",
+       "trace.json: bad trace event"},
+      {"trace.json", R"({"traceEvents":[{"ph":"X","pid":0,"cat":"compute","args":5}]})", "trace.json: bad trace event"},
+  };
+  for (const Case& k : cases) {
+    std::filesystem::remove_all(dir.file("run"));
+    std::filesystem::create_directories(dir.file("run"));
+    std::ofstream(dir.file("run/config.toml")) << lab::to_toml(c, {});
+    std::ofstream(dir.file("run/metrics.jsonl")) << step0;
+    std::ofstream(dir.file(std::string("run/") + k.file)) << k.text;
+    try {
+      viz::load_run_dir(dir.file("run"));
+      ADD_FAILURE() << "accepted " << k.file << ": " << k.text;
+    } catch (const lab::IoError& e) {
+      EXPECT_NE(std::string(e.what()).find(k.says), std::string::npos) << e.what();
+    }
   }
 }

@@ -126,6 +126,7 @@ void reset_view_caches(AppState& app) {
   ring.follow = app.ring.follow;
   app.ring = ring;
   app.ring_twin = ring;
+  app.async = app.async_twin = AsyncViewState{};
   app.batching_twin = BatchingViewState{};
   app.train_eval_twin = TrainEvalViewState{};
   for (auto& c : app.bn.cache) c = BnViewState::Series{};
@@ -148,7 +149,7 @@ void start_live(AppState& app, const lab::RunConfig& cfg, bool paused, double t0
   app.twin_label.clear();
   std::optional<lab::RunConfig> twin;
   if (twin_cfg) twin = *twin_cfg;
-  else if (app.compare_bn && cfg.world_size > 1 && cfg.mode != "dp") {  // DataParallel has no SyncBatchNorm
+  else if (app.compare_bn && cfg.world_size > 1 && cfg.mode != "dp" && cfg.mode != "async") {  // only DDP has SyncBatchNorm
     twin = cfg;
     twin->bn = other_bn(cfg.bn);
     twin->out_dir.clear();  // one run directory per run
@@ -183,6 +184,8 @@ void log_run_news(AppState& app, double t0) {
                   fmt("data loaded: %lld training and %lld test samples", static_cast<long long>(st.train_size),
                       static_cast<long long>(st.test_size)),
                   t);
+    if ((st.phase == RunPhase::Running || st.phase == RunPhase::Paused) && app.last_status.phase == RunPhase::Loading)
+      for (const std::string& n : st.notes) app.log.add(LogLevel::Info, n, t);
     if (st.phase == RunPhase::Failed) {
       app.log.add(LogLevel::Error, "run failed: " + st.error, t);
       if (!st.hint.empty()) app.log.add(LogLevel::Warning, "hint: " + st.hint, t);
@@ -583,7 +586,10 @@ void draw_view(AppState& app, ViewId v, Commands& cmd) {
   auto one = [&](bool twin) {
     const RunData& d = twin ? app.twin_data : app.data;
     switch (v) {
-      case ViewId::Ring: draw_ring_view(d, twin ? app.ring_twin : app.ring, app.clock); break;
+      case ViewId::Ring:
+        if (d.cfg.mode == "async") draw_async_view(d, twin ? app.async_twin : app.async, app.clock);
+        else draw_ring_view(d, twin ? app.ring_twin : app.ring, app.clock);
+        break;
       case ViewId::Batching: draw_batching_view(d, twin ? app.batching_twin : app.batching); break;
       case ViewId::TrainEval: draw_train_eval_view(d, twin ? app.train_eval_twin : app.train_eval, app.bn); break;
       case ViewId::BatchNorm: break;

@@ -74,6 +74,15 @@ struct RingViewState {
   uint64_t trace_seq = ~uint64_t{0};
 };
 
+// The allreduce view of an async run (panel_async.cpp): staleness per worker over iterations.
+struct AsyncViewState {
+  struct Cache {
+    int world = 0;
+    size_t built = 0;
+    std::vector<std::vector<float>> x, y;  // [worker] iteration, staleness
+  } cache;
+};
+
 struct BnViewState {
   int layer = 0;             // index into StepRecord::bn
   int channel = 0;
@@ -202,6 +211,7 @@ struct AppState {
 
   ControlsState controls;
   RingViewState ring, ring_twin;        // *_twin: the second column when two runs are shown side by side
+  AsyncViewState async, async_twin;
   BnViewState bn;
   BatchingViewState batching, batching_twin;
   TrainEvalViewState train_eval, train_eval_twin;

@@ -184,7 +184,29 @@ void draw_parallelism(lab::RunConfig& c, const std::vector<SettingCheck>& checks
                "Local SGD (post-localSGD hook + PeriodicModelAverager): gradients are allreduced for warmup_steps "
                "iterations, then every rank steps on its own gradients and the parameters are averaged every "
                "average_every iterations. Less communication; the replicas drift apart in between.");
+  ImGui::SameLine();
+  choice_radio(c, "async", "mode", "async", c.mode == "async",
+               "Asynchronous training (Hogwild!, A3C): world_size workers and a parameter server. Each worker pulls "
+               "the weights, computes a gradient on its batch and pushes it; the server applies every push at once, "
+               "without waiting for the others. A gradient's staleness: the updates applied between its pull and its "
+               "push (the Allreduce view shows it).");
   check_marker(checks, "mode");
+  if (c.mode == "async") {
+    ImGui::TextUnformatted("schedule");
+    ImGui::SameLine();
+    choice_radio(c, "free", "async_schedule", "free", c.async_schedule == "free",
+                 "The server serves whichever worker's message arrives first: staleness depends on timing, and two "
+                 "runs differ.");
+    ImGui::SameLine();
+    choice_radio(c, "seeded", "async_schedule", "seeded", c.async_schedule == "seeded",
+                 "The server serves the workers in an order drawn from a seed: the same seed gives the same "
+                 "staleness and the same bits.");
+    if (c.async_schedule == "seeded") {
+      int seed = static_cast<int>(c.async_seed);
+      ImGui::SetNextItemWidth(w);
+      if (ImGui::InputInt("schedule seed", &seed) && seed >= 0) c.async_seed = static_cast<uint64_t>(seed);
+    }
+  }
   if (c.mode == "local-sgd") {
     choice_int(c, "average_every", "average_every", c.average_every, 1, w,
                "PeriodicModelAverager(period): average the parameters after every this many optimizer steps.");
@@ -349,13 +371,14 @@ void draw_settings(const RunData& d, ControlsState& st, bool compare_bn, Command
 
   ImGui::Separator();
   bool cmp = compare_bn;
-  const bool twin_dp = d.cfg.mode == "dp";
+  const bool twin_dp = d.cfg.mode == "dp" || d.cfg.mode == "async";
   ImGui::BeginDisabled(!d.live || d.cfg.world_size == 1 || twin_dp);
   if (ImGui::Checkbox(fmt("twin run with bn=%s", d.cfg.bn == "sync" ? "local" : "sync").c_str(), &cmp))
     cmd.compare_bn = cmp;
   ImGui::EndDisabled();
   tooltip(d.cfg.world_size == 1 ? "With one rank local and sync BatchNorm are the same."
-          : twin_dp             ? "DataParallel has no SyncBatchNorm (it needs DistributedDataParallel): no twin run."
+          : twin_dp             ? "DataParallel and async training have no SyncBatchNorm (it needs DistributedDataParallel): "
+                                  "no twin run."
                                 : "Train a second run with the other BatchNorm mode, the same seed and the same data "
                                   "order, stepped together with this one; the BatchNorm view shows both side by side. "
                                   "It shares the CPU, so both run at about half speed.");

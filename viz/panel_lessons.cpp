@@ -200,9 +200,7 @@ void draw_results(const LessonDriver& d, const LessonPanelState& st) {
     wrapped(pr.prompt);
     ImGui::Indent();
     ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(col::kDim), "you said %s; measured: %s", mine.c_str(), p.truth().c_str());
-    if (pr.kind == "choice" && p.answer && !p.correct)
-      for (const Choice& ch : pr.choices)
-        if (ch.key == p.answer->value && !ch.misconception.empty()) text_wrapped_colored(col::kDim, "About " + ch.key + ": " + lessons::reflow(ch.misconception));
+    if (!p.misconception.empty()) text_wrapped_colored(col::kDim, "About " + p.answer->value + ": " + lessons::reflow(p.misconception));
     if (pr.kind == "numeric")
       ImGui::TextDisabled("right within %s of the measurement",
                           pr.rtol > 0 ? fmt("%g%%", pr.rtol * 100).c_str() : fmt("%g %s", pr.atol, pr.unit.c_str()).c_str());

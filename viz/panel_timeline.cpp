@@ -33,6 +33,8 @@ ImU32 event_color(const lab::Event& e) {
   // DataParallel's replicate is a broadcast of device 0's parameters and buffers
   if (std::strcmp(e.op, "broadcast") == 0 || std::strcmp(e.op, "replicate") == 0) return kBroadcastColor;
   if (std::strcmp(e.op, "reduce") == 0) return kReduceColor;
+  if (std::strcmp(e.op, "pull") == 0) return kBroadcastColor;  // --mode async: weights from the server
+  if (std::strcmp(e.op, "push") == 0) return kReduceColor;     // ... a gradient to it
   return kAllgatherColor;  // allgather; DataParallel's scatter and gather
 }
 
@@ -40,8 +42,12 @@ std::string describe(const lab::Event& e) {
   std::string s;
   if (e.kind == lab::EventKind::Compute) s = e.op;
   else if (e.kind == lab::EventKind::Collective)
-    s = fmt("%s #%llu %s%s, %s", e.op, static_cast<unsigned long long>(e.op_seq), e.what,
-            e.tag >= 0 ? fmt(" %d", e.tag).c_str() : "", fmt_bytes(static_cast<double>(e.bytes)).c_str());
+    s = std::strcmp(e.op, "push") == 0
+            ? fmt("push of iteration %lld's gradient, %s, staleness %d (updates the server applied since this "
+                  "worker's pull)",
+                  static_cast<long long>(e.train_step), fmt_bytes(static_cast<double>(e.bytes)).c_str(), e.tag)
+            : fmt("%s #%llu %s%s, %s", e.op, static_cast<unsigned long long>(e.op_seq), e.what,
+                  e.tag >= 0 ? fmt(" %d", e.tag).c_str() : "", fmt_bytes(static_cast<double>(e.bytes)).c_str());
   else
     s = fmt("%s chunk %d -> rank %d, %s (%s step %d)", e.op, e.chunk, e.dst, fmt_bytes(static_cast<double>(e.bytes)).c_str(),
             lab::phase_name(e.phase), e.ring_step);
@@ -73,7 +79,10 @@ void draw_timeline_panel(const RunData& d, TimelineState& st) {
                                       {"optimizer", IM_COL32(0, 158, 115, 255)},
                                       {"eval", IM_COL32(150, 150, 150, 255)}};
   std::vector<Entry> legend = compute;
-  if (d.cfg.mode == "dp")
+  if (d.cfg.mode == "async")
+    legend.insert(legend.end(), {{"pull (weights from the server)", kBroadcastColor},
+                                 {"push (a gradient; tooltip: its staleness)", kReduceColor}});
+  else if (d.cfg.mode == "dp")
     legend.insert(legend.end(), {{"replicate", kBroadcastColor},
                                  {"scatter / gather", kAllgatherColor},
                                  {"reduce", kReduceColor},

@@ -11,6 +11,8 @@ namespace viz {
 void draw_controls_panel(const RunData& d, ControlsState& st, bool compare_bn, double delay_s, Commands& cmd);
 // 1. Allreduce traffic (ring, naive, tree; DataParallel's reduce): ranks on a circle, transfers per step and phase.
 void draw_ring_view(const RunData& d, RingViewState& st, const FrameClock& clock);
+// 1'. --mode async: the workers round the parameter server, each push's staleness.
+void draw_async_view(const RunData& d, AsyncViewState& st, const FrameClock& clock);
 // 2. BatchNorm statistics: per-rank batch and running statistics, local versus sync.
 void draw_batchnorm_view(const RunData& d, const RunData* twin, BnViewState& st, Commands& cmd);
 // 3. Batching and drop_last: the epoch as a strip of dataset indices.

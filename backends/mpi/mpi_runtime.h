@@ -74,6 +74,10 @@ class MpiRuntime final : public CommRuntime {
   bool abort_world(const std::string& reason);
   // What this rank answers to queries while it waits.
   void set_waiting_for(int peer) { m_waiting_for.store(peer, std::memory_order_relaxed); }
+  int waiting_for() const override {
+    const int w = m_waiting_for.load(std::memory_order_relaxed);
+    return w >= 0 ? w : -1;
+  }
   // Asks `peer` whom it waits for; nullopt when it does not answer within `seconds` (or when the
   // world aborted meanwhile).
   std::optional<int> query_waiting_for(int peer, double seconds);

@@ -288,6 +288,31 @@ class TransportThreads final : public Transport {
     consume(c, src);
   }
 
+  // Whichever of srcs has a message with `tag` first (looked at in srcs' order when several
+  // have): the arrival order a parameter server serves its workers in.
+  int recv_any(const std::vector<int>& srcs, void* buf, size_t bytes, uint64_t tag) override {
+    if (srcs.empty()) throw CommError("rank " + std::to_string(m_rank) + ": recv_any from no rank");
+    for (int src : srcs) check_peer(src, "recv_any");
+    Claim found;
+    size_t mismatch = 0;
+    bool bad_size = false;
+    int from = -1;
+    wait_until(
+        [&] {
+          for (int src : srcs)
+            if (try_claim(src, bytes, tag, found, bad_size, mismatch)) {
+              from = src;
+              return true;
+            }
+          return false;
+        },
+        {"recv_any", "from", srcs.front(), tag});
+    if (bad_size) throw_size_mismatch(from, {"recv_any", "from", from, tag}, mismatch, bytes);
+    if (bytes > 0) std::memcpy(buf, found.data, bytes);
+    consume(found, from);
+    return from;
+  }
+
   void sendrecv(int dst, const void* sbuf, size_t sbytes, int src, void* rbuf, size_t rbytes,
                 uint64_t tag) override {
     exchange(dst, sbuf, sbytes, src, rbytes, tag, "sendrecv", [&](const void* in) {
@@ -467,69 +492,72 @@ class TransportThreads final : public Transport {
     uint64_t claimed = 0;        // the slot's state word after the claim
   };
 
-  // Waits for the first message from src with site.tag (in posting order, over the slot and the
-  // queue) and claims it. A size mismatch aborts the world (both sides run the same collective
-  // with different sizes: a bug) and throws.
-  Claim claim(int src, size_t bytes, const WaitSite& site) {
+  // Claims the first message from src with `tag` (in posting order, over the slot and the queue)
+  // if there is one. A size mismatch sets bad_size (and the size sent) and claims nothing.
+  bool try_claim(int src, size_t bytes, uint64_t tag, Claim& found, bool& bad_size, size_t& mismatch) {
     Channel& ch = m_w.channel(src, m_rank);
+    Slot& sl = ch.slot;
+    const uint64_t st = sl.state.load(std::memory_order_acquire);
+    const bool slot_match = (st & kStateMask) == kPosted && sl.tag == tag;
+    Message* queued = nullptr;
+    std::deque<Message*>::iterator where;
+    std::unique_lock<std::mutex> lock(ch.mu, std::defer_lock);
+    if (ch.queued.load(std::memory_order_acquire) != 0) {
+      lock.lock();
+      for (auto it = ch.queue.begin(); it != ch.queue.end(); ++it)
+        if ((*it)->tag == tag) {
+          queued = *it;
+          where = it;
+          break;
+        }
+    }
+    // The slot's fields were written before its state word, whose acquire load saw them;
+    // a re-post would carry a new generation and fail the compare-and-swap below.
+    if (slot_match && (queued == nullptr || sl.order < queued->order)) {
+      if (sl.bytes != bytes) {  // leave it posted: its sender cancels it
+        bad_size = true;
+        mismatch = sl.bytes;
+        return true;
+      }
+      const uint64_t claimed = (st & ~kStateMask) | kClaimed;
+      uint64_t expected = st;
+      if (!sl.state.compare_exchange_strong(expected, claimed, std::memory_order_acquire))
+        return false;  // its sender took it back (it is giving up)
+      found.data = sl.data;
+      found.slot = &sl;
+      found.claimed = claimed;
+      return true;
+    }
+    if (queued == nullptr) return false;
+    if (queued->bytes != bytes) {  // leave it queued: the world frees it
+      bad_size = true;
+      mismatch = queued->bytes;
+      return true;
+    }
+    ch.queue.erase(where);
+    ch.queued.store(ch.queue.size(), std::memory_order_relaxed);
+    found.data = queued->owned.get();
+    found.message = queued;
+    return true;
+  }
+
+  [[noreturn]] void throw_size_mismatch(int src, const WaitSite& site, size_t sent, size_t bytes) {
+    const std::string msg = "rank " + std::to_string(m_rank) + ": " + site.call + " from rank " + std::to_string(src) +
+                            " (tag " + std::to_string(site.tag) + "): size mismatch: rank " + std::to_string(src) +
+                            " sent " + std::to_string(sent) + " bytes, rank " + std::to_string(m_rank) + " expects " +
+                            std::to_string(bytes) + " bytes";
+    abort(msg);
+    throw CommError(msg, "a bug: both ranks must run the same collective with the same sizes");
+  }
+
+  // Waits for the first message from src with site.tag and claims it. A size mismatch aborts the
+  // world (both sides run the same collective with different sizes: a bug) and throws.
+  Claim claim(int src, size_t bytes, const WaitSite& site) {
     Claim found;
     size_t mismatch = 0;
     bool bad_size = false;
-    wait_until(
-        [&] {
-          Slot& sl = ch.slot;
-          const uint64_t st = sl.state.load(std::memory_order_acquire);
-          const bool slot_match = (st & kStateMask) == kPosted && sl.tag == site.tag;
-          Message* queued = nullptr;
-          std::deque<Message*>::iterator where;
-          std::unique_lock<std::mutex> lock(ch.mu, std::defer_lock);
-          if (ch.queued.load(std::memory_order_acquire) != 0) {
-            lock.lock();
-            for (auto it = ch.queue.begin(); it != ch.queue.end(); ++it)
-              if ((*it)->tag == site.tag) {
-                queued = *it;
-                where = it;
-                break;
-              }
-          }
-          // The slot's fields were written before its state word, whose acquire load saw them;
-          // a re-post would carry a new generation and fail the compare-and-swap below.
-          if (slot_match && (queued == nullptr || sl.order < queued->order)) {
-            if (sl.bytes != bytes) {  // leave it posted: its sender cancels it
-              bad_size = true;
-              mismatch = sl.bytes;
-              return true;
-            }
-            const uint64_t claimed = (st & ~kStateMask) | kClaimed;
-            uint64_t expected = st;
-            if (!sl.state.compare_exchange_strong(expected, claimed, std::memory_order_acquire))
-              return false;  // its sender took it back (it is giving up)
-            found.data = sl.data;
-            found.slot = &sl;
-            found.claimed = claimed;
-            return true;
-          }
-          if (queued == nullptr) return false;
-          if (queued->bytes != bytes) {  // leave it queued: the world frees it
-            bad_size = true;
-            mismatch = queued->bytes;
-            return true;
-          }
-          ch.queue.erase(where);
-          ch.queued.store(ch.queue.size(), std::memory_order_relaxed);
-          found.data = queued->owned.get();
-          found.message = queued;
-          return true;
-        },
-        site);
-    if (bad_size) {
-      const std::string msg = "rank " + std::to_string(m_rank) + ": " + site.call + " from rank " +
-                              std::to_string(src) + " (tag " + std::to_string(site.tag) + "): size mismatch: rank " +
-                              std::to_string(src) + " sent " + std::to_string(mismatch) + " bytes, rank " +
-                              std::to_string(m_rank) + " expects " + std::to_string(bytes) + " bytes";
-      abort(msg);
-      throw CommError(msg, "a bug: both ranks must run the same collective with the same sizes");
-    }
+    wait_until([&] { return try_claim(src, bytes, site.tag, found, bad_size, mismatch); }, site);
+    if (bad_size) throw_size_mismatch(src, site, mismatch, bytes);
     return found;
   }
 

@@ -59,6 +59,10 @@ class Communicator {
   void allreduce_sum(float* data, size_t count, CollectiveInfo info);
   // Every rank of a world must use the same algorithm.
   void set_allreduce_algorithm(AllreduceAlgorithm a) { m_algorithm = a; }
+  // --nondeterministic: algorithms that add several ranks' buffers on one rank (naive) add them
+  // in arrival order, not rank order; the bits then depend on timing.
+  void set_arrival_order(bool on) { m_arrival_order = on; }
+  bool arrival_order() const { return m_arrival_order; }
   AllreduceAlgorithm allreduce_algorithm() const { return m_algorithm; }
   // Root's bytes overwrite every other rank's (a ring pipeline is not needed: a chain from root).
   void broadcast(void* data, size_t bytes, int root, CollectiveInfo info);
@@ -67,6 +71,12 @@ class Communicator {
 
   // Bytes this rank has sent so far.
   uint64_t bytes_sent() const { return m_bytes_sent; }
+  // From a checkpoint: the bytes sent and collectives started before it (the event sequence).
+  void restore_counters(uint64_t bytes_sent, uint64_t seq) {
+    m_bytes_sent = bytes_sent;
+    m_seq = seq;
+  }
+  uint64_t seq() const { return m_seq; }
 
   // Events of collective `seq` with this rank's identity filled in: the whole call (t_start set
   // to now) and the template of its chunk transfers (sender = this rank).
@@ -110,6 +120,7 @@ class Communicator {
   uint64_t m_seq = 0;
   uint64_t m_bytes_sent = 0;
   AllreduceAlgorithm m_algorithm = AllreduceAlgorithm::Ring;
+  bool m_arrival_order = false;
 };
 
 }  // namespace lab

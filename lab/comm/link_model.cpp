@@ -69,6 +69,16 @@ class LinkModelTransport final : public Transport {
     wait_until(arrival(src, tag), "recv", src, bytes, tag);
   }
 
+  // Arrival order is the inner transport's: a message counts as arrived when its bytes were handed
+  // over; then it waits out its link's delivery time, as recv does.
+  int recv_any(const std::vector<int>& srcs, void* buf, size_t bytes, uint64_t tag) override {
+    sync_settings();
+    for (int src : srcs) check_peer(src);
+    const int src = m_inner.recv_any(srcs, buf, bytes, tag);
+    wait_until(arrival(src, tag), "recv_any", src, bytes, tag);
+    return src;
+  }
+
   void sendrecv(int dst, const void* sbuf, size_t sbytes, int src, void* rbuf, size_t rbytes,
                 uint64_t tag) override {
     sync_settings();

@@ -7,6 +7,9 @@
 // also tells the sender that its buffer has been consumed.
 #include "naive_allreduce.h"
 
+#include <algorithm>
+#include <vector>
+
 namespace lab {
 
 void naive_allreduce(Communicator& comm, float* data, size_t count, CollectiveInfo info) {
@@ -43,7 +46,24 @@ void naive_allreduce(Communicator& comm, float* data, size_t count, CollectiveIn
   };
 
   if (n > 1) {
-    if (r == 0) {
+    if (r == 0 && comm.arrival_order()) {
+      // --nondeterministic: gather in arrival order, acc = ((x0 + xa) + xb) + ... for whichever
+      // rank a arrives first, then b, ...: the bits depend on timing.
+      std::vector<int> waiting;
+      for (int src = 1; src < n; ++src) waiting.push_back(src);
+      std::vector<float> in(count);
+      for (int s = 0; s < n - 1; ++s) {
+        int src = -1;
+        step(Phase::Gather, s, -1, 0, [&] {
+          src = t.recv_any(waiting, in.data(), bytes, tag);
+          for (size_t i = 0; i < count; ++i) data[i] += in[i];
+          t.send(src, nullptr, 0, tag);  // the empty half of the sender's sendrecv
+        });
+        waiting.erase(std::find(waiting.begin(), waiting.end(), src));
+      }
+      for (int dst = 1; dst < n; ++dst)
+        step(Phase::Broadcast, dst - 1, 0, dst, [&] { t.sendrecv(dst, data, bytes, dst, nullptr, 0, tag); });
+    } else if (r == 0) {
       // Gather in rank order: acc = ((x0 + x1) + x2) + ..., added straight from each sender's buffer.
       for (int src = 1; src < n; ++src)
         step(Phase::Gather, src - 1, src, 0, [&] { t.sendrecv_reduce(src, nullptr, 0, src, data, count, tag); });

@@ -15,4 +15,9 @@ void Transport::native_allreduce_sum(float*, size_t) {
   throw ConfigError("--allreduce mpi needs --comm mpi (a transport with its own allreduce)");
 }
 
+int Transport::recv_any(const std::vector<int>&, void*, size_t, uint64_t) {
+  throw ConfigError(std::string("the ") + name() + " transport cannot receive from whichever rank sends first",
+                    "--mode async runs with --comm threads");
+}
+
 }  // namespace lab

@@ -34,6 +34,10 @@ class Transport {
   // transport may fuse with the copy. The default receives into scratch space and adds.
   virtual void sendrecv_reduce(int dst, const float* sbuf, size_t scount, int src, float* acc,
                                size_t rcount, uint64_t tag);
+  // Receives one message with `tag` from whichever of srcs sends first and returns that rank
+  // (a parameter server serving its workers in arrival order). The default throws ConfigError:
+  // transports that cannot do it say so.
+  virtual int recv_any(const std::vector<int>& srcs, void* buf, size_t bytes, uint64_t tag);
   // The transport's own allreduce (sum, float32, in place), e.g. MPI_Allreduce: a black-box peer
   // for comparison. The default throws ConfigError.
   virtual void native_allreduce_sum(float* data, size_t count);

@@ -1,13 +1,12 @@
 #include "config.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
-#define TOML_EXCEPTIONS 1
-#include <toml++/toml.h>
-
 #include "errors.h"
+#include "toml_parse.h"
 
 namespace lab {
 
@@ -22,10 +21,25 @@ namespace {
 
 // --mode and the communication flags, and which combinations PyTorch itself supports.
 void validate_modes(const RunConfig& c) {
-  if (c.mode != "ddp" && c.mode != "dp" && c.mode != "local-sgd")
+  if (c.mode != "ddp" && c.mode != "dp" && c.mode != "local-sgd" && c.mode != "async")
     throw ConfigError("--mode: unknown mode '" + c.mode + "'",
                       "ddp: DistributedDataParallel; dp: nn.DataParallel (one process, world_size devices); "
-                      "local-sgd: periodic model averaging");
+                      "local-sgd: periodic model averaging; async: a parameter server and asynchronous workers");
+  if (c.async_schedule != "free" && c.async_schedule != "seeded")
+    throw ConfigError("--async-schedule: unknown schedule '" + c.async_schedule + "'",
+                      "free: the server serves whoever sends first; seeded: in an order drawn from --async-seed");
+  if (c.mode == "async") {
+    if (c.comm != "threads")
+      throw ConfigError("--mode async runs its parameter server as a thread beside emulated ranks",
+                        "use --comm threads (the default)");
+    if (c.bn == "sync")
+      throw ConfigError("--mode async with --bn sync: SyncBatchNorm needs every rank in the same forward",
+                        "asynchronous workers never are; use --bn local");
+    if (c.no_sync_steps > 0 || c.uneven_data || c.join)
+      throw ConfigError("--no-sync-steps, --uneven-data and --join are DDP's; --mode async has no DDP");
+    if (c.fail_rank >= 0 && c.fail_at == "allreduce")
+      throw ConfigError("--fail-at allreduce: --mode async has no allreduce", "choose --fail-at forward, backward or hang");
+  }
   // PyTorch's own wording (PeriodicModelAverager).
   if (c.average_every < 1) throw ConfigError("Arg ``period`` must be a positive value.", "--average-every must be >= 1");
   if (c.warmup_steps < 0)
@@ -118,8 +132,38 @@ void validate(const RunConfig& c) {
     throw ConfigError("Invalid rank " + std::to_string(c.fail_rank) + ", rank should be in the interval [0, " +
                       std::to_string(c.world_size - 1) + "]",
                       "--fail-rank names the rank that fails");
-  if (c.fail_at != "forward" && c.fail_at != "backward" && c.fail_at != "allreduce" && c.fail_at != "hang")
-    throw ConfigError("--fail-at: unknown point '" + c.fail_at + "'", "choose forward, backward, allreduce or hang");
+  if (c.fail_at != "forward" && c.fail_at != "backward" && c.fail_at != "allreduce" && c.fail_at != "hang" &&
+      c.fail_at != "nan")
+    throw ConfigError("--fail-at: unknown point '" + c.fail_at + "'", "choose forward, backward, allreduce, hang or nan");
+  if (c.on_nonfinite != "stop" && c.on_nonfinite != "skip-step")
+    throw ConfigError("--on-nonfinite: unknown action '" + c.on_nonfinite + "'", "choose stop or skip-step");
+  if ((c.mode == "dp" || c.mode == "async") && (c.on_nonfinite != "stop" || (c.fail_at == "nan" && c.fail_rank >= 0)))
+    throw ConfigError("--on-nonfinite skip-step and --fail-at nan cover --mode ddp and local-sgd",
+                      "--mode " + c.mode + " stops at a non-finite loss or gradient");
+  if (c.record_bn != "auto" && c.record_bn != "all" && c.record_bn != "off") {
+    char* end = nullptr;
+    const long long every = std::strtoll(c.record_bn.c_str(), &end, 10);
+    if (c.record_bn.empty() || *end != 0 || every < 1)
+      throw ConfigError("--record-bn: expected auto, all, off or a whole number N >= 1 (every N-th step), got '" +
+                            c.record_bn + "'",
+                        "auto records every step of the first epoch, then every 10th");
+  }
+  if (c.checkpoint_every < 0) throw ConfigError("--checkpoint-every must be >= 0 (0: off), got " + std::to_string(c.checkpoint_every));
+  const bool checkpoints = c.checkpoint_every > 0 || c.checkpoint_every_epoch;
+  if ((checkpoints || !c.resume.empty()) && c.mode == "async")
+    throw ConfigError("checkpoints and --resume cover --mode ddp, dp and local-sgd",
+                      "the parameter server's order of updates is not a step boundary every worker shares");
+  if ((checkpoints || !c.resume.empty()) && (c.uneven_data || c.join))
+    throw ConfigError("checkpoints and --resume need every rank at the same iteration: not with --uneven-data or --join");
+  if (checkpoints && c.out_dir.empty() && c.resume.empty())
+    throw ConfigError("--checkpoint-every/--checkpoint-every-epoch write into the run directory: give --out DIR");
+  if (c.checkpoint_every > 0 && c.no_sync_steps > 0 && c.checkpoint_every % (c.no_sync_steps + 1) != 0)
+    throw ConfigError("--checkpoint-every " + std::to_string(c.checkpoint_every) + " must be a multiple of --no-sync-steps + 1 = " +
+                          std::to_string(c.no_sync_steps + 1),
+                      "a checkpoint is taken after a synchronized step, when no gradients are accumulating");
+  if (c.nondeterministic && c.comm != "threads")
+    throw ConfigError("--nondeterministic adds in arrival order between emulated ranks and compute threads",
+                      "use --comm threads (the default)");
   validate_modes(c);
 }
 
@@ -183,6 +227,8 @@ std::string to_toml(const RunConfig& c, const std::vector<std::pair<std::string,
   o << "link_gbps = " << d(c.link_gbps) << "\n";
   o << "uneven_data = " << b(c.uneven_data) << "\n";
   o << "join = " << b(c.join) << "\n";
+  o << "async_schedule = " << q(c.async_schedule) << "\n";
+  o << "async_seed = " << c.async_seed << "\n";
   o << "\n[optim]\n";
   o << "lr = " << d(c.lr) << "\n";
   o << "momentum = " << d(c.momentum) << "\n";
@@ -198,28 +244,54 @@ std::string to_toml(const RunConfig& c, const std::vector<std::pair<std::string,
   o << "steps = " << c.steps << "\n";
   o << "seed = " << c.seed << "\n";
   o << "threads = " << c.threads << "\n";
+  o << "nondeterministic = " << b(c.nondeterministic) << "\n";
   o << "\n[output]\n";
   o << "out_dir = " << q(c.out_dir) << "\n";
   o << "init = " << q(c.init) << "\n";
   o << "trace_steps = " << c.trace_steps << "\n";
+  o << "record_bn = " << q(c.record_bn) << "\n";
+  o << "checkpoint_every = " << c.checkpoint_every << "\n";
+  o << "checkpoint_every_epoch = " << b(c.checkpoint_every_epoch) << "\n";
   o << "eval_every = " << c.eval_every << "\n";
   o << "eval_samples = " << c.eval_samples << "\n";
   o << "\n[failure_injection]\n";
   o << "fail_rank = " << c.fail_rank << "\n";
   o << "fail_step = " << c.fail_step << "\n";
   o << "fail_at = " << q(c.fail_at) << "\n";
+  o << "on_nonfinite = " << q(c.on_nonfinite) << "\n";
   return o.str();
 }
+
+namespace {
+RunConfig config_from_table(const toml::table& t, const std::string& path);
+}  // namespace
 
 RunConfig config_from_toml_file(const std::string& path) {
   toml::table t;
   try {
-    t = toml::parse_file(path);
+    t = parse_toml_file(path);
   } catch (const toml::parse_error& e) {
     std::ostringstream s;
     s << path << ":" << e.source().begin.line << ": " << e.description();
     throw ConfigError(s.str());
   }
+  return config_from_table(t, path);
+}
+
+RunConfig config_from_toml(const std::string& text, const std::string& name) {
+  toml::table t;
+  try {
+    t = parse_toml(text, name);
+  } catch (const toml::parse_error& e) {
+    std::ostringstream s;
+    s << name << ":" << e.source().begin.line << ": " << e.description();
+    throw ConfigError(s.str());
+  }
+  return config_from_table(t, name);
+}
+
+namespace {
+RunConfig config_from_table(const toml::table& t, const std::string& path) {
   RunConfig c;
   auto fail = [&](const std::string& key, const char* want) {
     throw ConfigError(path + ": key '" + key + "' must be " + want);
@@ -230,7 +302,10 @@ RunConfig config_from_toml_file(const std::string& path) {
     const toml::table* tab = section_node.as_table();
     if (!tab) throw ConfigError(path + ": unexpected top-level key '" + section + "'");
     if (section == "backends") continue;
-    for (const auto& [k, node] : *tab) {
+    for (const auto& [k, value] : *tab) {
+      // A plain reference for the lambdas below: C++17 lambdas cannot capture a structured binding
+      // (GCC allows it, clang does not).
+      const toml::node& node = value;
       const std::string key = section + "." + std::string(k.str());
       auto str = [&](std::string& dst) {
         if (auto v = node.value<std::string>()) dst = *v; else fail(key, "a string");
@@ -278,6 +353,12 @@ RunConfig config_from_toml_file(const std::string& path) {
       else if (key == "distributed.link_gbps") dbl(c.link_gbps);
       else if (key == "distributed.uneven_data") bln(c.uneven_data);
       else if (key == "distributed.join") bln(c.join);
+      else if (key == "distributed.async_schedule") str(c.async_schedule);
+      else if (key == "distributed.async_seed") {
+        int64_t v = 0;
+        i64(v);
+        c.async_seed = static_cast<uint64_t>(v);
+      }
       else if (key == "optim.lr") dbl(c.lr);
       else if (key == "optim.momentum") dbl(c.momentum);
       else if (key == "optim.weight_decay") dbl(c.weight_decay);
@@ -294,19 +375,25 @@ RunConfig config_from_toml_file(const std::string& path) {
         i64(s);
         c.seed = static_cast<uint64_t>(s);
       } else if (key == "schedule.threads") i32(c.threads);
+      else if (key == "schedule.nondeterministic") bln(c.nondeterministic);
       else if (key == "output.out_dir") str(c.out_dir);
       else if (key == "output.init") str(c.init);
       else if (key == "output.trace_steps") i64(c.trace_steps);
+      else if (key == "output.record_bn") str(c.record_bn);
+      else if (key == "output.checkpoint_every") i64(c.checkpoint_every);
+      else if (key == "output.checkpoint_every_epoch") bln(c.checkpoint_every_epoch);
       else if (key == "output.eval_every") i64(c.eval_every);
       else if (key == "output.eval_samples") i64(c.eval_samples);
       else if (key == "failure_injection.fail_rank") i32(c.fail_rank);
       else if (key == "failure_injection.fail_step") i64(c.fail_step);
       else if (key == "failure_injection.fail_at") str(c.fail_at);
+      else if (key == "failure_injection.on_nonfinite") str(c.on_nonfinite);
       else throw ConfigError(path + ": unknown key '" + key + "'");
     }
   }
   validate(c);
   return c;
 }
+}  // namespace
 
 }  // namespace lab

@@ -57,10 +57,19 @@ struct RunConfig {
   // reproducibility and resources
   uint64_t seed = 0;
   int threads = 0;                     // 0: one per core
+  // teaching aid: reductions add contributions in arrival order (atomic adds over compute
+  // threads; the naive allreduce's gather), as GPU atomics do: two runs differ (parallel.h)
+  bool nondeterministic = false;
   // outputs
   std::string out_dir;                 // empty: no run directory
   std::string init;                    // safetensors file to start from
   int64_t trace_steps = 100;           // steps written to trace.json; -1: all
+  std::string record_bn = "auto";      // BatchNorm statistics in bn_stats.bin: auto, all, off or every N-th step
+  // checkpoints (checkpoint.h): every N iterations (0: off) and/or at the start of every epoch;
+  // resume: continue the run directory's newest committed checkpoint
+  int64_t checkpoint_every = 0;
+  bool checkpoint_every_epoch = false;
+  std::string resume;
   int64_t eval_batch_size = 1000;
   // periodic evaluation of a copy of rank 0's model in both BatchNorm modes (the GUI's train vs
   // eval view): after every eval_every iterations (0: off), on the first eval_samples test samples
@@ -69,13 +78,18 @@ struct RunConfig {
   // teaching / testing: make one rank fail at a given step
   int fail_rank = -1;
   int64_t fail_step = -1;
-  std::string fail_at = "backward";    // forward | backward | allreduce | hang
+  std::string fail_at = "backward";    // forward | backward | allreduce | hang | nan
+  // A loss or gradient that is NaN or infinite: stop (the run fails naming the rank, iteration and
+  // layer, before the allreduce spreads it) or skip-step (as AMP's GradScaler: no optimizer step
+  // where the averaged gradient is not finite; the run goes on and summary.json lists the steps).
+  std::string on_nonfinite = "stop";
 
   // ---- parallelism modes and communication behaviour ([distributed] in config.toml) ----
   // mode: ddp (DistributedDataParallel), dp (nn.DataParallel: one process, world_size devices,
   // batch_size is the global batch), local-sgd (DDP with the post-localSGD hook and
   // PeriodicModelAverager: gradients allreduced for warmup_steps iterations, then parameters
-  // averaged every average_every iterations).
+  // averaged every average_every iterations), async (a parameter server; world_size workers push
+  // gradients without waiting for each other: Hogwild!/A3C style).
   std::string mode = "ddp";
   int64_t average_every = 4;           // local-sgd: PeriodicModelAverager period
   int64_t warmup_steps = 0;            // local-sgd: iterations with per-step gradient allreduce first
@@ -85,6 +99,10 @@ struct RunConfig {
   double link_gbps = 0;                // ... and bandwidth (0: unlimited); both 0: no simulated link
   bool uneven_data = false;            // rank r drops the last r batches of its shard every epoch
   bool join = false;                   // DDP join: ranks that ran out of data shadow the collectives
+  // --mode async (async_ps.h): world_size workers and a parameter server that applies each
+  // gradient as it arrives ("free"), or in an order drawn from async_seed ("seeded": reproducible)
+  std::string async_schedule = "free";
+  uint64_t async_seed = 0;
 
   bool link_model() const { return link_latency_us > 0 || link_gbps > 0; }
   // Samples per iteration over all ranks (DataParallel: batch_size is already the global batch).
@@ -100,6 +118,8 @@ void validate(const RunConfig& cfg);
 std::string to_toml(const RunConfig& cfg, const std::vector<std::pair<std::string, std::string>>& backends);
 // Reads a config.toml written by to_toml (unknown keys are an error naming the key and file).
 RunConfig config_from_toml_file(const std::string& path);
+// The same from text; `name` is what errors call it.
+RunConfig config_from_toml(const std::string& text, const std::string& name);
 
 // "local", "sync"; "none" or a number for bn_momentum.
 std::string bn_momentum_str(const std::optional<double>& m);

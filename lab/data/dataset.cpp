@@ -359,4 +359,15 @@ void check_fashion_mnist(const std::string& dir) {
   read_split(dir, false, /*with_pixels=*/false);
 }
 
+void gather_batch(const Dataset& data, const std::vector<int64_t>& idx, Tensor& x, std::vector<int>& labels) {
+  const int64_t n = static_cast<int64_t>(idx.size());
+  x.resize({n, 1, 28, 28});
+  labels.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t s = idx[static_cast<size_t>(i)];
+    std::memcpy(x.ptr() + i * 784, data.images.data() + s * 784, 784 * sizeof(float));
+    labels[static_cast<size_t>(i)] = data.labels[static_cast<size_t>(s)];
+  }
+}
+
 }  // namespace lab

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "tensor.h"
+
 namespace lab {
 
 constexpr const char* kDefaultDataDir = "/usr/share/datasets/fashion-mnist";
@@ -22,6 +24,9 @@ struct Dataset {
   std::vector<uint8_t> raw;     // (L, 28, 28) pixels 0..255 as stored (for the GUI)
   std::vector<int> labels;      // (L,) in 0..9
 };
+
+// The samples idx of data as one batch: x (n, 1, 28, 28) and their labels (n,).
+void gather_batch(const Dataset& data, const std::vector<int64_t>& idx, Tensor& x, std::vector<int>& labels);
 
 // Reads train-{images-idx3,labels-idx1}-ubyte.gz (train) or t10k-* (test) from dir.
 // limit > 0 keeps the first `limit` samples (all of them when limit >= L); 0 keeps all; a

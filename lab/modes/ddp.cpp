@@ -41,6 +41,14 @@ DdpReducer::DdpReducer(Model& model, Communicator& comm, double bucket_cap_mb, B
   m_bucket_of.assign(m_params.size(), 0);
 }
 
+void DdpReducer::restore_buckets(const std::vector<std::vector<int>>& buckets, bool rebuilt) {
+  m_buckets = buckets;
+  m_bucket_of.assign(m_params.size(), 0);
+  for (size_t b = 0; b < m_buckets.size(); ++b)
+    for (int i : m_buckets[b]) m_bucket_of[static_cast<size_t>(i)] = static_cast<int>(b);
+  m_rebuilt = rebuilt;
+}
+
 void DdpReducer::prepare_for_backward() {
   m_pending.assign(m_buckets.size(), 0);
   for (size_t b = 0; b < m_buckets.size(); ++b) m_pending[b] = static_cast<int>(m_buckets[b].size());

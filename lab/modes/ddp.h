@@ -60,6 +60,9 @@ class DdpReducer {
 
   const std::vector<std::vector<int>>& buckets() const { return m_buckets; }
   bool rebuilt() const { return m_rebuilt; }
+  // From a checkpoint: the buckets as the reducer had them (after the rebuild, in the first
+  // iteration's gradient-ready order).
+  void restore_buckets(const std::vector<std::vector<int>>& buckets, bool rebuilt);
 
  private:
   void launch_bucket(size_t b);

@@ -40,6 +40,7 @@ class PeriodicModelAverager {
   // Returns this rank's drift before averaging, or -1 when this call did not average.
   double average_parameters(Model& model, Communicator& comm);
   int64_t step() const { return m_step; }
+  void set_step(int64_t step) { m_step = step; }  // from a checkpoint
 
  private:
   int64_t m_period, m_warmup;

@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <cassert>
 #include <cstring>
+#include <vector>
 
+#include "bf16.h"
 #include "gemm.h"
+#include "gemm_bf16.h"
 #include "parallel.h"
 
 namespace lab {
@@ -194,6 +197,7 @@ void Conv2d::reset_parameters(TorchGenerator& g) {
 void Conv2d::forward(const Tensor& x, Tensor& y, Mode mode) {
   assert(x.ndim() == 4 && x.dim(1) == m_cin);
   const Geometry g = geometry_of(x.shape, m_k, m_pad);
+  assert(mode == Mode::Eval || m_autocast == Autocast::None);  // Model::forward refuses Train under autocast
   if (mode == Mode::Train) {
     m_in_shape = x.shape;
     m_x = x;  // backward unfolds the input again, sample by sample
@@ -205,12 +209,24 @@ void Conv2d::forward(const Tensor& x, Tensor& y, Mode mode) {
   const Geometry one = single(g);
   y.resize({g.n, m_cout, g.ho, g.wo});
   m_scratch.resize(static_cast<size_t>(compute_threads()));
+  std::vector<float> bias_bf16;  // (Cout,) under autocast: bf16(b)
+  if (m_autocast == Autocast::BF16 && m_has_bias)
+    for (int co = 0; co < m_cout; ++co) bias_bf16.push_back(round_bf16(m_bias.value.ptr()[co]));
   parallel_for(g.n, [&](int64_t begin, int64_t end, int slot) {
     Tensor& cols = m_scratch[static_cast<size_t>(slot)].cols;
     cols.resize({kk, plane});
     for (int64_t n = begin; n < end; ++n) {
       im2col(x.ptr() + n * in_sample, one, cols.ptr());
       float* out = y.ptr() + n * out_sample;
+      if (m_autocast == Autocast::BF16) {
+        // y[n] (Cout, Ho*Wo) = bf16(bf16(W) bf16(cols) + bf16(b)), sums in float32
+        Bf16Epilogue ep;
+        ep.bias = m_has_bias ? bias_bf16.data() : nullptr;
+        ep.bias_per_row = true;
+        ep.round = true;
+        gemm_bf16(false, m_cout, plane, kk, m_weight.value.ptr(), kk, cols.ptr(), plane, out, plane, ep);
+        continue;
+      }
       // y[n] (Cout, Ho*Wo) = W (Cout, Cin*k*k) cols (Cin*k*k, Ho*Wo)
       sgemm(false, false, m_cout, plane, kk, 1.0f, m_weight.value.ptr(), kk, cols.ptr(), plane, 0.0f, out, plane);
       if (m_has_bias)
@@ -238,6 +254,10 @@ void Conv2d::backward(const Tensor& dy, Tensor* dx) {
   m_dw_blocks.resize({blocks, m_cout, kk});
   if (dx) dx->resize(m_in_shape);
   m_scratch.resize(static_cast<size_t>(compute_threads()));
+  // --nondeterministic with several compute threads: every sample's dW is added into the gradient
+  // as soon as it is ready, atomically, in whatever order the threads get there (parallel.h).
+  const bool arrival_order = nondeterministic() && compute_threads() > 1;
+  float* grad = m_weight.grad.ptr();
   parallel_for(blocks, [&](int64_t block_begin, int64_t block_end, int slot) {
     Tensor& cols = m_scratch[static_cast<size_t>(slot)].cols;
     Tensor& dcols = m_scratch[static_cast<size_t>(slot)].dcols;
@@ -250,7 +270,10 @@ void Conv2d::backward(const Tensor& dy, Tensor* dx) {
         const float* dyn = dy.ptr() + n * out_sample;
         im2col(m_x.ptr() + n * in_sample, one, cols.ptr());
         // dW block (Cout, Cin*k*k) += dy[n] (Cout, Ho*Wo) cols^T (Ho*Wo, Cin*k*k)
-        sgemm(false, true, m_cout, kk, plane, 1.0f, dyn, plane, cols.ptr(), plane, n == first ? 0.0f : 1.0f, dw, kk);
+        sgemm(false, true, m_cout, kk, plane, 1.0f, dyn, plane, cols.ptr(), plane,
+              n == first || arrival_order ? 0.0f : 1.0f, dw, kk);
+        if (arrival_order)
+          for (size_t i = 0; i < wsize; ++i) atomic_add(grad + i, dw[i]);
         if (dx) {
           // dcols (Cin*k*k, Ho*Wo) = W^T (Cin*k*k, Cout) dy[n] (Cout, Ho*Wo), folded back into dx[n]
           sgemm(true, false, kk, plane, m_cout, 1.0f, m_weight.value.ptr(), kk, dyn, plane, 0.0f, dcols.ptr(), plane);
@@ -259,11 +282,11 @@ void Conv2d::backward(const Tensor& dy, Tensor* dx) {
       }
     }
   });
-  float* grad = m_weight.grad.ptr();
-  for (int b = 0; b < blocks; ++b) {
-    const float* dw = m_dw_blocks.ptr() + b * wsize;
-    for (size_t i = 0; i < wsize; ++i) grad[i] += dw[i];
-  }
+  if (!arrival_order)
+    for (int b = 0; b < blocks; ++b) {
+      const float* dw = m_dw_blocks.ptr() + b * wsize;
+      for (size_t i = 0; i < wsize; ++i) grad[i] += dw[i];
+    }
   if (m_has_bias) {
     for (int co = 0; co < m_cout; ++co) {
       double s = 0.0;

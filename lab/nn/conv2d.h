@@ -23,6 +23,12 @@ class Conv2d : public Module {
   std::vector<Param*> params() override;
   // Cout * Cin * k * k per output pixel
   int64_t forward_macs(const std::vector<int64_t>& in_shape) const override;
+  // Autocast BF16 (eval forwards only): y = bf16(conv(bf16(x), bf16(W)) + bf16(b)), the products
+  // summed and the bias added in float32 (PyTorch's bf16 convolution; gemm_bf16.h).
+  bool set_autocast(Autocast a) override {
+    m_autocast = a;
+    return true;
+  }
 
   // nn.Conv2d.reset_parameters: kaiming_uniform_ with fan_in = Cin*k*k, then the bias.
   void reset_parameters(TorchGenerator& g);
@@ -32,6 +38,7 @@ class Conv2d : public Module {
  private:
   int m_cin, m_cout, m_k, m_pad;
   bool m_has_bias;
+  Autocast m_autocast = Autocast::None;
   Param m_weight, m_bias;
   // Samples whose weight gradients are summed together before the blocks are added in order.
   static constexpr int kSamplesPerBlock = 8;

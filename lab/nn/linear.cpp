@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <cassert>
 #include <cstring>
+#include <vector>
 
+#include "bf16.h"
 #include "gemm.h"
+#include "gemm_bf16.h"
 #include "parallel.h"
 
 namespace lab {
@@ -67,6 +70,21 @@ void Linear::forward(const Tensor& x, Tensor& y, Mode mode) {
   assert(x.ndim() == 2 && x.dim(1) == m_in);
   const int n = static_cast<int>(x.dim(0));
   y.resize({n, m_out});
+  if (m_autocast == Autocast::BF16) {
+    assert(mode == Mode::Eval);  // Model::forward refuses Train under autocast
+    std::vector<float> bias(m_has_bias ? static_cast<size_t>(m_out) : 0);  // (out,) bf16(b)
+    for (size_t j = 0; j < bias.size(); ++j) bias[j] = round_bf16(m_bias.value.ptr()[j]);
+    for_blocks(n, m_out, [&](int r0, int rows, int o0, int outs) {
+      // y block (rows, outs) = bf16(bf16(x rows) bf16(W rows o0..)^T + bf16(b o0..)), sums in float32
+      Bf16Epilogue ep;
+      ep.bias = m_has_bias ? bias.data() + o0 : nullptr;
+      ep.round = true;
+      gemm_bf16(true, rows, outs, m_in, x.ptr() + static_cast<size_t>(r0) * m_in, m_in,
+                m_weight.value.ptr() + static_cast<size_t>(o0) * m_in, m_in,
+                y.ptr() + static_cast<size_t>(r0) * m_out + o0, m_out, ep);
+    });
+    return;
+  }
   if (m_has_bias) {
     // Seed every row with the bias and let the gemm accumulate onto it (beta = 1).
     for (int i = 0; i < n; ++i) std::memcpy(y.ptr() + static_cast<size_t>(i) * m_out, m_bias.value.ptr(), sizeof(float) * m_out);

@@ -18,6 +18,12 @@ class Linear : public Module {
   void backward(const Tensor& dy, Tensor* dx) override;
   std::vector<Param*> params() override;
   int64_t forward_macs(const std::vector<int64_t>&) const override { return int64_t{m_in} * m_out; }
+  // Autocast BF16 (eval forwards only): y = bf16(bf16(x) bf16(W)^T + bf16(b)), the products summed
+  // and the bias added in float32 (PyTorch's bf16 addmm; gemm_bf16.h).
+  bool set_autocast(Autocast a) override {
+    m_autocast = a;
+    return true;
+  }
 
   // nn.Linear.reset_parameters: kaiming_uniform_(weight) then the bias, drawing from g in that
   // order, so a model built module by module consumes the generator exactly like PyTorch.
@@ -28,6 +34,7 @@ class Linear : public Module {
  private:
   int m_in, m_out;
   bool m_has_bias;
+  Autocast m_autocast = Autocast::None;
   Param m_weight, m_bias;
   Tensor m_x;  // (N, in): the last Train-mode input, for the weight gradient
   std::vector<double> m_bias_acc;  // (out,) scratch for the bias gradient's column sums

@@ -2,6 +2,7 @@
 
 #include <cassert>
 
+#include "bf16.h"
 #include "conv2d.h"
 #include "errors.h"
 #include "flatten.h"
@@ -19,26 +20,50 @@ bool Model::fused_at(size_t i) const {
          pool && pool->kernel_size() == 2;
 }
 
+size_t Model::forward_step(size_t i, const Tensor& in, Mode mode) {
+  // (cast only once fused_at() has seen a BatchNorm: a static_cast to the wrong type is undefined)
+  auto* bn = fused_at(i) ? static_cast<BatchNorm*>(m_modules[i].get()) : nullptr;
+  if (bn && BnReluPool::applies(*bn, in)) {
+    if (!m_fused[i]) m_fused[i] = std::make_unique<BnReluPool>();
+    m_fused[i]->forward(*bn, in, m_acts[i + 2], mode);  // in is m_acts[i - 1] or x: kept until backward
+    m_fused_end[i + 2] = static_cast<int>(i);
+    return i + 2;
+  }
+  m_modules[i]->forward(in, m_acts[i], mode);
+  return i;
+}
+
+void Model::set_autocast(Autocast a) {
+  m_autocast = a;
+  for (size_t i = 0; i < m_modules.size(); ++i) m_lower_precision[i] = m_modules[i]->set_autocast(a) ? 1 : 0;
+}
+
+// Under autocast, `bf16` follows PyTorch's dtype of each activation: Linear and Conv2d return bf16
+// (they round their outputs); any other module's output is bf16 when its input was, and is rounded
+// here. A fused BatchNorm -> ReLU -> MaxPool2d run is rounded once, at its end: rounding is
+// monotonic (and keeps 0 and NaN), so it commutes with ReLU and with max, and one rounding of the
+// pooled output equals rounding after each of the three modules, bit for bit.
 const Tensor& Model::forward(const Tensor& x, Mode mode) {
   assert(!m_modules.empty());
+  if (m_autocast != Autocast::None && mode == Mode::Train)
+    throw ConfigError("autocast bf16 emulates inference only: a train-mode forward (model.train(), batch "
+                      "statistics, backward) is not emulated under it",
+                      "evaluate with running statistics (dtlab eval --bn-mode eval), or leave autocast off");
   const size_t count = m_modules.size();
   m_acts.resize(count);
   m_fused.resize(count);
   m_fused_end.assign(count, -1);
   m_input = &x;
   const Tensor* in = &x;
+  bool bf16 = false;  // autocast: *in is a bfloat16 tensor in PyTorch
   for (size_t i = 0; i < count; ++i) {
-    auto* bn = static_cast<BatchNorm*>(m_modules[i].get());
-    if (fused_at(i) && BnReluPool::applies(*bn, *in)) {
-      if (!m_fused[i]) m_fused[i] = std::make_unique<BnReluPool>();
-      m_fused[i]->forward(*bn, *in, m_acts[i + 2], mode);  // *in is m_acts[i - 1] or x: kept until backward
-      m_fused_end[i + 2] = static_cast<int>(i);
-      in = &m_acts[i + 2];
-      i += 2;
-      continue;
+    const size_t last = forward_step(i, *in, mode);
+    if (m_autocast == Autocast::BF16) {
+      if (m_lower_precision[i]) bf16 = true;
+      else if (bf16) round_bf16(m_acts[last].ptr(), static_cast<size_t>(m_acts[last].numel()));
     }
-    m_modules[i]->forward(*in, m_acts[i], mode);
-    in = &m_acts[i];
+    in = &m_acts[last];
+    i = last;
   }
   return m_acts.back();
 }

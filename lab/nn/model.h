@@ -27,11 +27,15 @@ class Model {
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
 
-  void add(std::unique_ptr<Module> m) { m_modules.push_back(std::move(m)); }
+  void add(std::unique_ptr<Module> m) {
+    m_lower_precision.push_back(m->set_autocast(m_autocast) ? 1 : 0);
+    m_modules.push_back(std::move(m));
+  }
   size_t size() const { return m_modules.size(); }
   Module& module(size_t i) { return *m_modules[i]; }
 
-  // logits = model(x). x: (N, 1, 28, 28); logits: (N, 10).
+  // logits = model(x). x: (N, 1, 28, 28); logits: (N, 10). Throws ConfigError for a Train-mode
+  // forward under autocast.
   const Tensor& forward(const Tensor& x, Mode mode);
   // Backpropagates dlogits (N, 10) through the last Train forward. Parameter gradients are
   // accumulated (+=). on_param_ready(i) is called for parameter index i (params() order) as soon
@@ -48,6 +52,28 @@ class Model {
   // BatchNorm2d -> ReLU -> MaxPool2d(2) runs as one fused layer (bn_relu_pool.h) when on (the
   // default); off runs the three modules, the reference the fused path is tested against.
   void set_fusion(bool on) { m_fusion = on; }
+  // torch.autocast("cpu", dtype=torch.bfloat16) around eval-mode forwards, emulated in float32
+  // storage. What PyTorch 1.13 does for these models (its AutocastCPU dispatch table: conv2d,
+  // linear and addmm are lower_precision_fp ops; batch_norm, relu, max_pool2d and flatten have no
+  // autocast entry and run in their input's dtype), and what is emulated:
+  //   Linear, Conv2d: input and weight (and bias) rounded to bf16, products summed in float32,
+  //     the bias added in float32, the output rounded to bf16 (gemm_bf16.h);
+  //   BatchNorm (eval), ReLU, MaxPool2d, Flatten on a bf16 input: computed in float32 from the
+  //     bf16 values, as PyTorch's bf16 kernels do (BatchNorm: x * alpha + beta with float32
+  //     alpha and beta from the float32 running statistics), the output rounded to bf16 (an
+  //     identity for ReLU, max-pool and Flatten, whose outputs are input values);
+  //   the logits are bf16; the loss (cross_entropy is an fp32 autocast op) and softmax are
+  //     computed from them in float32 / double, as without autocast.
+  // Not emulated: the order in which PyTorch's bf16 kernels (oneDNN) add the products inside a
+  // matrix product, and their treatment of subnormal values (gemm_bf16.h's kernel flushes them),
+  // so a layer output may differ from PyTorch's by one bf16 step (0.02-0.04% of them on random
+  // data at the models' shapes, measured against torch 1.13); whether PyTorch's bf16 BatchNorm
+  // fuses x * alpha + beta into one rounding (no difference seen). On the trained models of
+  // tools/torch/autocast_reference.py every top-1 prediction of the 10000 test samples is
+  // PyTorch's. Backward is not emulated: Train-mode forwards throw while autocast is on.
+  // None (the default) is the float32 model, bit for bit as without this setting.
+  void set_autocast(Autocast a);
+  Autocast autocast() const { return m_autocast; }
   // Floating-point operations of one training step per sample in the matrix products (forward,
   // weight gradients, and input gradients except for the first layer with parameters, which
   // needs none): 2 x multiply-adds, the usual count for a roofline. sample_shape: (1, 28, 28).
@@ -59,7 +85,12 @@ class Model {
   // The fused BatchNorm2d -> ReLU -> MaxPool2d at module i (the BatchNorm) when module i + 2 is
   // the end of a run computed by it in the last forward (m_fused_end[i + 2] == i).
   bool fused_at(size_t i) const;
+  // Runs module i on `in`, or the fused run that starts there; returns the index of the last
+  // module computed, whose output is m_acts[last].
+  size_t forward_step(size_t i, const Tensor& in, Mode mode);
   bool m_fusion = true;
+  Autocast m_autocast = Autocast::None;
+  std::vector<char> m_lower_precision;  // per module: on the lower_precision_fp list (Linear, Conv2d)
   std::vector<std::unique_ptr<BnReluPool>> m_fused;  // per module index, created on first use
   std::vector<int> m_fused_end;                      // per module index: -1 or the run's first module
   std::vector<Tensor> m_acts;  // m_acts[i] = output of module i (unset inside a fused run)

@@ -14,6 +14,12 @@ namespace lab {
 
 enum class Mode { Train, Eval };
 
+// torch.autocast("cpu", dtype=torch.bfloat16) for eval-mode forwards (Model::set_autocast). BF16:
+// the modules whose op is on PyTorch's CPU lower_precision_fp list (Linear, Conv2d) compute from
+// bf16-rounded operands and return bf16 (rounded) outputs; every other module runs in its input's
+// dtype, so the model rounds its output to bf16 when its input was bf16.
+enum class Autocast { None, BF16 };
+
 // A learnable parameter and its gradient (same shape). name is the local name ("weight", "bias").
 struct Param {
   std::string name;
@@ -48,6 +54,10 @@ class Module {
   // Multiply-adds of one sample's forward through the layer's matrix products (Linear, Conv2d;
   // 0 for the elementwise layers), given the input shape of a batch of one: (1, ...).
   virtual int64_t forward_macs(const std::vector<int64_t>& /*in_shape*/) const { return 0; }
+  // Autocast (above). A module on the lower_precision_fp list overrides this, uses bf16 operands
+  // in its eval-mode forward from now on and returns true: its outputs are bf16. The others keep
+  // the default: they ignore it and run in their input's dtype.
+  virtual bool set_autocast(Autocast) { return false; }
 };
 
 }  // namespace lab

@@ -120,4 +120,10 @@ void Sgd::step() {
   m_first = false;
 }
 
+void Sgd::restore_momentum(std::vector<Tensor> buffers) {
+  assert(buffers.size() == m_params.size());
+  m_buf = std::move(buffers);
+  m_first = false;
+}
+
 }  // namespace lab

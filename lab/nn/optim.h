@@ -30,6 +30,10 @@ class Sgd {
   const SgdOptions& options() const { return m_opt; }
   void set_lr(double lr) { m_opt.lr = lr; }  // a scheduler's new rate (param_group['lr'] = lr)
   std::vector<Tensor>& momentum_buffers() { return m_buf; }
+  // The momentum buffers have been filled (after the first step): a checkpoint saves them.
+  bool has_momentum() const { return !m_first && m_opt.momentum != 0.0; }
+  // From a checkpoint: buffers per parameter (params() order), as after a first step.
+  void restore_momentum(std::vector<Tensor> buffers);
 
  private:
   std::vector<Param*> m_params;

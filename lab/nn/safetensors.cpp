@@ -4,6 +4,7 @@
 #include <cstring>
 #include <fstream>
 #include <set>
+#include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
@@ -12,6 +13,19 @@
 namespace lab {
 
 namespace {
+
+// A header's list of sizes (shape, data_offsets): non-negative integers, each at most `max`. A
+// float or a negative number there would be converted with undefined behaviour.
+std::vector<uint64_t> sizes(const nlohmann::json& j, uint64_t max, const std::string& what) {
+  if (!j.is_array()) throw std::invalid_argument(what + " is not a list");
+  std::vector<uint64_t> out;
+  for (const nlohmann::json& x : j) {
+    if (!x.is_number_unsigned() || x.get<uint64_t>() > max)
+      throw std::invalid_argument(what + " holds " + x.dump() + ", not a size");
+    out.push_back(x.get<uint64_t>());
+  }
+  return out;
+}
 
 size_t dtype_size(const std::string& dtype) {
   if (dtype == "F32") return 4;
@@ -66,6 +80,7 @@ std::vector<SafeTensor> read_safetensors(const std::string& path, std::map<std::
   // The parsed JSON object is sorted by key: restore the writer's order from the data offsets.
   for (auto it = header.begin(); it != header.end(); ++it) {
     if (it.key() == "__metadata__") {
+      if (!it.value().is_object()) throw IoError(path + ": bad safetensors header: __metadata__ is not a JSON object");
       if (metadata)
         for (auto m = it.value().begin(); m != it.value().end(); ++m)
           (*metadata)[m.key()] = m.value().is_string() ? m.value().get<std::string>() : m.value().dump();
@@ -75,14 +90,22 @@ std::vector<SafeTensor> read_safetensors(const std::string& path, std::map<std::
     t.name = it.key();
     try {
       t.dtype = it.value().at("dtype").get<std::string>();
-      t.shape = it.value().at("shape").get<std::vector<int64_t>>();
-      const auto off = it.value().at("data_offsets").get<std::vector<uint64_t>>();
+      std::vector<uint64_t> shape, off;
+      try {
+        shape = sizes(it.value().at("shape"), uint64_t{1} << 60, "shape");
+        off = sizes(it.value().at("data_offsets"), UINT64_MAX, "data_offsets");
+      } catch (const std::invalid_argument& e) {
+        throw IoError(path + ": tensor '" + t.name + "': " + e.what());
+      }
       if (off.size() != 2 || off[0] > off[1] || off[1] > payload)
         throw IoError(path + ": tensor '" + t.name + "' has data offsets outside the file (truncated?)");
+      uint64_t numel = 1;  // of the shape, capped at 2^60 elements (more than any file holds; times 8 bytes fits)
+      for (uint64_t d : shape) numel = d == 0 || numel <= (uint64_t{1} << 60) / d ? numel * d : uint64_t{1} << 60;
+      t.shape.assign(shape.begin(), shape.end());
       const size_t es = dtype_size(t.dtype);
-      if (es && static_cast<uint64_t>(Tensor::numel_of(t.shape)) * es != off[1] - off[0])
+      if (es && numel * es != off[1] - off[0])
         throw IoError(path + ": tensor '" + t.name + "' has " + std::to_string(off[1] - off[0]) +
-                      " bytes, its shape and dtype need " + std::to_string(Tensor::numel_of(t.shape) * static_cast<int64_t>(es)));
+                      " bytes, its shape and dtype need " + std::to_string(numel * es));
       t.bytes.assign(all.begin() + static_cast<long>(base + off[0]), all.begin() + static_cast<long>(base + off[1]));
       out.emplace_back(off[0], std::move(t));
     } catch (const nlohmann::json::exception& e) {

@@ -7,6 +7,7 @@
 //   5. poll / finish: metrics draining, final evaluation, outputs, error reporting (uneven inputs)
 //   6. ranks in other processes: epoch counters and the end-of-run gather to rank 0
 #include "run.h"
+#include "run_internal.h"
 
 #include <algorithm>
 #include <cassert>
@@ -47,11 +48,6 @@ const char* run_state_name(RunState s) {
 }
 
 // ---- 1. RunControl ----
-
-namespace {
-// Thrown at a gate after stop(): unwinds a rank without being reported as a failure.
-struct StopRequested {};
-}  // namespace
 
 RunControl::RunControl(int world_size) : m_ring_tokens(static_cast<size_t>(world_size), 0),
                                          m_iter_tokens(static_cast<size_t>(world_size), 0),
@@ -123,6 +119,11 @@ void RunControl::stop() {
   m_cv.notify_all();
 }
 
+bool RunControl::stopped() const {
+  std::lock_guard<std::mutex> lock(m_mu);
+  return m_stop;
+}
+
 // A paused rank blocks at every gate. A ring token lets it pass one ring gate (and any iteration
 // gates on the way to it); an iteration token lets it pass one iteration gate (and the ring gates
 // inside that iteration); a run_until predicate lets it pass every gate it does not stop at.
@@ -161,6 +162,27 @@ void RunControl::before_step(int rank, const Event& next) {
   wait_gate(rank, &next);
 }
 
+int64_t RunControl::request_checkpoint_stop() {
+  std::lock_guard<std::mutex> lock(m_mu);
+  if (m_checkpoint_stop == INT64_MAX) {
+    // Under the lock the gates update m_iteration with: no rank can be past the stop.
+    int64_t at = -1;
+    for (int64_t i : m_iteration) at = std::max(at, i);
+    m_checkpoint_stop = at + 1;
+  }
+  return m_checkpoint_stop;
+}
+
+void RunControl::set_checkpoint_stop(int64_t step) {
+  std::lock_guard<std::mutex> lock(m_mu);
+  m_checkpoint_stop = std::min(m_checkpoint_stop, step);
+}
+
+int64_t RunControl::checkpoint_stop() const {
+  std::lock_guard<std::mutex> lock(m_mu);
+  return m_checkpoint_stop;
+}
+
 void RunControl::before_iteration(int rank, int64_t step) {
   {
     std::lock_guard<std::mutex> lock(m_mu);
@@ -171,19 +193,6 @@ void RunControl::before_iteration(int rank, int64_t step) {
 
 // ---- 2. per-rank state ----
 
-struct Run::RankState {
-  std::mutex mu;
-  std::deque<StepRecord> pending;  // finished steps not yet written
-  std::shared_ptr<const StepRecord> latest;
-  double loss_sum = 0;             // over the current epoch
-  int64_t correct = 0, samples = 0, steps = 0;
-  // Parallelism modes.
-  int64_t trained_samples = 0;     // over the run (DataParallel: device 0 counts the global batch)
-  std::vector<std::pair<int64_t, double>> drifts;  // local-sgd: (step, drift) per averaging
-  int64_t out_of_data_step = -1;   // --uneven-data without --join: the rank ran out at this step,
-  int64_t out_of_data_epoch = 0;   // in this epoch,
-  int64_t out_of_data_batches = 0; // after this many batches of it
-};
 
 namespace {
 
@@ -211,11 +220,29 @@ class CommBnSync : public BnSync {
   CommWorker* m_worker;
 };
 
-// Thrown by --fail-rank/--fail-step to demonstrate what a failing rank does to the world.
-class InjectedFailure : public TrainingError {
- public:
-  using TrainingError::TrainingError;
-};
+}  // namespace
+
+namespace {
+bool all_finite(const Tensor& t) {
+  float acc = 0;  // NaN and inf survive a sum times zero; finite values give 0
+  for (float v : t.data) acc += v * 0.0f;
+  return acc == 0.0f;
+}
+std::string nonfinite_kind(const Tensor& t) {
+  for (float v : t.data)
+    if (std::isnan(v)) return "NaN";
+  return "infinite";
+}
+}  // namespace
+
+// What BatchNorm's batch-of-one error adds: which batch it was and how to avoid it.
+std::string batch_of_one_hint(const RunConfig& c, int rank, size_t batch, int64_t epoch, int64_t samples_per_rank) {
+  return "rank " + std::to_string(rank) + " got a batch of one sample: batch " + std::to_string(batch) + " of epoch " +
+         std::to_string(epoch) + " is the last, incomplete batch (" + std::to_string(samples_per_rank) +
+         " samples per rank mod batch size " + std::to_string(c.batch_size) +
+         " = 1). Use --drop-last, or a batch size that does not leave one sample" +
+         (c.bn == "local" && c.world_size > 1 && c.mode != "async" ? ", or --bn sync (statistics over the global batch)" : "");
+}
 
 // The configuration's schedule; cosine's T_max defaults to the epochs this run trains.
 LrScheduleOptions lr_schedule_options(const RunConfig& c, int64_t epochs) {
@@ -229,12 +256,7 @@ LrScheduleOptions lr_schedule_options(const RunConfig& c, int64_t epochs) {
   return o;
 }
 
-
-}  // namespace
-
 // ---- 3. construction ----
-
-namespace {
 
 // What each BatchNorm layer saw in the last training forward, for metrics and the GUI.
 std::vector<BnLayerRecord> bn_layer_records(const std::vector<BatchNorm*>& bns, const std::vector<int>& bn_index,
@@ -259,8 +281,6 @@ std::vector<BnLayerRecord> bn_layer_records(const std::vector<BatchNorm*>& bns, 
   return out;
 }
 
-}  // namespace
-
 ModelOptions model_options(const RunConfig& c) {
   ModelOptions m;
   m.name = c.model;
@@ -272,12 +292,20 @@ ModelOptions model_options(const RunConfig& c) {
 
 Run::Run(const RunConfig& cfg, const WorldFactory& make_world) : m_cfg(cfg) {
   validate(m_cfg);
-  // The world first: which ranks this process drives decides what it builds and writes.
-  m_world = make_world(m_cfg);
+  // The world first: which ranks this process drives decides what it builds and writes. With
+  // --mode async it has one more transport: the parameter server's (run_async.cpp).
+  const bool async = m_cfg.mode == "async";
+  {
+    RunConfig wc = m_cfg;
+    if (async) wc.world_size += 1;
+    m_world = make_world(wc);
+  }
   if (m_cfg.link_model())  // --link-latency-us / --link-gbps: a simulated network (link_model.h)
     m_world = std::make_unique<LinkModelWorld>(std::move(m_world),
                                                link_model_options(m_cfg.link_latency_us, m_cfg.link_gbps));
   m_local = m_world->local_ranks();
+  m_local.erase(std::remove_if(m_local.begin(), m_local.end(), [&](int r) { return r >= m_cfg.world_size; }),
+                m_local.end());  // the server is not a training rank
   std::sort(m_local.begin(), m_local.end());
   m_is_local.assign(static_cast<size_t>(m_cfg.world_size), 0);
   for (int r : m_local) m_is_local[static_cast<size_t>(r)] = 1;
@@ -312,13 +340,20 @@ Run::Run(const RunConfig& cfg, const WorldFactory& make_world) : m_cfg(cfg) {
     m_logs.push_back(std::make_unique<EventLog>());
     m_ranks.push_back(std::make_unique<RankState>());
   }
-  if (!m_cfg.init.empty() && is_local(0)) {
+  if (!m_cfg.resume.empty()) load_resume();  // --resume: the checkpoint (run_checkpoint.cpp)
+  if (!m_cfg.init.empty() && is_local(0) && !m_resume) {
     // Loaded on rank 0 only: DDP's initial broadcast gives it to everyone, as in PyTorch when
     // only rank 0 loads a checkpoint.
     load_model_tensors(*m_replicas[0], read_safetensors(m_cfg.init), m_cfg.init);
   }
   if (!m_cfg.out_dir.empty() && is_local(0)) {  // only rank 0's process writes
-    m_dir = std::make_unique<RunDir>(m_cfg.out_dir);
+    if (m_resume) {  // continue its files from their sizes at the checkpoint
+      const RunDirSizes keep{m_resume->state.metrics_bytes, m_resume->state.bn_stats_bytes};
+      m_dir = std::make_unique<RunDir>(m_cfg.out_dir, &keep);
+    } else {
+      m_dir = std::make_unique<RunDir>(m_cfg.out_dir);
+    }
+    m_dir->set_bn_stats(m_cfg.world_size, m_cfg.record_bn);
     m_dir->write_text("config.toml", to_toml(m_cfg, backends()));
   }
   if (m_cfg.eval_every > 0) m_eval_model = build_model(model_options(m_cfg), m_cfg.seed);
@@ -327,6 +362,12 @@ Run::Run(const RunConfig& cfg, const WorldFactory& make_world) : m_cfg(cfg) {
   for (int r : m_local) {
     m_world->transport(r).set_timeout(m_cfg.timeout_s);
     m_world->transport(r).set_hold_flag(m_control->hold_flag());
+  }
+  if (async) {
+    m_server_model = build_model(model_options(m_cfg), m_cfg.seed);
+    if (!m_cfg.init.empty()) load_model_tensors(*m_server_model, read_safetensors(m_cfg.init), m_cfg.init);
+    m_world->transport(world).set_timeout(m_cfg.timeout_s);
+    m_world->transport(world).set_hold_flag(m_control->hold_flag());
   }
   if (m_cfg.fail_rank >= 0 && m_cfg.fail_at == "allreduce") {
     const int fr = m_cfg.fail_rank;
@@ -337,6 +378,8 @@ Run::Run(const RunConfig& cfg, const WorldFactory& make_world) : m_cfg(cfg) {
                               " (grad bucket " + std::to_string(e.tag) + ") before ring step 1 (--fail-at allreduce)");
     };
   }
+  m_stop_vote = !m_cfg.out_dir.empty() && m_local.size() < static_cast<size_t>(world) && m_cfg.mode != "async" &&
+                !m_cfg.uneven_data && !m_cfg.join;
   auto s = std::make_shared<Snapshot>();
   s->steps_total = m_steps_total;
   s->steps_per_epoch = m_steps_per_epoch;
@@ -351,6 +394,10 @@ Run::~Run() {
     for (auto& t : m_threads)
       if (t.joinable()) t.join();
   }
+  if (m_server.joinable()) {
+    m_world->transport(m_cfg.world_size).abort("the run was destroyed");
+    m_server.join();
+  }
 }
 
 std::vector<std::pair<std::string, std::string>> Run::backends() const {
@@ -364,14 +411,20 @@ void Run::start() {
   const int threads = m_cfg.threads > 0 ? m_cfg.threads : hw;
   // Ranks are threads: each computes on its own thread; one rank may use them all (parallel.h).
   set_compute_threads(world == 1 ? threads : 1);
-  m_t0 = now_seconds();
+  set_nondeterministic(m_cfg.nondeterministic);
+  m_t0 = now_seconds() - (m_resume ? m_resume->elapsed : 0.0);  // a resumed run's clock goes on
   m_running = static_cast<int>(m_local.size());
+  if (m_cfg.mode == "async") {
+    ++m_running;
+    m_server = std::thread([this] { server_main(); });
+  }
   for (int r : m_local) m_threads.emplace_back([this, r] { rank_main(r); });
 }
 
 // ---- 4. the training loop of one rank ----
 
 void Run::rank_main(int rank) {
+  if (m_cfg.mode == "async") return rank_main_async(rank);  // run_async.cpp
   const RunConfig& c = m_cfg;
   const int world = c.world_size;
   Model& model = *m_replicas[static_cast<size_t>(rank)];
@@ -379,6 +432,7 @@ void Run::rank_main(int rank) {
   Transport& transport = m_world->transport(rank);
   Communicator comm(transport, m_logs[static_cast<size_t>(rank)].get(), m_control.get());
   comm.set_allreduce_algorithm(parse_allreduce_algorithm(c.allreduce));
+  comm.set_arrival_order(c.nondeterministic);
   // DDP's communication thread (--overlap). Declared outside the try: it must outlive the error
   // handling below, which aborts the world and so ends a bucket allreduce blocked on a peer.
   CommWorker worker;
@@ -392,9 +446,9 @@ void Run::rank_main(int rank) {
         bns[i]->set_sync(syncs.back().get());
       }
     }
-    // DDP construction: rank 0's parameters and buffers everywhere.
-    if (c.mode != "dp") broadcast_state(model, comm);  // DataParallel replicates at every forward instead
-    if (rank == 0 && m_dir)
+    // DDP construction: rank 0's parameters and buffers everywhere (a resumed run has each rank's own).
+    if (c.mode != "dp" && !m_resume) broadcast_state(model, comm);  // DataParallel replicates at every forward instead
+    if (rank == 0 && m_dir && !m_resume)
       m_dir->write_weights("init.safetensors", model_tensors(model),
                            {{"format", "pt"}, {"producer", std::string("dtlab ") + kDtlabVersion}, {"rank", "0"}});
     DdpReducer reducer(model, comm, c.bucket_cap_mb, c.overlap ? BucketLaunch::CommThread : BucketLaunch::AfterBackward,
@@ -453,34 +507,43 @@ void Run::rank_main(int rank) {
     bool require_forward_param_sync = true;  // DDP: sync buffers before the next forward
     Tensor x, dlogits;
     std::vector<int> labels;
-    int64_t step = 0;
-    for (int64_t epoch = 0; epoch < epochs && step < m_steps_total; ++epoch) {
+    const std::vector<Param*> params = model.params();
+    const std::vector<std::string> pnames = param_names(model);
+    int64_t step = 0, first_epoch = 0;
+    size_t first_batch = 0;
+    bool stopped_at_checkpoint = false;
+    double t_epoch0 = 0;
+    RankCheckpointRefs refs{model, opt, reducer, averager, comm, schedule, dp_loader, require_forward_param_sync, t_epoch0};
+    if (m_resume) {  // --resume: this rank as it was at the checkpoint (run_checkpoint.cpp)
+      restore_rank(rank, refs);
+      step = refs.step;
+      first_epoch = refs.epoch;
+      first_batch = static_cast<size_t>(refs.batch);
+    }
+    for (int64_t epoch = first_epoch; epoch < epochs && step < m_steps_total; ++epoch) {
       sampler.set_epoch(epoch);
-      const double t_epoch0 = now_seconds();
+      if (!(m_resume && epoch == first_epoch)) t_epoch0 = now_seconds();  // restore_rank set the resumed epoch's
       auto batches = dp ? dp_loader.next_epoch() : make_batches(sampler.indices(), c.batch_size, c.drop_last);
       if (c.uneven_data) batches.resize(batches.size() - static_cast<size_t>(rank));  // rank r drops r batches
-      for (size_t bi = 0; bi < batches.size() && step < m_steps_total; ++bi, ++step) {
+      for (size_t bi = epoch == first_epoch ? first_batch : 0; bi < batches.size() && step < m_steps_total; ++bi, ++step) {
         m_control->before_iteration(rank, step);
+        if (m_stop_vote) vote_on_stop(rank, step);  // several processes: did any get Ctrl-C / SIGTERM?
+        if (checkpoint_due(step, bi)) {  // every rank saves its state before iteration `step` (run_checkpoint.cpp)
+          refs.step = step;
+          refs.epoch = epoch;
+          refs.batch = static_cast<int64_t>(bi);
+          write_checkpoint(rank, refs);
+          if (step == m_control->checkpoint_stop()) {  // Ctrl-C (interrupt()): stop here, outputs as usual
+            stopped_at_checkpoint = true;
+            break;
+          }
+        }
         comm.set_train_step(step);
         const auto& idx = batches[bi];
         const int64_t n = static_cast<int64_t>(idx.size());
-        x.resize({n, 1, 28, 28});
-        labels.resize(static_cast<size_t>(n));
-        for (int64_t i = 0; i < n; ++i) {
-          const int64_t s = idx[static_cast<size_t>(i)];
-          std::memcpy(x.ptr() + i * 784, m_train.images.data() + s * 784, 784 * sizeof(float));
-          labels[static_cast<size_t>(i)] = m_train.labels[static_cast<size_t>(s)];
-        }
-        if (n == 1) {
-          const std::string hint = "rank " + std::to_string(rank) + " got a batch of one sample: batch " +
-                                   std::to_string(bi) + " of epoch " + std::to_string(epoch) +
-                                   " is the last, incomplete batch (" + std::to_string(sampler.num_samples()) +
-                                   " samples per rank mod batch size " + std::to_string(c.batch_size) +
-                                   " = 1). Use --drop-last, or a batch size that does not leave one sample" +
-                                   (c.bn == "local" && world > 1 ? ", or --bn sync (statistics over the global batch)"
-                                                                 : "");
-          for (BatchNorm* b : bns) b->set_error_hint(hint);
-        }
+        gather_batch(m_train, idx, x, labels);
+        if (n == 1)
+          for (BatchNorm* b : bns) b->set_error_hint(batch_of_one_hint(c, rank, bi, epoch, sampler.num_samples()));
         // no_sync cycles (--no-sync-steps K): K local backward passes, then a synchronized one that
         // averages the accumulated sums and steps. Local SGD allreduces only during its warm-up.
         const bool synced = c.no_sync_steps == 0 || step % (c.no_sync_steps + 1) == c.no_sync_steps;
@@ -509,6 +572,8 @@ void Run::rank_main(int rank) {
         const Tensor& logits = comm.timed(Phase::Forward, "forward", step, [&]() -> const Tensor& { return model.forward(x, Mode::Train); });
         int correct = 0;
         const float loss = cross_entropy(logits, labels, &dlogits, &correct);
+        if (inject && c.fail_at == "nan") dlogits.data[0] = NAN;  // --fail-at nan: a NaN enters this rank's backward
+        std::string nonfinite;  // the first parameter whose local gradient is NaN or infinite
 
         // The backward event is the computation; waiting for the last buckets' allreduces (or,
         // with --no-overlap, running them all) follows it on the communication track.
@@ -520,12 +585,32 @@ void Run::rank_main(int rank) {
             if (inject && c.fail_at == "backward" && first_grad)
               throw InjectedFailure("injected failure in backward (--fail-at backward)");
             first_grad = false;
+            // Before DDP copies it into a bucket: a non-finite gradient is caught on the rank it comes from.
+            if (nonfinite.empty() && !all_finite(params[static_cast<size_t>(i)]->grad)) {
+              nonfinite = pnames[static_cast<size_t>(i)];
+              if (c.on_nonfinite == "stop")
+                throw TrainingError(
+                    "iteration " + std::to_string(step) + " (epoch " +
+                        std::to_string(epoch) + ", batch " + std::to_string(bi) + "): the gradient of " + nonfinite +
+                        " is " + nonfinite_kind(params[static_cast<size_t>(i)]->grad) + " before the allreduce (loss " +
+                        (std::isfinite(loss) ? std::to_string(loss) : std::string(std::isnan(loss) ? "NaN" : "inf")) + ")",
+                    "the allreduce would have spread it to every rank. Lower --lr, or pass --on-nonfinite skip-step to "
+                    "skip such steps as AMP's GradScaler does");
+            }
             if (grad_allreduce) reducer.mark_param_ready(i);
           });
         });
         if (grad_allreduce) reducer.finalize_backward();
-
-        if (synced) comm.timed(Phase::OptimizerStep, "optimizer-step", step, [&] { opt.step(); });
+        // --on-nonfinite skip-step: the averaged gradient is the same on every rank, so every rank
+        // skips the same steps (as GradScaler.step does when it finds infs); BatchNorm's running
+        // statistics keep this step's update, as they do under GradScaler.
+        bool skipped = false;
+        if (synced && c.on_nonfinite == "skip-step" && (!nonfinite.empty() || grad_allreduce)) {
+          for (const Param* p : params)
+            if (!all_finite(p->grad)) skipped = true;
+          if (skipped) model.zero_grad();
+        }
+        if (synced && !skipped) comm.timed(Phase::OptimizerStep, "optimizer-step", step, [&] { opt.step(); });
         // PeriodicModelAverager.average_parameters after every optimizer step (local SGD).
         const double drift = local_sgd ? averager.average_parameters(model, comm) : -1.0;
         require_forward_param_sync = synced;  // DDP: a no_sync forward leaves the next one unsynced
@@ -542,7 +627,15 @@ void Run::rank_main(int rank) {
         rec.t = now_seconds() - m_t0;
         rec.param_drift = drift;
         rec.grad_sync = synced;
+        rec.skipped = skipped;
+        rec.nonfinite = nonfinite;
         rec.bn = bn_layer_records(bns, bn_index, c.track_running_stats);
+        if (c.nondeterministic) {
+          double sum = 0;
+          for (const Param* p : model.params())
+            for (float v : p->value.data) sum += v;
+          rec.param_checksum = sum;
+        }
         {
           std::lock_guard<std::mutex> lock(rs.mu);
           rs.loss_sum += loss;
@@ -551,11 +644,14 @@ void Run::rank_main(int rank) {
           rs.steps += 1;
           rs.trained_samples += n;
           if (drift >= 0) rs.drifts.emplace_back(step, drift);
+          if (skipped) rs.skipped.push_back(step);
+          if (!nonfinite.empty()) rs.nonfinite.emplace_back(step, nonfinite);
           rs.latest = std::make_shared<const StepRecord>(rec);
           rs.pending.push_back(std::move(rec));
         }
         periodic_eval(step, epoch);
       }
+      if (stopped_at_checkpoint) break;
       if (c.join) {
         // DDP join (join.h): out of data (or at the end of the epoch), shadow the collectives of
         // the ranks still training until every rank has joined; then take the last joiner's model.
@@ -725,6 +821,7 @@ bool Run::poll() {
   // identical from run to run whatever the thread scheduling.
   std::vector<std::deque<StepRecord>> taken(m_ranks.size());
   {
+    std::lock_guard<std::mutex> drain(m_drain_mu);  // not while a checkpoint takes the pending records
     int64_t complete = INT64_MAX;
     for (auto& rs : m_ranks) {
       std::lock_guard<std::mutex> lock(rs->mu);
@@ -809,6 +906,13 @@ void Run::throw_if_ranks_ran_out(const std::string& root_what) {
 const RunSummary& Run::finish() {
   for (auto& t : m_threads)
     if (t.joinable()) t.join();
+  if (m_server.joinable()) {
+    // The workers are gone: a server still waiting for one of them (stopped, or failed) stops too.
+    if (!m_server_done) m_world->transport(m_cfg.world_size).abort("the workers stopped");
+    m_server.join();
+  }
+  if (m_server_model && !m_root_code)  // every worker ends with the server's final model
+    for (int r : m_local) copy_state(*m_server_model, *m_replicas[static_cast<size_t>(r)]);
   m_finished = true;
   // Whatever is left (a failed run leaves ranks at different steps): in (step, rank) order.
   {
@@ -819,6 +923,7 @@ const RunSummary& Run::finish() {
       return a.step != b.step ? a.step < b.step : a.rank < b.rank;
     });
     if (!rest.empty() && m_dir) m_dir->append_steps(rest);
+    if (m_dir) m_dir->flush_bn();
     if (!rest.empty() && m_step_sink) m_step_sink(rest);
     for (auto& rs : m_ranks) rs->pending.clear();
   }
@@ -837,7 +942,7 @@ const RunSummary& Run::finish() {
                            {"trace_steps", m_cfg.trace_steps},
                            {"train_samples", m_train.size},
                            {"test_samples", m_test.size}};
-    m_dir->write_trace(events, m_cfg.trace_steps, meta);
+    m_dir->write_trace(trace_events(events), m_cfg.trace_steps, meta);
   }
   publish();
   if (m_root_code == kExitCommunication) throw_if_ranks_ran_out(m_root_what);
@@ -877,11 +982,11 @@ const RunSummary& Run::finish() {
     for (auto& rs : m_ranks) {
       if (rs->latest) max_step = std::max(max_step, rs->latest->step);
     }
-    steps = max_step + 1;
+    steps = std::max(max_step + 1, m_start_step_resumed);
   }
   // Samples actually trained: sum of every rank's batch sizes over the run.
   samples = 0;
-  if (m_cfg.mode == "dp" || m_cfg.uneven_data) {
+  if (m_cfg.mode == "dp" || m_cfg.mode == "async" || m_cfg.uneven_data) {
     // DataParallel's global batches, or ranks with different numbers of batches: as counted.
     for (auto& rs : m_ranks) samples += rs->trained_samples;
   } else {
@@ -896,6 +1001,7 @@ const RunSummary& Run::finish() {
   m_summary.samples = samples;
   m_summary.epochs = m_epochs;
   m_summary.epochs_completed = static_cast<int64_t>(m_epochs.size());
+  if (m_resume) eval_time += m_resume->eval_seconds;
   m_summary.train_seconds = std::max(1e-9, (t_end - m_t0) - eval_time);
   m_summary.samples_per_s = static_cast<double>(samples) / m_summary.train_seconds;
   if (!is_local(0)) return m_summary;  // rank 0's process evaluates and writes the outputs
@@ -928,8 +1034,17 @@ const RunSummary& Run::finish() {
   }
 
   // Communication figures and local SGD's drift (comm_stats.h, local_sgd.h).
+  for (auto& rs : m_ranks) {
+    std::lock_guard<std::mutex> lock(rs->mu);
+    for (int64_t st : rs->skipped)
+      if (std::find(m_summary.skipped_steps.begin(), m_summary.skipped_steps.end(), st) == m_summary.skipped_steps.end())
+        m_summary.skipped_steps.push_back(st);
+  }
+  std::sort(m_summary.skipped_steps.begin(), m_summary.skipped_steps.end());
   m_summary.traffic = traffic_stats(events);
   m_summary.overlap = overlap_stats(events);
+  ComputeStats cs = compute_stats(events);
+  add_resumed_stats(m_summary, cs);  // --resume: the iterations before the checkpoint
   {
     std::map<int64_t, double> max_drift;  // step -> max over ranks
     for (auto& rs : m_ranks)
@@ -1026,7 +1141,6 @@ const RunSummary& Run::finish() {
                           {"link", {{"latency_us", m_cfg.link_latency_us}, {"gbps", m_cfg.link_gbps}}},
                           {"what", "seconds inside collectives during training steps, and the part of them "
                                    "that overlapped the same rank's backward computation"}};
-    const ComputeStats cs = compute_stats(events);
     nlohmann::json cpr = nlohmann::json::array();
     double fw = 0, bw = 0, opt = 0;
     for (size_t r = 0; r < cs.forward.size(); ++r) {
@@ -1045,6 +1159,29 @@ const RunSummary& Run::finish() {
       j["ddp"] = {{"buckets", bj}, {"bucket_cap_mb", m_cfg.bucket_cap_mb},
                   {"what", "the gradient buckets of the last training step: bucket 0 holds the last layers' "
                            "gradients (ready first in backward; at most 1 MiB after the first iteration's rebuild)"}};
+    }
+    if (m_cfg.mode == "async") {
+      std::lock_guard<std::mutex> lock(m_async_mu);
+      m_summary.async_updates = m_async_updates;
+      int64_t max_st = 0;
+      double mean_st = 0;
+      for (const auto& [w, st] : m_async_updates) {
+        max_st = std::max(max_st, st);
+        mean_st += static_cast<double>(st) / static_cast<double>(m_async_updates.size());
+      }
+      std::vector<int64_t> hist(static_cast<size_t>(max_st + 1), 0);
+      std::vector<int64_t> per_update, workers;
+      for (const auto& [w, st] : m_async_updates) {
+        ++hist[static_cast<size_t>(st)];
+        per_update.push_back(st);
+        workers.push_back(w);
+      }
+      j["async"] = {{"schedule", m_cfg.async_schedule}, {"seed", m_cfg.async_seed}, {"workers", m_cfg.world_size},
+                    {"updates", m_async_updates.size()},
+                    {"staleness", {{"mean", mean_st}, {"max", max_st}, {"histogram", hist}}},
+                    {"per_update", {{"staleness", per_update}, {"worker", workers}}},
+                    {"what", "staleness: updates the server applied between a worker's pull and its push; histogram[k]: "
+                             "pushes that were k updates stale; per_update: in the order the server applied them"}};
     }
     if (m_cfg.mode == "dp") {
       j["data_parallel"] = {{"devices", m_cfg.world_size}, {"global_batch", m_cfg.batch_size},
@@ -1066,6 +1203,26 @@ const RunSummary& Run::finish() {
                              {{"format", "pt"}, {"producer", std::string("dtlab ") + kDtlabVersion},
                               {"rank", std::to_string(r)}});
     }
+    {
+      nlohmann::json skipped = nlohmann::json::array(), sources = nlohmann::json::array();
+      for (size_t r = 0; r < m_ranks.size(); ++r) {
+        std::lock_guard<std::mutex> lock(m_ranks[r]->mu);
+        for (int64_t st : m_ranks[r]->skipped) skipped.push_back({{"rank", r}, {"step", st}});
+        for (const auto& [st, layer] : m_ranks[r]->nonfinite)
+          sources.push_back({{"rank", r}, {"step", st}, {"parameter", layer}});
+      }
+      if (!skipped.empty() || !sources.empty())
+        j["nonfinite"] = {{"on_nonfinite", m_cfg.on_nonfinite}, {"skipped", skipped}, {"sources", sources},
+                          {"what", "skipped: iterations whose averaged gradient was NaN or infinite, with no optimizer "
+                                   "step; sources: where a rank's own gradient was not finite before the allreduce"}};
+    }
+    if (m_resume)
+      j["resumed"] = {{"from_step", m_start_step_resumed}, {"checkpoint", m_resume->found.dir},
+                      {"what", "this run continued from a checkpoint; its numbers are those of the whole run"}};
+    if (m_interrupted_at >= 0)
+      j["interrupted"] = {{"at_step", m_interrupted_at.load()},
+                          {"what", "stopped early (Ctrl-C) after writing a checkpoint there: dtlab run --resume " +
+                                       m_cfg.out_dir + " continues it"}};
     m_dir->write_json("summary.json", j);
   }
   return m_summary;
@@ -1073,17 +1230,10 @@ const RunSummary& Run::finish() {
 
 // ---- 6. ranks in other processes ----
 //
-// Run-internal messages between processes go straight over the transport, not through a
-// Communicator: they record no events and are not counted in bytes_sent, so an MPI run's
-// metrics equal an emulated run's. Their tags lie at the top of the tag space, far from the
-// collectives' sequence numbers. Between one pair, messages with one tag arrive in order.
+// Run-internal messages between processes: tags in run_internal.h.
 
 namespace {
 
-constexpr uint64_t kRunTagBase = uint64_t{1} << 62;
-constexpr uint64_t kTagEpochCounters = kRunTagBase + 1;  // int64 {steps, samples, correct}
-constexpr uint64_t kTagReportSize = kRunTagBase + 2;     // uint64 byte count of the report
-constexpr uint64_t kTagReport = kRunTagBase + 3;         // RankReport (run_wire.h)
 // Processes whose steady clocks differ by more than this are on different hosts: their events
 // are aligned by the run's start instead.
 constexpr double kMaxClockShiftSeconds = 3600;

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <atomic>
+#include <cmath>
 #include <condition_variable>
 #include <functional>
 #include <memory>
@@ -71,6 +72,13 @@ struct StepRecord {
   std::vector<int64_t> chunks;  // --mode dp, device 0: torch.chunk sizes of the global batch over the devices
   double param_drift = -1;      // --mode local-sgd: L2 distance to the average, before this step's averaging
   bool grad_sync = true;        // false: a backward under DDP's no_sync (--no-sync-steps), no optimizer step
+  int64_t staleness = -1;       // --mode async: updates the server applied between this worker's pull and its push
+  int64_t version = -1;         // --mode async: the server's update count when this worker pulled
+  double param_checksum = NAN;  // --nondeterministic: the sum of every parameter after the step (float64),
+                                // a fingerprint to compare two runs step by step
+  bool skipped = false;         // --on-nonfinite skip-step: the averaged gradient was not finite, no optimizer step
+  std::string nonfinite;        // the first parameter whose gradient on this rank was NaN or infinite before the
+                                // allreduce ("" when all were finite)
 };
 
 struct EpochRecord {
@@ -113,6 +121,8 @@ struct RunSummary {
   OverlapStats overlap;
   std::vector<std::pair<int64_t, double>> drift;  // local-sgd: (step, max over ranks) per averaging
   double drift_max = 0, drift_mean = 0;           // over the averagings
+  std::vector<std::pair<int, int64_t>> async_updates;  // async: (worker, staleness) per applied push
+  std::vector<int64_t> skipped_steps;                  // --on-nonfinite skip-step: iterations without a step
 };
 
 enum class RunState { Created, Running, Paused, Finished, Failed };
@@ -140,6 +150,7 @@ class RunControl : public StepGate {
   // While paused: let every rank complete n more iterations.
   void step_iteration(int n = 1);
   void stop();  // ranks stop at their next gate
+  bool stopped() const;
   bool paused() const { return m_paused.load(); }
   const std::atomic<bool>* hold_flag() const { return &m_paused; }
 
@@ -157,6 +168,13 @@ class RunControl : public StepGate {
 
   void before_step(int rank, const Event& next) override;  // ring-step gate
   void before_iteration(int rank, int64_t step);            // iteration gate
+  // Ctrl-C with checkpoints: the first iteration no rank has reached yet becomes the stop; every
+  // rank writes a checkpoint there and stops. Returns it (the same on every call).
+  int64_t request_checkpoint_stop();
+  int64_t checkpoint_stop() const;  // INT64_MAX: none requested
+  // The ranks of several processes agreed to stop at `step` (Run's stop vote).
+  void set_checkpoint_stop(int64_t step);
+
   // Failure injection hook (set by the run).
   std::function<void(int rank, const Event&)> on_ring_step;
 
@@ -170,6 +188,7 @@ class RunControl : public StepGate {
   StopFn m_until;
   double m_delay = 0;
   std::vector<int64_t> m_iteration;
+  int64_t m_checkpoint_stop = INT64_MAX;
 };
 
 class Run {
@@ -205,15 +224,29 @@ class Run {
   const Dataset& test_set() const { return m_test; }
   int64_t steps_per_epoch() const { return m_steps_per_epoch; }
   int64_t steps_total() const { return m_steps_total; }
+  // Ctrl-C: with a run directory and every rank in this process, the ranks stop at the next
+  // iteration boundary after writing a checkpoint there (true); otherwise false (stop instead).
+  bool interrupt();
+  // The run stopped at the checkpoint interrupt() asked for, and where (-1: it did not).
+  int64_t interrupted_at() const { return m_interrupted_at.load(); }
+  // A resumed run (--resume): the checkpoint's iteration; -1 for a fresh run.
+  int64_t resumed_from() const { return m_start_step_resumed; }
+  // What resuming found on the way, e.g. a newer checkpoint that was skipped (damaged).
+  const std::vector<std::string>& notes() const { return m_notes; }
   // Resolved backends, e.g. {"sgemm", "openblas (Haswell)"}, {"transport", "threads"}.
   std::vector<std::pair<std::string, std::string>> backends() const;
 
  private:
   struct RankState;
+  struct ResumeState;
+  struct RankCheckpointRefs;
   struct EpochCounters {  // one epoch's train counters, summed over ranks
     int64_t steps = 0, samples = 0, correct = 0;
   };
   void rank_main(int rank);
+  // --mode async (run_async.cpp): a worker's loop, and the parameter server's on its own thread
+  void rank_main_async(int rank);
+  void server_main();
   EpochCounters epoch_counters(int rank, Transport& transport);
   void gather_to_rank0(int rank, Transport& transport, Model& model);
   const char* intern(const std::string& name);
@@ -227,6 +260,17 @@ class Run {
   // says which ranks waited in which collective and which had finished.
   void throw_if_ranks_ran_out(const std::string& root_what);
   void publish();
+  // Checkpoints (run_checkpoint.cpp).
+  void load_resume();                            // constructor, --resume
+  bool checkpoint_due(int64_t step, size_t batch_in_epoch) const;
+  void write_checkpoint(int rank, const RankCheckpointRefs& refs);
+  // Ranks in several processes: at every iteration gate, whether any process was interrupted.
+  void vote_on_stop(int rank, int64_t step);
+  void restore_rank(int rank, const RankCheckpointRefs& refs);
+  // A resumed run's figures: what the iterations before the checkpoint added (traffic, seconds),
+  // and its trace events before the checkpoint followed by this process's.
+  void add_resumed_stats(RunSummary& s, ComputeStats& compute);
+  std::vector<std::vector<Event>> trace_events(const std::vector<std::vector<Event>>& events) const;
 
   RunConfig m_cfg;
   Dataset m_train, m_test;
@@ -257,7 +301,21 @@ class Run {
   std::vector<EpochRecord> m_epochs;
   std::vector<EvalPoint> m_evals;           // under m_epoch_mu
   std::unique_ptr<Model> m_eval_model;      // rank 0's copy for periodic evaluation
+  // --mode async: the parameter server (transport world_size, a thread of its own) and what it did
+  std::unique_ptr<Model> m_server_model;
+  std::thread m_server;
+  std::atomic<bool> m_server_done{false};
+  std::mutex m_async_mu;
+  std::vector<std::pair<int, int64_t>> m_async_updates;  // (worker, staleness) per applied push, in order
   std::function<void(const std::vector<StepRecord>&)> m_step_sink;
+  // Checkpoints: poll() and a checkpoint's snapshot of the pending records exclude each other.
+  std::mutex m_drain_mu;
+  std::unique_ptr<ResumeState> m_resume;
+  int64_t m_start_step_resumed = -1;
+  std::atomic<int64_t> m_interrupted_at{-1};
+  std::atomic<bool> m_stop_wanted{false};  // interrupt() in a process of a multi-process run
+  bool m_stop_vote = false;                // the ranks vote every iteration (several processes, a run directory)
+  std::vector<std::string> m_notes;
   RunSummary m_summary;
   bool m_finished = false;
 };

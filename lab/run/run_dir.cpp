@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "bn_stats.h"
 #include "errors.h"
 #include "run.h"
 
@@ -13,7 +14,7 @@ namespace lab {
 
 namespace fs = std::filesystem;
 
-RunDir::RunDir(const std::string& path) : m_path(path) {
+RunDir::RunDir(const std::string& path, const RunDirSizes* keep) : m_path(path) {
   std::error_code ec;
   fs::create_directories(path, ec);
   if (ec) throw IoError("--out: cannot create run directory " + path + ": " + ec.message());
@@ -24,7 +25,19 @@ RunDir::RunDir(const std::string& path) : m_path(path) {
     if (!f) throw IoError("--out: run directory " + path + " is not writable: " + std::strerror(errno));
   }
   fs::remove(probe, ec);
-  m_metrics.open(file("metrics.jsonl"), std::ios::trunc);
+  if (keep) {
+    m_keep = *keep;
+    const std::string m = file("metrics.jsonl");
+    const uint64_t have = fs::file_size(m, ec);
+    if (ec || have < keep->metrics)
+      throw IoError(m + " has " + (ec ? std::string("no") : std::to_string(have)) + " bytes, the checkpoint expects " +
+                    std::to_string(keep->metrics) + " (the file was cut or replaced after the checkpoint)");
+    fs::resize_file(m, keep->metrics, ec);
+    if (ec) throw IoError("cannot cut " + m + " to the checkpoint's " + std::to_string(keep->metrics) + " bytes: " + ec.message());
+    m_metrics.open(m, std::ios::app);
+  } else {
+    m_metrics.open(file("metrics.jsonl"), std::ios::trunc);
+  }
   if (!m_metrics) throw IoError("cannot write " + file("metrics.jsonl") + ": " + std::strerror(errno));
 }
 
@@ -37,7 +50,7 @@ void RunDir::write_text(const std::string& name, const std::string& text) {
 
 void RunDir::write_json(const std::string& name, const nlohmann::json& j) { write_text(name, j.dump(2) + "\n"); }
 
-nlohmann::json step_record_json(const StepRecord& r) { return nlohmann::json::parse(step_record_line(r)); }
+nlohmann::json step_record_json(const StepRecord& r) { return nlohmann::json::parse(step_record_line(r, true)); }
 
 namespace {
 
@@ -66,17 +79,18 @@ void put_floats(std::string& out, const char* key, const std::vector<float>& v) 
 
 }  // namespace
 
-std::string step_record_line(const StepRecord& r) {
+std::string step_record_line(const StepRecord& r, bool with_bn) {
   std::string o;
-  o.reserve(256 + r.bn.size() * 4096);
+  o.reserve(256 + (with_bn ? r.bn.size() * 4096 : 0));
   o += "{\"kind\":\"step\",\"rank\":" + std::to_string(r.rank) + ",\"step\":" + std::to_string(r.step) +
        ",\"epoch\":" + std::to_string(r.epoch) + ",\"batch\":" + std::to_string(r.batch) +
        ",\"batch_size\":" + std::to_string(r.batch_size) + ",\"loss\":";
   put_float(o, r.loss);
   o += ",\"correct\":" + std::to_string(r.correct) + ",\"accuracy\":";
   put_float(o, r.batch_size ? static_cast<float>(r.correct) / static_cast<float>(r.batch_size) : 0.0f);
-  o += ",\"bytes_sent\":" + std::to_string(r.bytes_sent) + ",\"t\":" + nlohmann::json(r.t).dump() + ",\"bn\":[";
-  for (size_t i = 0; i < r.bn.size(); ++i) {
+  o += ",\"bytes_sent\":" + std::to_string(r.bytes_sent) + ",\"t\":" + nlohmann::json(r.t).dump();
+  if (with_bn) o += ",\"bn\":[";
+  for (size_t i = 0; with_bn && i < r.bn.size(); ++i) {
     const BnLayerRecord& b = r.bn[i];
     if (i) o += ',';
     o += "{\"layer\":\"" + b.layer + "\",\"count\":" + std::to_string(b.count);
@@ -94,7 +108,7 @@ std::string step_record_line(const StepRecord& r) {
     }
     o += '}';
   }
-  o += ']';
+  if (with_bn) o += ']';
   // Parallelism modes: only when set, so DDP's lines stay as they were.
   if (!r.chunks.empty()) {
     o += ",\"chunks\":[";
@@ -103,12 +117,65 @@ std::string step_record_line(const StepRecord& r) {
   }
   if (r.param_drift >= 0) o += ",\"param_drift\":" + nlohmann::json(r.param_drift).dump();
   if (!r.grad_sync) o += ",\"grad_sync\":false";
+  if (!std::isnan(r.param_checksum)) o += ",\"param_checksum\":" + nlohmann::json(r.param_checksum).dump();
+  if (r.skipped) o += ",\"skipped\":true";
+  if (!r.nonfinite.empty()) o += ",\"nonfinite\":" + nlohmann::json(r.nonfinite).dump();
+  if (r.staleness >= 0) o += ",\"staleness\":" + std::to_string(r.staleness) + ",\"version\":" + std::to_string(r.version);
   o += '}';
   return o;
 }
 
+void RunDir::set_bn_stats(int world_size, const std::string& policy) {
+  m_bn_policy = policy;
+  m_bn_world = world_size;
+  if (policy != "off") m_bn = std::make_unique<BnStatsWriter>(file("bn_stats.bin"), world_size, m_keep.bn_stats);
+}
+
+RunDirSizes RunDir::sync_sizes() {
+  flush_bn();
+  m_metrics.flush();
+  if (!m_metrics) throw IoError("cannot write " + file("metrics.jsonl"));
+  RunDirSizes s;
+  std::error_code ec;
+  s.metrics = fs::file_size(file("metrics.jsonl"), ec);
+  if (ec) throw IoError("cannot read the size of " + file("metrics.jsonl") + ": " + ec.message());
+  if (m_bn) {
+    m_bn->flush();
+    s.bn_stats = fs::file_size(m_bn->path(), ec);
+    if (ec) throw IoError("cannot read the size of " + m_bn->path() + ": " + ec.message());
+  }
+  return s;
+}
+
+RunDir::~RunDir() {
+  try {
+    flush_bn();
+  } catch (const std::exception&) {
+  }
+}
+
+// The step whose records are being collected goes to bn_stats.bin when its records are complete
+// (a record of a later step arrives, or the run ends).
+void RunDir::flush_bn() {
+  if (!m_bn || m_bn_pending.empty()) return;
+  std::vector<const StepRecord*> by_rank(static_cast<size_t>(m_bn_world), nullptr);
+  for (const StepRecord& r : m_bn_pending)
+    if (r.rank >= 0 && r.rank < m_bn_world) by_rank[static_cast<size_t>(r.rank)] = &r;
+  m_bn->append(by_rank);
+  m_bn_pending.clear();
+}
+
 void RunDir::append_steps(const std::vector<StepRecord>& records) {
-  for (const StepRecord& r : records) m_metrics << step_record_line(r) << '\n';
+  for (const StepRecord& r : records) {
+    // metrics.jsonl keeps the scalars; the BatchNorm arrays go to bn_stats.bin (bn_stats.h)
+    m_metrics << step_record_line(r, !m_bn && m_bn_policy != "off") << '\n';
+    if (!m_bn) continue;
+    if (!m_bn_pending.empty() && m_bn_pending.front().step != r.step) flush_bn();
+    if (bn_recorded(m_bn_policy, r.step, r.epoch)) {
+      m_bn_pending.push_back(r);
+      m_bn_pending.back().chunks.clear();
+    }
+  }
   m_metrics.flush();
   if (!m_metrics) throw IoError("cannot write " + file("metrics.jsonl"));
 }

@@ -5,13 +5,16 @@
 //                       rank in (step, rank) order, and {"kind":"epoch", ...} after each epoch.
 //                       With eval_every > 0, {"kind":"eval", ...} per periodic evaluation (test
 //                       accuracy and loss in eval and train mode, one probe input's outputs).
-//                       BatchNorm arrays per layer: batch_mean/batch_var (used to normalize),
+//                       BatchNorm arrays per layer (in bn_stats.bin since --record-bn; older run
+//                       directories have them here): batch_mean/batch_var (used to normalize),
 //                       local_mean/local_var (the rank's own batch; only when they differ, i.e.
 //                       SyncBN), running_mean/running_var/num_batches_tracked (when tracked).
 //                       Modes add: chunks (dp, device 0: torch.chunk sizes; its batch_size, loss and
 //                       accuracy are the global batch's, other devices' lines have their chunk and
 //                       loss null), param_drift (local-sgd, at averaging steps), grad_sync: false
-//                       (a backward under no_sync).
+//                       (a backward under no_sync), staleness and version (async: updates applied
+//                       between the worker's pull and its push, and the server's count at the pull).
+//   bn_stats.bin        the BatchNorm statistics of the steps --record-bn chooses (bn_stats.h)
 //   trace.json          Chrome Trace Event format (open in Perfetto / chrome://tracing): one
 //                       process per rank, compute on thread 0, communication on thread 1
 //   init.safetensors    rank 0's parameters and buffers after DDP's initial broadcast
@@ -23,11 +26,13 @@
 
 #include <fstream>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "bn_stats.h"
 #include "events.h"
 #include "safetensors.h"
 
@@ -39,11 +44,28 @@ struct EvalPoint;
 
 constexpr int kRunDirFormatVersion = 1;
 
+// The sizes of the files a run appends to (a checkpoint keeps them: a resumed run cuts the files
+// back to them, dropping what was written after the checkpoint).
+struct RunDirSizes {
+  uint64_t metrics = 0;   // metrics.jsonl
+  uint64_t bn_stats = 0;  // bn_stats.bin (0: none yet)
+};
+
 class RunDir {
  public:
   // Creates the directory (and parents) and checks it is writable; throws IoError naming it.
-  explicit RunDir(const std::string& path);
+  // keep: a resumed run, which continues metrics.jsonl (and bn_stats.bin) from these sizes.
+  explicit RunDir(const std::string& path, const RunDirSizes* keep = nullptr);
+  ~RunDir();
   const std::string& path() const { return m_path; }
+  // BatchNorm statistics go to bn_stats.bin (bn_stats.h) for the steps --record-bn chooses ("off":
+  // nowhere). Without this call they stay in metrics.jsonl, as run directories of format 1 had them.
+  void set_bn_stats(int world_size, const std::string& policy);
+  // Everything appended so far on disk (the last complete step's BatchNorm statistics too): the
+  // sizes a checkpoint records.
+  RunDirSizes sync_sizes();
+  // The last step's statistics, once every record of the run has been appended.
+  void flush_bn();
   std::string file(const std::string& name) const { return m_path + "/" + name; }
 
   void write_text(const std::string& name, const std::string& text);
@@ -62,10 +84,16 @@ class RunDir {
  private:
   std::string m_path;
   std::ofstream m_metrics;
+  RunDirSizes m_keep;
+  std::string m_bn_policy;
+  int m_bn_world = 0;
+  std::unique_ptr<BnStatsWriter> m_bn;
+  std::vector<StepRecord> m_bn_pending;  // the records of the step being collected
 };
 
-// One metrics.jsonl line (no newline) and the same as a JSON value.
-std::string step_record_line(const StepRecord& r);
+// One metrics.jsonl line (no newline), with or without the BatchNorm arrays, and the same as a JSON
+// value (with them).
+std::string step_record_line(const StepRecord& r, bool with_bn);
 nlohmann::json step_record_json(const StepRecord& r);
 
 }  // namespace lab

@@ -14,7 +14,7 @@ namespace lab {
 namespace {
 
 constexpr uint32_t kMagic = 0x524c5444;  // "DTLR"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 
 class Writer {
  public:
@@ -115,6 +115,15 @@ std::vector<char> encode_rank_report(const RankReport& r) {
     w.put(s.correct);
     w.put(s.bytes_sent);
     w.put(s.t);
+    w.put<uint64_t>(s.chunks.size());
+    for (int64_t c : s.chunks) w.put(c);
+    w.put(s.param_drift);
+    w.put<uint8_t>(s.grad_sync ? 1 : 0);
+    w.put(s.staleness);
+    w.put(s.version);
+    w.put(s.param_checksum);
+    w.put<uint8_t>(s.skipped ? 1 : 0);
+    w.str(s.nonfinite);
     w.put<uint64_t>(s.bn.size());
     for (const BnLayerRecord& b : s.bn) {
       w.str(b.layer);
@@ -198,6 +207,15 @@ RankReport decode_rank_report(const std::vector<char>& bytes, int from_rank,
     s.correct = rd.get<int64_t>();
     s.bytes_sent = rd.get<uint64_t>();
     s.t = rd.get<double>();
+    s.chunks.resize(rd.count(8));
+    for (int64_t& c : s.chunks) c = rd.get<int64_t>();
+    s.param_drift = rd.get<double>();
+    s.grad_sync = rd.get<uint8_t>() != 0;
+    s.staleness = rd.get<int64_t>();
+    s.version = rd.get<int64_t>();
+    s.param_checksum = rd.get<double>();
+    s.skipped = rd.get<uint8_t>() != 0;
+    s.nonfinite = rd.str();
     s.bn.resize(rd.count(64));
     for (BnLayerRecord& b : s.bn) {
       b.layer = rd.str();

@@ -4,7 +4,9 @@
 // build (both ends are processes of one MPI job): host byte order, no schema evolution.
 //   u32 magic "DTLR" | u32 version | f64 clock_origin | f64 t0
 //   u64 #records, then per record: i32 rank, i64 step, epoch, batch, batch_size, f32 loss,
-//       i64 correct, u64 bytes_sent, f64 t, u64 #bn layers, then per layer: str layer,
+//       i64 correct, u64 bytes_sent, f64 t, u64 #chunks then i64 each, f64 param_drift,
+//       u8 grad_sync, i64 staleness, i64 version, f64 param_checksum, u8 skipped, str nonfinite,
+//       u64 #bn layers, then per layer: str layer,
 //       i64 count, 6 float arrays (u64 length + values), i64 num_batches_tracked
 //   u64 #names, then str each          (the op/what strings of the events)
 //   u64 #events, then per event: u8 kind, u8 phase, u32 op, u32 what (name indices),

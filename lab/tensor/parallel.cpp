@@ -67,7 +67,9 @@ class Pool {
 
   void run(int64_t count, const std::function<void(int64_t, int64_t, int)>& fn) {
     std::unique_lock<std::mutex> use(m_use, std::try_to_lock);
-    if (m_threads <= 1 || t_inside || !use.owns_lock() || count <= 1) {
+    // m_threads only once m_use is held: resize() writes it under m_use (another Run's thread may
+    // be resizing the pool; ThreadSanitizer found the race)
+    if (!use.owns_lock() || t_inside || m_threads <= 1 || count <= 1) {
       if (count > 0) fn(0, count, 0);
       return;
     }
@@ -147,6 +149,21 @@ void set_compute_threads(int threads) {
 }
 
 int compute_threads() { return pool().threads(); }
+
+namespace {
+std::atomic<bool> g_nondeterministic{false};
+}  // namespace
+
+void set_nondeterministic(bool on) { g_nondeterministic.store(on, std::memory_order_relaxed); }
+bool nondeterministic() { return g_nondeterministic.load(std::memory_order_relaxed); }
+
+void atomic_add(float* p, float v) {
+  float expected;
+  __atomic_load(p, &expected, __ATOMIC_RELAXED);
+  float desired = expected + v;
+  while (!__atomic_compare_exchange(p, &expected, &desired, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+    desired = expected + v;
+}
 
 void parallel_for(int64_t count, const std::function<void(int64_t, int64_t, int)>& fn) { pool().run(count, fn); }
 

@@ -21,6 +21,15 @@ namespace lab {
 void set_compute_threads(int threads);
 int compute_threads();
 
+// --nondeterministic (a teaching aid, off by default): reductions over compute threads add each
+// contribution as it is ready, with atomic adds, in whatever order the threads get there, as GPU
+// kernels with atomicAdd do. Float addition is not associative, so the bits then depend on timing.
+// Process-wide, like the pool.
+void set_nondeterministic(bool on);
+bool nondeterministic();
+// *p += v as one atomic read-modify-write (a compare-and-swap loop, like CUDA's atomicAdd on float).
+void atomic_add(float* p, float v);
+
 // Calls fn(begin, end, slot) for contiguous slices of [0, count), one slice per compute thread
 // (slot = 0 .. compute_threads() - 1, for per-thread scratch space), and returns when all are
 // done. Empty slices (count < threads) are not called. An exception from fn is rethrown here.

@@ -13,6 +13,7 @@
 
 #include "backends.h"
 #include "bench_allreduce.h"
+#include "bench_chain.h"
 #include "bench_train.h"
 #include "command_line.h"
 #include "errors.h"
@@ -130,6 +131,9 @@ RunOutcome execute_run(const RunSpec& spec, const std::vector<std::string>& args
       } else if (spec.command == "bench allreduce") {
         cmd.bench_allreduce.out = out.get();
         o.exit_code = lab::bench_allreduce(cmd.bench_allreduce);
+      } else if (spec.command == "bench chain") {
+        cmd.bench_chain.out = out.get();
+        o.exit_code = lab::bench_chain(cmd.bench_chain);
       } else if (spec.command == "eval") {
         cmd.eval.out = out.get();
         o.exit_code = lab::eval_command(cmd.eval);

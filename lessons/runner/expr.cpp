@@ -17,7 +17,9 @@ namespace {
 
 std::string format_number(double v) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.6g", v);
+  // whole numbers (byte counts, steps) in full, so an exact check shows the integers it compared
+  if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 1e15) std::snprintf(buf, sizeof buf, "%.0f", v);
+  else std::snprintf(buf, sizeof buf, "%.6g", v);
   return buf;
 }
 
@@ -69,7 +71,7 @@ struct ExprNode {
   enum class Kind { Literal, Name, Negate, Not, Binary, Call };
   enum class Op { Or, And, Lt, Le, Gt, Ge, Eq, Ne, Add, Sub, Mul, Div };
   enum class Fn { Approx, MaxAbsDiff, RelDiff, BitwiseEqual, Abs, Sqrt, Log, Log2, Exp, Floor, Ceil, Round,
-                  Min, Max, Mean, Sum, Std, Spread, Norm, Len, At, First, Last, Contains, If };
+                  Min, Max, Mean, Sum, Std, Spread, Norm, Len, At, First, Last, Contains, If, Diff };
 
   Kind kind = Kind::Literal;
   int offset = 0;  // of the literal, name, operator or function name
@@ -115,7 +117,7 @@ constexpr Function kFunctions[] = {
     {"norm", Fn::Norm, 1, 1, "1 argument"},     {"len", Fn::Len, 1, 1, "1 argument"},
     {"at", Fn::At, 2, 2, "2 arguments"},        {"first", Fn::First, 1, 1, "1 argument"},
     {"last", Fn::Last, 1, 1, "1 argument"},     {"contains", Fn::Contains, 2, 2, "2 arguments"},
-    {"if", Fn::If, 3, 3, "3 arguments"},
+    {"if", Fn::If, 3, 3, "3 arguments"},        {"diff", Fn::Diff, 1, 1, "1 argument"},
 };
 
 const Function* find_function(const std::string& name) {
@@ -786,6 +788,14 @@ class Evaluator {
       case Fn::Spread:
       case Fn::Norm: return Value::num(reduce(n.fn, arg(0), n.offset));
       case Fn::Len: return Value::num(static_cast<double>(arg(0).size));
+      case Fn::Diff: {
+        // consecutive differences: what each step added to a running total (bytes_sent, t)
+        const Elems a = arg(0);
+        if (a.size < 2) throw ExprError(who + " needs at least two values, got " + std::to_string(a.size), n.offset);
+        std::vector<double> d(a.size - 1);
+        for (size_t i = 0; i + 1 < a.size; ++i) d[i] = a[i + 1] - a[i];
+        return Value::tens(std::move(d));
+      }
       case Fn::At: return element(v[0], v[1], who, n.offset);
       case Fn::First:
       case Fn::Last:

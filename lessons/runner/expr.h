@@ -44,6 +44,8 @@
 //   len(t)                              number of elements (1 for a number)
 //   at(t, i)                            element i (0-based; negative counts from the end)
 //   first(t) last(t)                    at(t, 0), at(t, -1)
+//   diff(t)                             consecutive differences t[i+1] - t[i] (len(t) - 1 values):
+//                                       what each step added to a running total
 //   contains(s, sub)                    substring test on strings; bool
 //   if(cond, a, b)                      a when cond is true, else b (only the chosen one is evaluated)
 #pragma once

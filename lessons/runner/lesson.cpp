@@ -19,11 +19,9 @@
 #include <set>
 #include <sstream>
 
-#define TOML_EXCEPTIONS 1
-#include <toml++/toml.h>
-
 #include "backends.h"
 #include "dataset.h"
+#include "toml_parse.h"
 
 namespace lessons {
 
@@ -409,6 +407,10 @@ void read_observe(Reader& rd, const toml::table& t, const std::string& where, Pa
     ob.ring_step = static_cast<int>(rd.integer(*o, "ring_step", w, false).value_or(-1));
     if (ob.ring_step >= 0 && ob.step < 0) rd.error(rd.pos(*o, "ring_step"), w + ": ring_step needs step (the iteration whose allreduce)");
     ob.say = rd.str(*o, "say", w, true).value_or("");
+    ob.say_pos = o->get("say") ? pos_of(o->get("say")->source()) : ob.pos;
+    if (ob.view != "batchnorm" && (o->get("layer") || o->get("channel")))
+      rd.error(rd.pos(*o, o->get("layer") ? "layer" : "channel"),
+               w + ": layer and channel choose what the batchnorm view shows; view '" + ob.view + "' has neither");
     part.observe.push_back(std::move(ob));
   }
 }
@@ -436,6 +438,7 @@ void read_hints(Reader& rd, const toml::table& t, const std::string& where, Part
     rd.known_keys(*h, w, {"prediction", "text"});
     hn.prediction = rd.str(*h, "prediction", w, false).value_or("");
     hn.text = rd.str(*h, "text", w, true).value_or("");
+    hn.text_pos = h->get("text") ? pos_of(h->get("text")->source()) : hn.pos;
     part.hints.push_back(std::move(hn));
   }
 }
@@ -449,6 +452,7 @@ void read_explain(Reader& rd, const toml::table& t, const std::string& where, Pa
   }
   if (auto s = n->value<std::string>()) {
     part.explain = *s;
+    part.explain_pos = pos_of(n->source());
     return;
   }
   const toml::table* e = n->as_table();
@@ -458,6 +462,7 @@ void read_explain(Reader& rd, const toml::table& t, const std::string& where, Pa
   }
   rd.known_keys(*e, "[explain] of " + where, {"text"});
   part.explain = rd.str(*e, "text", "[explain] of " + where, true).value_or("");
+  if (const toml::node* t = e->get("text")) part.explain_pos = pos_of(t->source());
 }
 
 // The sections a part (main or variation) shares.
@@ -503,6 +508,9 @@ class Linker {
         if (!pr.id.empty() && !pred_ids.insert(pr.id).second) m_rd.error(pr.pos, "prediction id '" + pr.id + "' is used twice");
     for (Part* p : all_parts()) link_runs(*p);
     for (Part* p : all_parts()) link_part(*p);
+    before_runs(m_l.question, {1, 1}, "the question");
+    before_runs(m_l.context, {1, 1}, "the question's context");
+    for (const Part& v : m_l.variations) before_runs(v.text, v.pos, "the text of variation '" + v.id + "'");
   }
 
  private:
@@ -606,13 +614,33 @@ class Linker {
           if (close == std::string::npos) break;
           w.replace(at, close - at + 1, "/lesson-run-dir/" + w.substr(at + 5, close - at - 5));
         }
+      // --resume {run:X}: the configuration X's checkpoints will hold (X must write some)
+      auto stand_in_config = [&](const std::string& dir) -> const lab::RunConfig* {
+        const std::string prefix = "/lesson-run-dir/";
+        if (dir.rfind(prefix, 0) != 0) return nullptr;
+        const RunSpec* target = visible_run(p, dir.substr(prefix.size()));
+        if (!target || target->command != "run") return nullptr;
+        if (target->parsed.run.checkpoint_every == 0 && !target->parsed.run.checkpoint_every_epoch)
+          throw lab::ConfigError("--resume {run:" + target->name + "}: run '" + target->name + "' writes no checkpoint",
+                                 "give it --checkpoint-every N or --checkpoint-every-epoch");
+        return &target->parsed.run;
+      };
+      if (r.command == "run") {  // as the runner will run it: into its own directory
+        stand_in.push_back("--out");
+        stand_in.push_back("/lesson-run-dir/" + r.name);
+      }
       try {
-        r.parsed = cli::parse_command(r.command, stand_in);
+        r.parsed = cli::parse_command(r.command, stand_in, stand_in_config);
         r.parsed.args = words;
         if (r.command == "run" && r.parsed.run.comm == "mpi" &&
             std::find(m_l.requires_.begin(), m_l.requires_.end(), "mpi") == m_l.requires_.end())
           m_rd.error(r.pos, "run '" + r.name + "' uses --comm mpi: add \"mpi\" to requires");
       } catch (const lab::Error& e) {
+        // said once, at the run that has the bad flag, not again at every run extending it
+        bool bad_base = false;
+        for (const RunSpec* br : bases) bad_base |= m_failed_runs.count(br->name) > 0;
+        m_failed_runs.insert(r.name);
+        if (bad_base) continue;
         m_rd.error(r.pos, "run '" + r.name + "': " + cli::command_line(r.command, words) + ": " + e.what() +
                               (e.hint().empty() ? "" : " (" + e.hint() + ")"));
       }
@@ -645,6 +673,18 @@ class Linker {
       }
     }
     return best.empty() ? "" : " (did you mean '" + best + "'?)";
+  }
+
+  // Texts the learner reads before anything runs (the question, prompts, choices) hold no
+  // placeholders: there is nothing measured yet.
+  void before_runs(const std::string& text, SourcePos pos, const std::string& where) {
+    try {
+      if (!find_placeholders(text).empty())
+        m_rd.error(pos, where + " is shown before the runs, so it cannot hold {placeholders}; numbers belong in "
+                                "explain, observe say, hints and misconceptions (write {{ and }} for literal braces)");
+    } catch (const ExprError& e) {
+      m_rd.error(pos, where + ": " + e.what() + " (write {{ and }} for literal braces)");
+    }
   }
 
   void check_text(const Part& p, const std::string& text, SourcePos pos, const std::string& where) {
@@ -687,6 +727,12 @@ class Linker {
     for (const QuantitySpec& q : p.quantities)
       if (q.source == "expr" && state[q.name] == 0) visit(q);
     for (const Prediction& pr : p.predictions) {
+      // shown before the runs: nothing to fill in yet
+      before_runs(pr.prompt, pr.pos, "prompt of prediction '" + pr.id + "'");
+      for (const Choice& c : pr.choices) {
+        before_runs(c.text, c.pos, "text of choice '" + c.key + "' of prediction '" + pr.id + "'");
+        check_text(p, c.misconception, c.pos, "misconception of choice '" + c.key + "'");
+      }
       for (const Choice& c : pr.choices) check_names(p, c.correct_if, c.pos, "choice '" + c.key + "' of prediction '" + pr.id + "'");
       if (pr.kind == "numeric") check_names(p, pr.answer, pr.pos, "answer of prediction '" + pr.id + "'");
       bool hinted = false;
@@ -696,6 +742,7 @@ class Linker {
                                "\" (shown after a wrong answer)");
     }
     for (const Hint& h : p.hints) {
+      check_text(p, h.text, h.text_pos, "hint");
       bool found = h.prediction.empty();
       for (const Prediction& pr : p.predictions) found |= pr.id == h.prediction;
       if (!found) m_rd.error(h.pos, "hint for prediction '" + h.prediction + "': no such prediction in " + where);
@@ -707,9 +754,9 @@ class Linker {
         if (!rs) m_rd.error(o.pos, "[[observe]]: run '" + r + "' is not a run of " + where);
         else if (rs->command != "run") m_rd.error(o.pos, "[[observe]]: run '" + r + "' is `dtlab " + rs->command + "`: the app's views show training runs");
       }
-      check_text(p, o.say, o.pos, "[[observe]] say");
+      check_text(p, o.say, o.say_pos, "[[observe]] say");
     }
-    check_text(p, p.explain, p.pos, "explain of " + where);
+    check_text(p, p.explain, p.explain_pos.line ? p.explain_pos : p.pos, "explain of " + where);
     if (p.predictions.empty()) m_rd.error(p.pos, where + " has no [[predict]]: a lesson asks for a prediction before it runs anything");
     if (p.runs.empty() && is_main(p)) m_rd.error(p.pos, "the lesson has no [runs.NAME]: what answers the question?");
     if (p.checks.empty()) m_rd.error(p.pos, where + " has no [[check]]: the checks verify the lesson's claim on every CI run");
@@ -717,6 +764,7 @@ class Linker {
 
   Reader& m_rd;
   Lesson& m_l;
+  std::set<std::string> m_failed_runs;  // runs whose flags did not parse
 };
 
 }  // namespace
@@ -747,7 +795,7 @@ Lesson parse_lesson(const std::string& text, const std::string& path) {
   Reader rd(path);
   toml::table t;
   try {
-    t = toml::parse(text, path);
+    t = lab::parse_toml(text, path);
   } catch (const toml::parse_error& e) {
     rd.error(pos_of(e.source()), "TOML: " + std::string(e.description()));
     throw LessonError(path, rd.diagnostics());

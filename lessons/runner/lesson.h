@@ -109,7 +109,7 @@ struct Observe {
   int64_t step = -1;               // the iteration to look at: the run pauses when it is done (-1: the end)
   int ring_step = -1;              // ... or this many ring steps into its gradient allreduce
   std::string say;                 // what to look at ({quantity:fmt} placeholders allowed)
-  SourcePos pos;
+  SourcePos pos, say_pos;
 };
 
 struct Check {
@@ -122,7 +122,7 @@ struct Check {
 struct Hint {
   std::string prediction;          // shown after a wrong answer to this prediction (empty: any)
   std::string text;
-  SourcePos pos;
+  SourcePos pos, text_pos;
 };
 
 // The main part of a lesson and each variation share this shape.
@@ -137,6 +137,7 @@ struct Part {
   std::vector<Check> checks;
   std::vector<Hint> hints;
   std::string explain;             // with {expression:format} placeholders
+  SourcePos explain_pos;           // where its text starts
   SourcePos pos;
 };
 

@@ -10,12 +10,12 @@
 #include <limits>
 #include <sstream>
 
-#define TOML_EXCEPTIONS 1
-#include <toml++/toml.h>
-
+#include "bn_stats.h"
 #include "command_line.h"
+#include "run_dir.h"
 #include "errors.h"
 #include "safetensors.h"
+#include "toml_parse.h"
 
 namespace lessons {
 
@@ -302,6 +302,25 @@ const std::vector<nlohmann::json>& RunFiles::metrics(const std::string& dir) {
   return m_metrics[dir] = std::move(recs);
 }
 
+const std::map<int64_t, std::vector<nlohmann::json>>* RunFiles::bn_stats(const std::string& dir) {
+  auto it = m_bn.find(dir);
+  if (it != m_bn.end()) return &it->second;
+  const std::string path = dir + "/bn_stats.bin";
+  if (!is_file(path)) return nullptr;
+  std::map<int64_t, std::vector<nlohmann::json>> out;
+  try {
+    const lab::BnStatsFile f = lab::read_bn_stats(path);
+    for (const auto& step : f.steps) {
+      std::vector<nlohmann::json> ranks;
+      for (const lab::StepRecord& r : step) ranks.push_back(lab::step_record_json(r)["bn"]);
+      if (!step.empty()) out[step.front().step] = std::move(ranks);
+    }
+  } catch (const lab::Error& e) {
+    throw QuantityError(e.what());
+  }
+  return &(m_bn[dir] = std::move(out));
+}
+
 Value RunFiles::read(const QuantitySpec& q, const RunOutcome& o) {
   const std::string where = "quantity '" + q.name + "' (run '" + o.name + "')";
   if (q.source == "exit_code") return Value::num(o.exit_code);
@@ -317,7 +336,7 @@ Value RunFiles::read(const QuantitySpec& q, const RunOutcome& o) {
     if (!is_file(path)) throw QuantityError(where + ": " + missing(o, "config.toml"));
     toml::table t;
     try {
-      t = toml::parse_file(path);
+      t = lab::parse_toml_file(path);
     } catch (const toml::parse_error& e) {
       throw QuantityError(path + ": " + std::string(e.description()));
     }
@@ -350,14 +369,18 @@ Value RunFiles::read(const QuantitySpec& q, const RunOutcome& o) {
     std::vector<double> out;
     std::string names;
     int matched = 0;
+    bool scalar = false;
     for (const lab::SafeTensor& t : ts) {
       names += (names.empty() ? "" : ", ") + t.name;
       if (fnmatch(q.path.c_str(), t.name.c_str(), 0) != 0) continue;
       ++matched;
+      scalar = t.shape.empty();
       const std::vector<double> v = tensor_values(t);
       out.insert(out.end(), v.begin(), v.end());
     }
     if (matched == 0) throw QuantityError(where + ": no tensor in " + q.file + " matches '" + q.path + "' (tensors: " + names + ")");
+    // one 0-dimensional tensor (num_batches_tracked) is a number, as in PyTorch's .item()
+    if (matched == 1 && scalar && out.size() == 1) return Value::num(out[0]);
     return Value::tens(out);
   }
   if (q.source == "metrics") {
@@ -381,6 +404,20 @@ Value RunFiles::read(const QuantitySpec& q, const RunOutcome& o) {
       std::string at = where + ": metrics.jsonl " + q.kind + " record";
       if (r.contains("step")) at += " step " + std::to_string(r["step"].get<int64_t>());
       if (r.contains("rank")) at += " rank " + std::to_string(r["rank"].get<int64_t>());
+      if (q.path.rfind("bn.", 0) == 0 && !r.contains("bn")) {
+        // the statistics live in bn_stats.bin (--record-bn) for the steps it recorded
+        const auto* bn = bn_stats(o.dir);
+        const int64_t st = r.value("step", int64_t{-1}), rk = r.value("rank", int64_t{-1});
+        const auto step = bn ? bn->find(st) : decltype(bn->end()){};
+        if (!bn || step == bn->end() || rk < 0 || rk >= static_cast<int64_t>(step->second.size()))
+          throw QuantityError(at + ": its BatchNorm statistics were not recorded (the run's --record-bn " +
+                              std::string(bn ? "skipped this step: auto keeps every step of the first epoch, then every "
+                                               "10th; use --record-bn all" : "is off, or it wrote no bn_stats.bin") + ")");
+        nlohmann::json with = r;
+        with["bn"] = step->second[static_cast<size_t>(rk)];
+        vals.push_back(record_field(with, q, at));
+        continue;
+      }
       vals.push_back(record_field(r, q, at));
     }
     if (q.reduce.empty()) {

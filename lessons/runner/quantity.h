@@ -50,8 +50,11 @@ class RunFiles {
  private:
   const nlohmann::json& json_file(const std::string& path);
   const std::vector<nlohmann::json>& metrics(const std::string& dir);
+  // bn_stats.bin of a run directory as metrics "bn" arrays: [step] -> [rank] -> the record's "bn"
+  const std::map<int64_t, std::vector<nlohmann::json>>* bn_stats(const std::string& dir);
   std::map<std::string, nlohmann::json> m_json;
   std::map<std::string, std::vector<nlohmann::json>> m_metrics;
+  std::map<std::string, std::map<int64_t, std::vector<nlohmann::json>>> m_bn;
 };
 
 // A JSON value as an expression value: numbers, booleans, strings; arrays of numbers (nested

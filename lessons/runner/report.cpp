@@ -148,8 +148,10 @@ std::string choice_rates(const std::vector<RecordFile>& records) {
     o << "  " << key.substr(key.find('/') + 1) << ": " << t.prompt << "\n";
     if (t.kind == "choice") {
       std::vector<std::pair<std::string, std::string>> rows = t.choices;
-      for (const auto& [answer, c] : t.counts)
+      for (const auto& count : t.counts) {
+        const std::string& answer = count.first;  // not a structured binding: C++17 lambdas cannot capture one (clang)
         if (std::none_of(rows.begin(), rows.end(), [&](const auto& r) { return r.first == answer; })) rows.push_back({answer, ""});
+      }
       for (const auto& [k, text] : rows) {
         const int c = t.counts.count(k) ? t.counts.at(k) : 0;
         const bool right = std::find(t.right.begin(), t.right.end(), k) != t.right.end();

@@ -315,11 +315,16 @@ const PartResult& Session::evaluate(const Part& part) {
         pr.correct = std::fabs(guess - *pr.measured) <= p.atol + p.rtol * std::fabs(*pr.measured);
       }
     }
-    if (pr.answer && !pr.correct)
-      for (const Hint& h : part.hints)
-        if ((h.prediction.empty() || h.prediction == p.id) &&
-            std::find(res.hints.begin(), res.hints.end(), h.text) == res.hints.end())
-          res.hints.push_back(h.text);
+    if (pr.answer && !pr.correct) {
+      std::string ignored;  // a placeholder that cannot be filled shows as {?}; the explain check reports texts
+      for (const Hint& h : part.hints) {
+        if (!h.prediction.empty() && h.prediction != p.id) continue;
+        const std::string text = render(h.text, get, ignored);
+        if (std::find(res.hints.begin(), res.hints.end(), text) == res.hints.end()) res.hints.push_back(text);
+      }
+      for (const Choice& ch : p.choices)
+        if (ch.key == pr.answer->value && !ch.misconception.empty()) pr.misconception = render(ch.misconception, get, ignored);
+    }
     res.predictions.push_back(std::move(pr));
     res.checks.push_back(std::move(c));
   }

@@ -44,6 +44,7 @@ struct PredictionResult {
   std::vector<std::string> right_choices;  // choice: keys whose predicate holds
   std::optional<double> measured;          // numeric: the answer expression's value
   std::string error;                       // a rule that could not be evaluated
+  std::string misconception;               // the chosen wrong choice's misconception, numbers filled in
   std::string truth() const;               // "b", "a, c", or the measured number with its unit
 };
 
@@ -64,7 +65,7 @@ struct PartResult {
   std::vector<std::pair<std::string, std::string>> quantity_errors;
   std::string explanation;                   // placeholders filled in
   std::vector<std::string> observations;     // each [[observe]] say, filled in
-  std::vector<std::string> hints;            // for the wrong predictions
+  std::vector<std::string> hints;            // for the wrong predictions, numbers filled in
   bool passed() const;
   int failed_checks() const;
 };

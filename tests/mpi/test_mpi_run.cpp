@@ -78,6 +78,7 @@ std::string summary_without_wall_clock(const std::string& text) {
   j.erase("train_seconds");
   j.erase("samples_per_s");
   for (auto& e : j["per_epoch"]) e.erase("seconds");
+  j.erase("compute");  // seconds of computation: wall clock
   // Communication times are wall clock too; keep only the settings of that section.
   if (j.contains("communication")) {
     auto& c = j["communication"];
@@ -172,6 +173,43 @@ TEST(MpiRun, AHungRankIsNamedWithinTheLabTimeout) {
   EXPECT_NE(r.out.find("rank 1 is not waiting in any transport call"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("rank 1: stopped because another rank failed"), std::string::npos) << r.out;
   EXPECT_LT(r.seconds, kMpirunTimeoutSeconds / 4.0) << "the lab's timeout, not mpirun's, must end the job";
+}
+
+// Checkpoints under mpirun: each process writes its own rank's files into the one run
+// directory; a resumed job (or an emulated run's checkpoint resumed under mpirun, and back) ends
+// where the uninterrupted emulated run does.
+TEST(MpiRun, ResumedFromACheckpointEqualsTheUninterruptedRun) {
+  DTLAB_REQUIRE_DATASET();
+  testutil::TempDir emu, mpi, mpi_copy, emu_ck, emu_to_mpi;
+  const std::string flags = common_flags("cnn", "sync") + " --momentum 0.9";
+  const std::string emulated = std::string(DTLAB_BINARY) + " run --world-size 2 " + flags;
+  ASSERT_EQ(run_shell(emulated + " --out " + emu.path()).exit_code, 0);
+  // the job writes checkpoints before iterations 3 and 6 and completes; resumed from 6 (in place
+  // and into a copy) it computes iterations 6 and 7 again
+  Result r = run_shell(mpirun(2) + DTLAB_BINARY + " run --comm mpi " + flags + " --checkpoint-every 3 --out " + mpi.path());
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  r = run_shell(mpirun(2) + DTLAB_BINARY + " run --comm mpi --resume " + mpi.path() + " --out " + mpi_copy.path());
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("resuming at iteration 6 of 8"), std::string::npos) << r.out;
+  r = run_shell(mpirun(2) + DTLAB_BINARY + " run --comm mpi --resume " + mpi.path());
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  // an emulated run's checkpoint, resumed by an MPI job
+  ASSERT_EQ(run_shell(emulated + " --checkpoint-every 3 --out " + emu_ck.path()).exit_code, 0);
+  r = run_shell(mpirun(2) + DTLAB_BINARY + " run --comm mpi --resume " + emu_ck.path() + " --out " + emu_to_mpi.path());
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  for (const std::string& d : {mpi.path(), mpi_copy.path(), emu_to_mpi.path()}) {
+    EXPECT_TRUE(testutil::read_file(emu.file("final.safetensors")) == testutil::read_file(d + "/final.safetensors")) << d;
+    EXPECT_EQ(without_wall_clock(testutil::read_file(emu.file("metrics.jsonl"))),
+              without_wall_clock(testutil::read_file(d + "/metrics.jsonl")))
+        << d;
+    EXPECT_EQ(testutil::read_file(emu.file("bn_stats.bin")), testutil::read_file(d + "/bn_stats.bin")) << d;
+    auto traffic = [](const std::string& f) { return nlohmann::json::parse(testutil::read_file(f))["traffic"]; };
+    EXPECT_EQ(traffic(emu.file("summary.json")), traffic(d + "/summary.json")) << d;
+  }
+  // a job of another size is refused, naming both sizes
+  r = run_shell(mpirun(3) + DTLAB_BINARY + " run --comm mpi --resume " + mpi.path() + " --out " + mpi_copy.path());
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("was written by 2 ranks, this run has 3"), std::string::npos) << r.out;
 }
 
 TEST(MpiRun, WorldSizeMustMatchMpirun) {

@@ -2,13 +2,17 @@
 // in the same panels as a live one. The run directory is the contract: this reads only what
 // RunDir writes.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <limits>
 #include <sstream>
+#include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
+#include "bn_stats.h"
 #include "dataset.h"
 #include "errors.h"
 #include "run_data.h"
@@ -35,22 +39,41 @@ float float_or_nan(const nlohmann::json& j, const char* key) {
   return it->get<float>();
 }
 
+// j.value(key, fallback) for an integer field. dtlab writes these as JSON integers; a float is read
+// as before when some T holds it, and is an error when none does (1e300, -1.5 for an unsigned
+// field): converting it would be undefined behaviour. The callers name the file.
+template <typename T>
+T int_value(const nlohmann::json& j, const char* key, T fallback) {
+  auto it = j.find(key);
+  if (it == j.end()) return j.value(key, fallback);  // (throws as value() does when j is no object)
+  if (it->is_number_float()) {
+    const double v = it->get<double>();
+    if (!(v > static_cast<double>(std::numeric_limits<T>::min()) - 1.0 &&
+          v < std::ldexp(1.0, std::numeric_limits<T>::digits)))
+      throw std::out_of_range("'" + std::string(key) + "' is " + it->dump() + ", not an integer in range");
+  }
+  return it->get<T>();
+}
+
 lab::StepRecord step_from_json(const nlohmann::json& j) {
   lab::StepRecord r;
-  r.rank = j.value("rank", 0);
-  r.step = j.value("step", int64_t{0});
-  r.epoch = j.value("epoch", int64_t{0});
-  r.batch = j.value("batch", int64_t{0});
-  r.batch_size = j.value("batch_size", int64_t{0});
+  r.rank = int_value(j, "rank", 0);
+  r.step = int_value(j, "step", int64_t{0});
+  r.epoch = int_value(j, "epoch", int64_t{0});
+  r.batch = int_value(j, "batch", int64_t{0});
+  r.batch_size = int_value(j, "batch_size", int64_t{0});
   r.loss = float_or_nan(j, "loss");
-  r.correct = j.value("correct", int64_t{0});
-  r.bytes_sent = j.value("bytes_sent", uint64_t{0});
+  r.correct = int_value(j, "correct", int64_t{0});
+  r.bytes_sent = int_value(j, "bytes_sent", uint64_t{0});
   r.t = j.value("t", 0.0);
+  r.staleness = int_value(j, "staleness", int64_t{-1});
+  r.version = int_value(j, "version", int64_t{-1});
+  if (j.contains("param_checksum") && j["param_checksum"].is_number()) r.param_checksum = j["param_checksum"].get<double>();
   if (auto bn = j.find("bn"); bn != j.end() && bn->is_array()) {
     for (const auto& b : *bn) {
       lab::BnLayerRecord l;
       l.layer = b.value("layer", std::string());
-      l.count = b.value("count", int64_t{0});
+      l.count = int_value(b, "count", int64_t{0});
       l.batch_mean = floats(b, "batch_mean");
       l.batch_var = floats(b, "batch_var");
       // local_* are written only where they differ from the statistics used (SyncBN)
@@ -58,7 +81,7 @@ lab::StepRecord step_from_json(const nlohmann::json& j) {
       l.local_var = b.contains("local_var") ? floats(b, "local_var") : l.batch_var;
       l.running_mean = floats(b, "running_mean");
       l.running_var = floats(b, "running_var");
-      l.num_batches_tracked = b.value("num_batches_tracked", int64_t{0});
+      l.num_batches_tracked = int_value(b, "num_batches_tracked", int64_t{0});
       r.bn.push_back(std::move(l));
     }
   }
@@ -79,11 +102,13 @@ lab::Phase phase_from_name(const std::string& n) {
   return lab::Phase::None;
 }
 
-void read_metrics(const std::string& path, RunData& d) {
+// bn: the BatchNorm statistics of bn_stats.bin by step (moved into the step records that lack them)
+void read_metrics(const std::string& path, RunData& d, std::map<int64_t, std::vector<lab::StepRecord>>* bn) {
   std::ifstream f(path);
   if (!f) throw lab::IoError("cannot read " + path, "a run directory holds metrics.jsonl (dtlab run --out DIR)");
   std::string line;
   int n = 0;
+  int64_t step_records = 0;
   std::vector<lab::StepRecord> batch;
   while (std::getline(f, line)) {
     ++n;
@@ -94,37 +119,53 @@ void read_metrics(const std::string& path, RunData& d) {
     } catch (const std::exception& e) {
       throw lab::IoError(path + ":" + std::to_string(n) + ": not JSON: " + e.what());
     }
-    const std::string kind = j.value("kind", std::string());
-    if (kind == "step") {
-      batch.push_back(step_from_json(j));
-      if (batch.size() >= 256) {
-        d.add_steps(batch);
-        batch.clear();
+    try {
+      const std::string kind = j.value("kind", std::string());
+      if (kind == "step") {
+        batch.push_back(step_from_json(j));
+        lab::StepRecord& r = batch.back();
+        if (bn && r.bn.empty())
+          if (auto it = bn->find(r.step); it != bn->end() && r.rank >= 0 && r.rank < static_cast<int>(it->second.size()))
+            r.bn = std::move(it->second[static_cast<size_t>(r.rank)].bn);
+        // A rank's step s follows its own records of steps 0..s-1. A larger index is a damaged file,
+        // and would make RunData hold room for every step up to it.
+        if (batch.back().step > step_records)
+          throw lab::IoError(path + ":" + std::to_string(n) + ": step " + std::to_string(batch.back().step) +
+                             " comes after only " + std::to_string(step_records) + " step records");
+        ++step_records;
+        if (batch.size() >= 256) {
+          d.add_steps(batch);
+          batch.clear();
+        }
+      } else if (kind == "epoch") {
+        lab::EpochRecord e;
+        e.epoch = int_value(j, "epoch", int64_t{0});
+        e.steps = int_value(j, "steps", int64_t{0});
+        e.train_loss = j.value("train_loss", 0.0);
+        e.train_acc = j.value("train_accuracy", 0.0);
+        e.test_loss = j.value("test_loss", 0.0);
+        e.test_acc = j.value("test_accuracy", 0.0);
+        e.seconds = j.value("seconds", 0.0);
+        e.samples_per_s = j.value("samples_per_s", 0.0);
+        d.epochs.push_back(e);
+      } else if (kind == "eval") {
+        lab::EvalPoint p;
+        p.steps = int_value(j, "steps", int64_t{0});
+        p.epoch = int_value(j, "epoch", int64_t{0});
+        p.samples = int_value(j, "samples", int64_t{0});
+        if (j.contains("eval_mode")) p.eval_mode = eval_result(j["eval_mode"]);
+        if (j.contains("train_mode")) p.train_mode = eval_result(j["train_mode"]);
+        if (auto pr = j.find("probe"); pr != j.end()) {
+          p.probe_label = int_value(*pr, "label", -1);
+          p.probe_eval = floats(*pr, "eval_mode");
+          p.probe_train = floats(*pr, "train_mode");
+        }
+        d.evals.push_back(std::move(p));
       }
-    } else if (kind == "epoch") {
-      lab::EpochRecord e;
-      e.epoch = j.value("epoch", int64_t{0});
-      e.steps = j.value("steps", int64_t{0});
-      e.train_loss = j.value("train_loss", 0.0);
-      e.train_acc = j.value("train_accuracy", 0.0);
-      e.test_loss = j.value("test_loss", 0.0);
-      e.test_acc = j.value("test_accuracy", 0.0);
-      e.seconds = j.value("seconds", 0.0);
-      e.samples_per_s = j.value("samples_per_s", 0.0);
-      d.epochs.push_back(e);
-    } else if (kind == "eval") {
-      lab::EvalPoint p;
-      p.steps = j.value("steps", int64_t{0});
-      p.epoch = j.value("epoch", int64_t{0});
-      p.samples = j.value("samples", int64_t{0});
-      if (j.contains("eval_mode")) p.eval_mode = eval_result(j["eval_mode"]);
-      if (j.contains("train_mode")) p.train_mode = eval_result(j["train_mode"]);
-      if (auto pr = j.find("probe"); pr != j.end()) {
-        p.probe_label = pr->value("label", -1);
-        p.probe_eval = floats(*pr, "eval_mode");
-        p.probe_train = floats(*pr, "train_mode");
-      }
-      d.evals.push_back(std::move(p));
+    } catch (const nlohmann::json::exception& e) {
+      throw lab::IoError(path + ":" + std::to_string(n) + ": bad record: " + e.what());
+    } catch (const std::out_of_range& e) {
+      throw lab::IoError(path + ":" + std::to_string(n) + ": bad record: " + e.what());
     }
   }
   d.add_steps(batch);
@@ -139,65 +180,71 @@ void read_trace(const std::string& path, RunData& d) {
   } catch (const std::exception& e) {
     throw lab::IoError(path + ": not a Chrome trace (JSON): " + e.what());
   }
-  if (auto od = j.find("otherData"); od != j.end()) {
-    if (d.train_size == 0) d.train_size = od->value("train_samples", int64_t{0});
-    if (d.test_size == 0) d.test_size = od->value("test_samples", int64_t{0});
-  }
-  auto evs = j.find("traceEvents");
-  if (evs == j.end() || !evs->is_array()) return;
   std::vector<std::vector<lab::Event>> per_rank(static_cast<size_t>(d.world()));
-  for (const auto& t : *evs) {
-    if (t.value("ph", std::string()) != "X") continue;
-    const int rank = t.value("pid", 0);
-    if (rank < 0 || rank >= d.world()) continue;
-    const std::string cat = t.value("cat", std::string());
-    const std::string name = t.value("name", std::string());
-    const nlohmann::json args = t.value("args", nlohmann::json::object());
-    lab::Event e;
-    e.rank = rank;
-    e.t_start = t.value("ts", 0.0) * 1e-6;
-    e.t_end = e.t_start + t.value("dur", 0.0) * 1e-6;
-    e.train_step = args.value("step", int64_t{-1});
-    if (cat == "compute") {
-      e.kind = lab::EventKind::Compute;
-      e.phase = phase_from_name(name);
-      e.op = d.intern(args.value("op", name));
-    } else if (cat == "collective") {
-      e.kind = lab::EventKind::Collective;
-      e.op_seq = args.value("op_seq", uint64_t{0});
-      e.bytes = args.value("bytes", uint64_t{0});
-      if (args.contains("op")) {
+  try {
+    if (auto od = j.find("otherData"); od != j.end()) {
+      if (d.train_size == 0) d.train_size = int_value(*od, "train_samples", int64_t{0});
+      if (d.test_size == 0) d.test_size = int_value(*od, "test_samples", int64_t{0});
+    }
+    auto evs = j.find("traceEvents");
+    if (evs == j.end() || !evs->is_array()) return;
+    for (const auto& t : *evs) {
+      if (t.value("ph", std::string()) != "X") continue;
+      const int rank = int_value(t, "pid", 0);
+      if (rank < 0 || rank >= d.world()) continue;
+      const std::string cat = t.value("cat", std::string());
+      const std::string name = t.value("name", std::string());
+      const nlohmann::json args = t.value("args", nlohmann::json::object());
+      lab::Event e;
+      e.rank = rank;
+      e.t_start = t.value("ts", 0.0) * 1e-6;
+      e.t_end = e.t_start + t.value("dur", 0.0) * 1e-6;
+      e.train_step = int_value(args, "step", int64_t{-1});
+      if (cat == "compute") {
+        e.kind = lab::EventKind::Compute;
+        e.phase = phase_from_name(name);
+        e.op = d.intern(args.value("op", name));
+      } else if (cat == "collective") {
+        e.kind = lab::EventKind::Collective;
+        e.op_seq = int_value(args, "op_seq", uint64_t{0});
+        e.bytes = int_value(args, "bytes", uint64_t{0});
+        if (args.contains("op")) {
+          e.op = d.intern(args.value("op", std::string()));
+          e.what = d.intern(args.value("what", std::string()));
+          e.tag = int_value(args, "tag", -1);
+        } else {
+          // older files: "allreduce grad bucket 0"
+          const size_t sp = name.find(' ');
+          e.op = d.intern(name.substr(0, sp));
+          std::string rest = sp == std::string::npos ? "" : name.substr(sp + 1);
+          const size_t last = rest.rfind(' ');
+          if (last != std::string::npos && rest.find_first_not_of("0123456789", last + 1) == std::string::npos) {
+            e.tag = std::stoi(rest.substr(last + 1));
+            rest = rest.substr(0, last);
+          }
+          e.what = d.intern(rest);
+        }
+      } else if (cat == "chunk") {
+        e.kind = lab::EventKind::Chunk;
         e.op = d.intern(args.value("op", std::string()));
         e.what = d.intern(args.value("what", std::string()));
-        e.tag = args.value("tag", -1);
+        e.tag = int_value(args, "tag", -1);
+        e.op_seq = int_value(args, "op_seq", uint64_t{0});
+        e.ring_step = int_value(args, "ring_step", -1);
+        e.src = int_value(args, "src", -1);
+        e.dst = int_value(args, "dst", -1);
+        e.chunk = int_value(args, "chunk", -1);
+        e.bytes = int_value(args, "bytes", uint64_t{0});
+        e.phase = phase_from_name(args.value("phase", name.substr(0, name.find(" chunk"))));
       } else {
-        // older files: "allreduce grad bucket 0"
-        const size_t sp = name.find(' ');
-        e.op = d.intern(name.substr(0, sp));
-        std::string rest = sp == std::string::npos ? "" : name.substr(sp + 1);
-        const size_t last = rest.rfind(' ');
-        if (last != std::string::npos && rest.find_first_not_of("0123456789", last + 1) == std::string::npos) {
-          e.tag = std::stoi(rest.substr(last + 1));
-          rest = rest.substr(0, last);
-        }
-        e.what = d.intern(rest);
+        continue;
       }
-    } else if (cat == "chunk") {
-      e.kind = lab::EventKind::Chunk;
-      e.op = d.intern(args.value("op", std::string()));
-      e.what = d.intern(args.value("what", std::string()));
-      e.tag = args.value("tag", -1);
-      e.op_seq = args.value("op_seq", uint64_t{0});
-      e.ring_step = args.value("ring_step", -1);
-      e.src = args.value("src", -1);
-      e.dst = args.value("dst", -1);
-      e.chunk = args.value("chunk", -1);
-      e.bytes = args.value("bytes", uint64_t{0});
-      e.phase = phase_from_name(args.value("phase", name.substr(0, name.find(" chunk"))));
-    } else {
-      continue;
+      per_rank[static_cast<size_t>(rank)].push_back(e);
     }
-    per_rank[static_cast<size_t>(rank)].push_back(e);
+  } catch (const nlohmann::json::exception& e) {
+    throw lab::IoError(path + ": bad trace event: " + e.what());
+  } catch (const std::out_of_range& e) {
+    throw lab::IoError(path + ": bad trace event: " + e.what());
   }
   for (int r = 0; r < d.world(); ++r) d.add_events(r, per_rank[static_cast<size_t>(r)]);
 }
@@ -211,22 +258,28 @@ void read_summary(const std::string& path, RunData& d) {
   } catch (const std::exception& e) {
     throw lab::IoError(path + ": not JSON: " + e.what());
   }
-  RunSummaryView& s = d.summary;
-  s.valid = true;
-  if (j.contains("test_eval_mode")) {
-    s.eval_acc = j["test_eval_mode"].value("accuracy", 0.0);
-    s.eval_loss = j["test_eval_mode"].value("loss", 0.0);
+  try {
+    RunSummaryView& s = d.summary;
+    s.valid = true;
+    if (j.contains("test_eval_mode")) {
+      s.eval_acc = j["test_eval_mode"].value("accuracy", 0.0);
+      s.eval_loss = j["test_eval_mode"].value("loss", 0.0);
+    }
+    if (j.contains("test_train_mode")) {
+      s.train_acc = j["test_train_mode"].value("accuracy", 0.0);
+      s.train_loss = j["test_train_mode"].value("loss", 0.0);
+    }
+    s.steps = int_value(j, "steps", int64_t{0});
+    s.samples_per_s = j.value("samples_per_s", 0.0);
+    s.train_seconds = j.value("train_seconds", 0.0);
+    if (j.contains("steps_per_epoch")) d.steps_per_epoch = int_value(j, "steps_per_epoch", int64_t{0});
+    if (d.train_size == 0) d.train_size = int_value(j, "train_samples", int64_t{0});
+    if (d.test_size == 0) d.test_size = int_value(j, "test_samples", int64_t{0});
+  } catch (const nlohmann::json::exception& e) {
+    throw lab::IoError(path + ": bad summary: " + e.what());
+  } catch (const std::out_of_range& e) {
+    throw lab::IoError(path + ": bad summary: " + e.what());
   }
-  if (j.contains("test_train_mode")) {
-    s.train_acc = j["test_train_mode"].value("accuracy", 0.0);
-    s.train_loss = j["test_train_mode"].value("loss", 0.0);
-  }
-  s.steps = j.value("steps", int64_t{0});
-  s.samples_per_s = j.value("samples_per_s", 0.0);
-  s.train_seconds = j.value("train_seconds", 0.0);
-  if (j.contains("steps_per_epoch")) d.steps_per_epoch = j.value("steps_per_epoch", int64_t{0});
-  if (d.train_size == 0) d.train_size = j.value("train_samples", int64_t{0});
-  if (d.test_size == 0) d.test_size = j.value("test_samples", int64_t{0});
 }
 
 }  // namespace
@@ -244,7 +297,13 @@ RunData load_run_dir(const std::string& dir) {
   d.events_dropped.assign(static_cast<size_t>(d.world()), 0);
   read_summary(dir + "/summary.json", d);
   read_trace(dir + "/trace.json", d);
-  read_metrics(dir + "/metrics.jsonl", d);
+  std::map<int64_t, std::vector<lab::StepRecord>> bn;
+  if (std::ifstream(dir + "/bn_stats.bin")) {
+    lab::BnStatsFile f = lab::read_bn_stats(dir + "/bn_stats.bin");
+    for (auto& step : f.steps)
+      if (!step.empty()) bn[step.front().step] = std::move(step);
+  }
+  read_metrics(dir + "/metrics.jsonl", d, &bn);
   if (d.train_size == 0) d.train_size = train_samples(d.cfg, kFashionTrainSize);
   if (d.steps_per_epoch == 0 && !d.by_step.empty()) {
     // the largest batch index seen + 1 (a run that finished its first epoch shows every batch)

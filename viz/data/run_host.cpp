@@ -4,6 +4,7 @@
 //   2. commands: pause / resume / steps / delay, as RunControl gates
 //   3. reading
 #include "run_host.h"
+#include "run_data.h"
 
 #include <sys/resource.h>
 
@@ -104,7 +105,21 @@ void RunHost::drive() {
       std::lock_guard<std::mutex> lock(m_mu);
       m_new_steps.insert(m_new_steps.end(), recs.begin(), recs.end());
     });
+    // --resume: the iterations before the checkpoint, from the run directory (cut back to the
+    // checkpoint by now), so the plots start where the run started, not where it resumed.
+    std::vector<lab::StepRecord> before;
+    if (built->resumed_from() >= 0) {
+      const RunData prior = load_run_dir(built->config().out_dir);
+      for (const auto& step : prior.by_step)
+        for (const lab::StepRecord& r : step)
+          if (r.rank >= 0) before.push_back(r);
+    }
     std::lock_guard<std::mutex> lock(m_mu);
+    m_new_steps.insert(m_new_steps.begin(), before.begin(), before.end());
+    for (const std::string& n : built->notes()) m_status.notes.push_back(n);
+    if (built->resumed_from() >= 0)
+      m_status.notes.push_back("resumed " + built->config().out_dir + " at iteration " +
+                               std::to_string(built->resumed_from()) + " (its checkpoint)");
     if (m_paused) built->control().pause();
     built->control().set_delay(m_delay.load());
     const lab::Dataset& test = built->test_set();

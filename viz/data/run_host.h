@@ -47,6 +47,7 @@ struct HostStatus {
   RunSummaryView summary;    // set when phase == Finished
   int64_t train_size = 0, test_size = 0;
   double finished_at = 0;    // lab::now_seconds() when the driver ended
+  std::vector<std::string> notes;  // what the run said when it was built (e.g. resumed from a checkpoint)
 };
 
 class RunHost {

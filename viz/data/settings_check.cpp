@@ -162,6 +162,9 @@ std::vector<SettingCheck> check_settings(const lab::RunConfig& c, int64_t datase
 std::string describe_parallelism(const lab::RunConfig& c) {
   const std::string n = std::to_string(c.world_size);
   if (c.mode == "dp") return "DataParallel, " + n + (c.world_size == 1 ? " device" : " devices");
+  if (c.mode == "async")
+    return "async, " + n + (c.world_size == 1 ? " worker" : " workers") + " and a parameter server (" + c.async_schedule +
+           " schedule)";
   std::string s = c.mode == "local-sgd" ? "local SGD every " + std::to_string(c.average_every) + " (warm-up " +
                                               std::to_string(c.warmup_steps) + ")"
                                         : "DDP";
@@ -207,12 +210,17 @@ bool apply_choice(lab::RunConfig& c, const std::string& setting, const std::stri
   else if (setting == "average_every") return integer(c.average_every);
   else if (setting == "warmup_steps") return integer(c.warmup_steps);
   else if (setting == "no_sync_steps") return integer(c.no_sync_steps);
+  else if (setting == "async_schedule") c.async_schedule = value;
+  else if (setting == "async_seed") return integer(c.async_seed);
   else return false;
   return true;
 }
 
 std::string no_effect_reason(const lab::RunConfig& c, const std::string& setting) {
   const bool dp = c.mode == "dp";
+  if (c.mode == "async" && (setting == "broadcast_buffers" || setting == "allreduce" || setting == "overlap"))
+    return "--mode async has no DDP and no allreduce: workers pull the weights from the parameter server and push "
+           "their gradients to it";
   if (setting == "broadcast_buffers") {
     if (dp)
       return "DataParallel copies device 0's parameters and buffers to every device at every forward (replicate): "

@@ -1,0 +1,154 @@
+#include "async_ps.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "errors.h"
+
+namespace lab {
+
+size_t state_bytes(Model& m) {
+  size_t n = 0;
+  for (const StateEntry& e : m.state_dict()) {
+    if (e.param) n += static_cast<size_t>(e.param->value.numel()) * sizeof(float);
+    else if (e.buffer) n += e.buffer->is_int64 ? sizeof(int64_t) : static_cast<size_t>(e.buffer->value.numel()) * sizeof(float);
+  }
+  return n;
+}
+
+void pack_state(Model& m, bool gradients, std::vector<char>& out) {
+  out.resize(state_bytes(m));
+  char* p = out.data();
+  for (const StateEntry& e : m.state_dict()) {
+    if (e.param) {
+      const Tensor& t = gradients ? e.param->grad : e.param->value;
+      std::memcpy(p, t.ptr(), static_cast<size_t>(t.numel()) * sizeof(float));
+      p += static_cast<size_t>(e.param->value.numel()) * sizeof(float);
+    } else if (e.buffer && e.buffer->is_int64) {
+      std::memcpy(p, &e.buffer->i64, sizeof(int64_t));
+      p += sizeof(int64_t);
+    } else if (e.buffer) {
+      std::memcpy(p, e.buffer->value.ptr(), static_cast<size_t>(e.buffer->value.numel()) * sizeof(float));
+      p += static_cast<size_t>(e.buffer->value.numel()) * sizeof(float);
+    }
+  }
+}
+
+void unpack_state(Model& m, bool gradients, const std::vector<char>& in) {
+  assert(in.size() == state_bytes(m));
+  const char* p = in.data();
+  for (const StateEntry& e : m.state_dict()) {
+    if (e.param) {
+      Tensor& t = gradients ? e.param->grad : e.param->value;
+      if (gradients && t.numel() != e.param->value.numel()) t.resize(e.param->value.shape);
+      std::memcpy(t.ptr(), p, static_cast<size_t>(t.numel()) * sizeof(float));
+      p += static_cast<size_t>(t.numel()) * sizeof(float);
+    } else if (e.buffer && e.buffer->is_int64) {
+      std::memcpy(&e.buffer->i64, p, sizeof(int64_t));
+      p += sizeof(int64_t);
+    } else if (e.buffer) {
+      std::memcpy(e.buffer->value.ptr(), p, static_cast<size_t>(e.buffer->value.numel()) * sizeof(float));
+      p += static_cast<size_t>(e.buffer->value.numel()) * sizeof(float);
+    }
+  }
+}
+
+// ---- the server ----
+
+ParameterServer::ParameterServer(Model& model, Sgd& opt, Transport& t, int workers, const std::string& schedule,
+                                 uint64_t seed)
+    : m_model(model), m_opt(opt), m_t(t), m_workers(workers), m_seeded(schedule == "seeded"), m_rng(seed) {}
+
+int ParameterServer::next_worker(const std::vector<int>& active) {
+  std::uniform_int_distribution<size_t> pick(0, active.size() - 1);
+  return active[pick(m_rng)];
+}
+
+void ParameterServer::serve(const std::function<void(const Update&, int64_t updates)>& on_update) {
+  std::vector<int> active(static_cast<size_t>(m_workers));
+  for (int w = 0; w < m_workers; ++w) active[static_cast<size_t>(w)] = w;
+  const size_t bytes = state_bytes(m_model);
+  while (!active.empty()) {
+    AsyncHeader h;
+    int w = -1;
+    if (m_seeded) {
+      // the drawn worker's next message, whatever the others have sent meanwhile
+      w = next_worker(active);
+      m_t.recv(w, &h, sizeof h, kAsyncHeaderTag);
+    } else {
+      w = m_t.recv_any(active, &h, sizeof h, kAsyncHeaderTag);
+    }
+    if (h.worker != w) throw CommError("parameter server: worker " + std::to_string(w) + " sent a header naming worker " + std::to_string(h.worker));
+    AsyncHeader answer;
+    answer.worker = w;
+    answer.step = h.step;
+    switch (static_cast<AsyncMsg>(h.type)) {
+      case AsyncMsg::Pull:
+        answer.version = m_version;
+        pack_state(m_model, false, m_buf);
+        m_t.send(w, &answer, sizeof answer, kAsyncAnswerTag);
+        m_t.send(w, m_buf.data(), m_buf.size(), kAsyncStateTag);
+        break;
+      case AsyncMsg::Push: {
+        m_buf.resize(bytes);
+        m_t.recv(w, m_buf.data(), bytes, kAsyncPayloadTag);
+        // the gradients into .grad and the worker's buffers over the server's, then one SGD step
+        unpack_state(m_model, true, m_buf);
+        m_opt.step();
+        answer.staleness = m_version - h.version;
+        ++m_version;
+        answer.version = m_version;
+        m_t.send(w, &answer, sizeof answer, kAsyncAnswerTag);
+        if (on_update) on_update(Update{w, h.step, answer.staleness, h.loss, h.correct, h.samples}, m_version);
+        break;
+      }
+      case AsyncMsg::Done:
+        active.erase(std::find(active.begin(), active.end(), w));
+        break;
+      default:
+        throw CommError("parameter server: unknown message type " + std::to_string(h.type) + " from worker " + std::to_string(w));
+    }
+  }
+}
+
+// ---- the worker ----
+
+int64_t AsyncClient::pull(int worker, int64_t step) {
+  AsyncHeader h;
+  h.type = static_cast<int32_t>(AsyncMsg::Pull);
+  h.worker = worker;
+  h.step = step;
+  m_t.send(m_server, &h, sizeof h, kAsyncHeaderTag);
+  AsyncHeader a;
+  m_t.recv(m_server, &a, sizeof a, kAsyncAnswerTag);
+  m_buf.resize(state_bytes(m_model));
+  m_t.recv(m_server, m_buf.data(), m_buf.size(), kAsyncStateTag);
+  unpack_state(m_model, false, m_buf);
+  return a.version;
+}
+
+AsyncHeader AsyncClient::push(int worker, int64_t step, int64_t pulled_version, float loss, int correct, int samples) {
+  AsyncHeader h;
+  h.type = static_cast<int32_t>(AsyncMsg::Push);
+  h.worker = worker;
+  h.step = step;
+  h.version = pulled_version;
+  h.loss = loss;
+  h.correct = correct;
+  h.samples = samples;
+  pack_state(m_model, true, m_buf);
+  m_t.send(m_server, &h, sizeof h, kAsyncHeaderTag);
+  m_t.send(m_server, m_buf.data(), m_buf.size(), kAsyncPayloadTag);
+  AsyncHeader a;
+  m_t.recv(m_server, &a, sizeof a, kAsyncAnswerTag);
+  return a;
+}
+
+void AsyncClient::done(int worker) {
+  AsyncHeader h;
+  h.type = static_cast<int32_t>(AsyncMsg::Done);
+  h.worker = worker;
+  m_t.send(m_server, &h, sizeof h, kAsyncHeaderTag);
+}
+
+}  // namespace lab

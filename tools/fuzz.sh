@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Fuzzes every parser of outside input with libFuzzer (fuzz/fuzz_<target>.cpp): builds the
+# harnesses with clang into build-fuzz/ (-fsanitize=fuzzer,address,undefined), runs each target
+# for the given time on a copy of its seed corpus (fuzz/corpus/<target>/), and prints a table.
+#
+#   tools/fuzz.sh                    every target, 60 s each
+#   tools/fuzz.sh --seconds 20       what CI runs
+#   tools/fuzz.sh lesson expr        some targets
+#
+# Exits 1 when a target finds a crash, an uncaught exception, a sanitizer report, a leak, a
+# timeout (10 s for one input) or an out-of-memory (2 GB): its input is kept as
+# build-fuzz/findings/<target>-<kind>-<sha1>, and build-fuzz/findings/<target>.repro holds the
+# command that reproduces it (the fuzzer's output is build-fuzz/findings/<target>.log). The
+# inputs the fuzzer adds to its corpus stay under build-fuzz/runs/<target>/corpus; the committed
+# seeds are not changed (a finding becomes a regression test in tests/ instead).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+seconds=60
+targets=()
+while (($#)); do
+  case "$1" in
+    --seconds) seconds="$2"; shift 2 ;;
+    --seconds=*) seconds="${1#*=}"; shift ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    -*) echo "tools/fuzz.sh: unknown option $1 (--seconds N, then target names)" >&2; exit 2 ;;
+    *) targets+=("$1"); shift ;;
+  esac
+done
+all_targets=(dataset safetensors config run_dir lesson expr layout)
+((${#targets[@]})) || targets=("${all_targets[@]}")
+
+# clang and its sanitizer and libFuzzer runtimes, llvm-symbolizer for readable stacks, and what
+# the libraries need to build (no GUI, MPI or OpenBLAS).
+tools/install_packages.sh clang libclang-rt-14-dev llvm-14 cmake make zlib1g-dev nlohmann-json3-dev \
+  libcli11-dev libtomlplusplus-dev
+
+build=build-fuzz
+cmake -S . -B "$build" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Release \
+  -DDTLAB_FUZZ=ON -DBUILD_TESTING=OFF -DDTLAB_WITH_GUI=OFF -DDTLAB_WITH_MPI=OFF -DDTLAB_WITH_BLAS=OFF >/dev/null
+cmake --build "$build" -j"$(nproc)" --target $(printf 'fuzz_%s ' "${targets[@]}")
+
+symbolizer=/usr/lib/llvm-14/bin/llvm-symbolizer
+[[ -x "$symbolizer" ]] && export ASAN_SYMBOLIZER_PATH="$symbolizer" UBSAN_SYMBOLIZER_PATH="$symbolizer"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+export ASAN_OPTIONS="abort_on_error=0:detect_leaks=1"
+
+findings="$build/findings"
+mkdir -p "$findings"
+# The harnesses that read files write them into a scratch folder under TMPDIR: memory (/dev/shm)
+# when there is one (ten times the executions of a disk), removed at the end even after a crash.
+scratch_root=/dev/shm
+[[ -d "$scratch_root" && -w "$scratch_root" ]] || scratch_root="$PWD/$build"
+scratch=$(mktemp -d "$scratch_root/dtlab-fuzz.XXXXXX")
+trap 'rm -rf "$scratch"' EXIT
+failed=0
+rows=()
+for t in "${targets[@]}"; do
+  exe="$build/fuzz/fuzz_$t"
+  seeds="fuzz/corpus/$t"
+  [[ -d "$seeds" ]] || { echo "tools/fuzz.sh: no seed corpus $seeds" >&2; exit 2; }
+  work="$build/runs/$t"
+  rm -rf "$work" "$findings/$t".* "$findings/$t"-*
+  mkdir -p "$work/corpus"
+  cp "$seeds"/* "$work/corpus/"
+  echo "fuzz: $t for ${seconds} s ..."
+  start=$(date +%s)
+  rc=0
+  TMPDIR="$scratch" "$exe" "$work/corpus" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+    -print_final_stats=1 -artifact_prefix="$findings/$t-" > "$work/log" 2>&1 || rc=$?
+  elapsed=$(($(date +%s) - start))
+  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work/log" | tail -1)
+  files=$(find "$work/corpus" -type f | wc -l)
+  bytes=$(find "$work/corpus" -type f -printf '%s\n' | awk '{s += $1} END {print s + 0}')
+  if ((rc == 0)); then
+    result="ok"
+  else
+    failed=1
+    artifact=$(ls -t "$findings/$t"-* 2>/dev/null | head -1 || true)
+    cp "$work/log" "$findings/$t.log"
+    if [[ -n "$artifact" ]]; then
+      kind=$(basename "$artifact" | sed "s/^$t-//; s/-.*//")
+      echo "$exe $artifact" > "$findings/$t.repro"
+      result="FAILED: $kind, input $artifact, reproduce: $exe $artifact"
+    else
+      result="FAILED (exit $rc, no input kept): see $findings/$t.log"
+    fi
+    grep -m1 -E 'ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|runtime error:|terminate called|SUMMARY' \
+      "$work/log" | sed 's/^/  /' || true
+  fi
+  rows+=("$(printf '%-12s %8s %12s %8s %10s  %s' "$t" "$elapsed" "${execs:-?}" "$files" "$bytes" "$result")")
+done
+
+echo
+printf '%-12s %8s %12s %8s %10s  %s\n' target seconds executions files bytes result
+for r in "${rows[@]}"; do echo "$r"; done
+seed_files=$(find fuzz/corpus -type f | wc -l)
+seed_bytes=$(find fuzz/corpus -type f -printf '%s\n' | awk '{s += $1} END {print s + 0}')
+echo "(files, bytes: each target's corpus after the run; the committed seeds: $seed_files files, $seed_bytes bytes)"
+exit "$failed"
