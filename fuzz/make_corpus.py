@@ -218,6 +218,48 @@ def run_dir_seeds(run):
     put("run_dir", "config-world-4", bytes([3]) + run["config.toml"].replace("world_size = 2", "world_size = 4").encode())
 
 
+# ---- bn_stats.bin and checkpoints (a real run with BatchNorm statistics and checkpoints) ----
+
+CKPT_ARGS = ["run", "--model", "cnn", "--world-size", "2", "--batch-size", "4", "--limit-train", "16",
+             "--limit-test", "8", "--steps", "3", "--momentum", "0.9", "--record-bn", "all",
+             "--checkpoint-every", "2", "--threads", "1"]
+CKPT_FILES = ["state.json", "rank0.json", "rank0.safetensors", "rank0.records", "COMMITTED"]
+
+
+def binary_run_seeds(dtlab):
+    """With --dtlab: bn_stats/ and checkpoint/ seeds from a real run (else the committed ones stay)."""
+    tmp = tempfile.mkdtemp(prefix="dtlab-corpus-")
+    try:
+        run = os.path.join(tmp, "run")
+        subprocess.run([dtlab] + CKPT_ARGS + ["--out", run], check=True, stdout=subprocess.DEVNULL)
+        with open(os.path.join(run, "bn_stats.bin"), "rb") as f:
+            bn = f.read()
+        fresh("bn_stats")
+        put("bn_stats", "cnn-2-ranks-3-steps", bn)
+        put("bn_stats", "header-start-only", bn[:20])
+        put("bn_stats", "truncated-record", bn[:len(bn) - 7])
+        put("bn_stats", "bad-magic", b"DTLABBN9" + bn[8:])
+        ckpt = os.path.join(run, "checkpoints", "step-00000002")
+        fresh("checkpoint")
+        for sel, name in enumerate(CKPT_FILES):
+            path = os.path.join(ckpt, name)
+            if name.endswith(".safetensors"):  # the real one is megabytes: a small one with its names
+                put("checkpoint", "rank0-safetensors", bytes([sel]) + safetensors(
+                    [("0.weight", "F32", [2, 2], f32(1, 2, 3, 4)), ("1.running_mean", "F32", [2], f32(0, 0)),
+                     ("1.num_batches_tracked", "I64", [], struct.pack("<q", 3)),
+                     ("optim.momentum.0.weight", "F32", [2, 2], f32(0.5, 0.5, 0.5, 0.5))],
+                    {"format": "pt", "dtlab_version": "0.1.0"}))
+            elif os.path.exists(path):
+                with open(path, "rb") as f:
+                    put("checkpoint", name.replace(".", "-"), bytes([sel]) + f.read())
+        put("checkpoint", "state-format-version-2", bytes([0]) + b'{"format":"dtlab-checkpoint","format_version":2}')
+        put("checkpoint", "state-files-wrong-types",
+            bytes([0]) + b'{"format":"dtlab-checkpoint","format_version":1,"files":{"rank0.json":{"bytes":"x"}}}')
+        put("checkpoint", "damaged-rank-file", bytes([0x81]) + b'{"rank":0}')
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 # ---- lessons and the expression language ----
 
 def lesson_seeds():
@@ -336,6 +378,8 @@ def main():
     lesson_seeds()
     expr_seeds()
     layout_seeds()
+    if args.dtlab:
+        binary_run_seeds(args.dtlab)
     total = files = 0
     for d, _, names in os.walk(CORPUS):
         for n in names:

@@ -27,7 +27,7 @@ while (($#)); do
     *) targets+=("$1"); shift ;;
   esac
 done
-all_targets=(dataset safetensors config run_dir lesson expr layout)
+all_targets=(dataset safetensors config run_dir lesson expr layout bn_stats checkpoint)
 ((${#targets[@]})) || targets=("${all_targets[@]}")
 
 # clang and its sanitizer and libFuzzer runtimes, llvm-symbolizer for readable stacks, and what

@@ -311,6 +311,8 @@ void commit_checkpoint(const std::string& run_dir, const CheckpointState& st) {
 
 namespace {
 
+std::string check_files(const std::string& dir, const nlohmann::json& listed);
+
 // "" when dir is a committed, intact checkpoint; else what is wrong with it.
 std::string check_checkpoint(const std::string& dir) {
   std::error_code ec;
@@ -329,12 +331,24 @@ std::string check_checkpoint(const std::string& dir) {
   } catch (const nlohmann::json::exception& e) {
     return std::string("state.json is not JSON: ") + e.what();
   }
-  if (st.value("format", "") != "dtlab-checkpoint") return "state.json is not a dtlab checkpoint";
+  if (!st.is_object() || !st.contains("format") || st["format"] != "dtlab-checkpoint")
+    return "state.json is not a dtlab checkpoint";
+  if (!st.contains("format_version") || !st["format_version"].is_number_integer())
+    return "state.json has no format_version";
   if (st.value("format_version", -1) != kCheckpointFormatVersion)
     return "format version " + std::to_string(st.value("format_version", -1)) + ", this dtlab reads " +
            std::to_string(kCheckpointFormatVersion);
   if (!st.contains("files") || !st["files"].is_object()) return "state.json lists no files";
-  for (auto it = st["files"].begin(); it != st["files"].end(); ++it) {
+  try {
+    return check_files(dir, st["files"]);
+  } catch (const nlohmann::json::exception& e) {
+    return std::string("state.json: ") + e.what();
+  }
+}
+
+// "" when every file state.json lists has the listed size and CRC-32.
+std::string check_files(const std::string& dir, const nlohmann::json& listed) {
+  for (auto it = listed.begin(); it != listed.end(); ++it) {
     const std::string path = dir + "/" + it.key();
     std::string bytes;
     try {
@@ -366,7 +380,7 @@ FoundCheckpoint find_checkpoint(const std::string& run_dir) {
     const std::string problem = check_checkpoint(root + "/" + n);
     if (problem.empty()) {
       found.dir = root + "/" + n;
-      found.step = std::stoll(n.substr(5));
+      found.step = std::strtoll(n.c_str() + 5, nullptr, 10);
       return found;
     }
     found.notes.push_back("checkpoint " + n + " is not used: " + problem);
@@ -378,9 +392,10 @@ FoundCheckpoint find_checkpoint(const std::string& run_dir) {
 }
 
 CheckpointState read_checkpoint_state(const std::string& dir) {
-  const nlohmann::json j = nlohmann::json::parse(read_all(dir + "/state.json"));
+  const std::string text = read_all(dir + "/state.json");
   CheckpointState st;
   try {
+    const nlohmann::json j = nlohmann::json::parse(text);
     st.step = j.at("step").get<int64_t>();
     st.epoch = j.at("epoch").get<int64_t>();
     st.batch = j.at("batch").get<int64_t>();
