@@ -452,9 +452,6 @@ int bench_train(const BenchTrainOptions& opt) {
     throw ConfigError("--per-sample runs one rank, got --world-size " + std::to_string(opt.world_size));
   if (opt.per_sample_bn != "frozen" && opt.per_sample_bn != "train")
     throw ConfigError("--per-sample-bn: expected frozen or train, got '" + opt.per_sample_bn + "'");
-  if (opt.per_sample && !opt.batch_sizes.empty())
-    throw ConfigError("--per-sample takes one --batch-size, not --batch-sizes",
-                      "run the sweep and the per-sample comparison as two commands");
   const bool sweep = !opt.batch_sizes.empty();
   std::vector<long long> sizes = sweep ? opt.batch_sizes : std::vector<long long>{opt.batch_size};
   std::sort(sizes.begin(), sizes.end());
@@ -481,40 +478,12 @@ int bench_train(const BenchTrainOptions& opt) {
   std::fprintf(out, "train_flops_per_sample %lld\n", static_cast<long long>(flops));
   auto gflops_of = [&](double sps) { return sps * static_cast<double>(flops) / 1e9; };
 
-  if (sweep) {
-    // Each row is a fresh model and batch, one size after the other; the smallest comes first.
-    std::fprintf(out, "%10s %10s %14s %12s %9s %22s\n", "batch", "step_ms", "ms_per_sample", "samples/s", "GFLOP/s",
-                 "speedup_per_sample");
-    std::fflush(out);
-    double first_ms_per_sample = 0, last_ms_per_sample = 0;
-    for (long long b : sizes) {
-      const double step = time_train_step(opt, b);
-      const double global_batch = static_cast<double>(b) * world;
-      const double sps = global_batch / step;
-      const double ms_per_sample = step * 1e3 / global_batch;
-      if (b == sizes.front()) first_ms_per_sample = ms_per_sample;
-      last_ms_per_sample = ms_per_sample;
-      const double speedup = first_ms_per_sample / ms_per_sample;
-      std::fprintf(out, "%10lld %10.3f %14.5f %12.1f %9.1f %21.2fx\n", b, step * 1e3, ms_per_sample, sps,
-                   gflops_of(sps), speedup);
-      std::fflush(out);
-      j["sweep"].push_back({{"batch_size", b},
-                            {"step_ms", step * 1e3},
-                            {"ms_per_sample", ms_per_sample},
-                            {"samples_per_s", sps},
-                            {"gflops", gflops_of(sps)},
-                            {"speedup_per_sample", speedup}});
-    }
-    const double ratio = first_ms_per_sample / last_ms_per_sample;
-    j["batch_sizes"] = sizes;
-    j["ratio_smallest_largest"] = ratio;
-    if (!opt.json_out.empty()) write_result_json(opt.json_out, j);
-    std::fprintf(out, "ratio per-sample time smallest/largest batch %.2f\n", ratio);
-    return kExitOk;
-  }
-
-  const long long b = sizes.front();
-  if (opt.per_sample) {
+  // The per-sample comparison at batch size b: printed, and returned as the JSON's "per_sample".
+  struct PerSamplePart {
+    nlohmann::json json;
+    double batched_seconds = 0, ratio = 0;
+  };
+  auto per_sample_part = [&](long long b) {
     const PerSampleResult r = run_per_sample(opt, b);
     const double sps = static_cast<double>(b) / r.batched_seconds;
     const double ratio = r.per_sample_seconds / r.batched_seconds;
@@ -548,27 +517,74 @@ int bench_train(const BenchTrainOptions& opt) {
     std::fprintf(out, "per_sample_ms %.3f  (%lld passes of one sample, gradients accumulated x 1/%lld, one SGD step; "
                  "%.1f samples/s)\n",
                  r.per_sample_seconds * 1e3, b, b, static_cast<double>(b) / r.per_sample_seconds);
+    std::fprintf(out, "ratio per-sample/batched step time %.2f\n", ratio);
+    std::fflush(out);
+    const nlohmann::json none;  // null: no batched step computes what the per-sample passes do
+    PerSamplePart p;
+    p.batched_seconds = r.batched_seconds;
+    p.ratio = ratio;
+    p.json = {{"batch_size", b},
+              {"batched_ms", r.batched_seconds * 1e3},
+              {"per_sample_ms", r.per_sample_seconds * 1e3},
+              {"ratio", ratio},
+              {"grad_max_abs_diff", r.grad.max_abs},
+              {"grad_max_rel_diff", r.grad.max_rel},
+              {"grad_max_rel_param", r.grad.rel_param},
+              {"same_computation_max_abs_diff", r.has_same_computation ? nlohmann::json(r.same_computation.max_abs) : none},
+              {"same_computation_max_rel_diff", r.has_same_computation ? nlohmann::json(r.same_computation.max_rel) : none},
+              {"batchnorm", bn},
+              {"batchnorm_note", note},
+              {"train_mode_error", r.train_mode_error}};
+    return p;
+  };
+
+  if (sweep) {
+    // Each row is a fresh model and batch, one size after the other; the smallest comes first.
+    std::fprintf(out, "%10s %10s %14s %12s %9s %22s\n", "batch", "step_ms", "ms_per_sample", "samples/s", "GFLOP/s",
+                 "speedup_per_sample");
+    std::fflush(out);
+    double first_ms_per_sample = 0, last_ms_per_sample = 0;
+    for (long long b : sizes) {
+      const double step = time_train_step(opt, b);
+      const double global_batch = static_cast<double>(b) * world;
+      const double sps = global_batch / step;
+      const double ms_per_sample = step * 1e3 / global_batch;
+      if (b == sizes.front()) first_ms_per_sample = ms_per_sample;
+      last_ms_per_sample = ms_per_sample;
+      const double speedup = first_ms_per_sample / ms_per_sample;
+      std::fprintf(out, "%10lld %10.3f %14.5f %12.1f %9.1f %21.2fx\n", b, step * 1e3, ms_per_sample, sps,
+                   gflops_of(sps), speedup);
+      std::fflush(out);
+      j["sweep"].push_back({{"batch_size", b},
+                            {"step_ms", step * 1e3},
+                            {"ms_per_sample", ms_per_sample},
+                            {"samples_per_s", sps},
+                            {"gflops", gflops_of(sps)},
+                            {"speedup_per_sample", speedup}});
+    }
+    const double ratio = first_ms_per_sample / last_ms_per_sample;
+    j["batch_sizes"] = sizes;
+    j["ratio_smallest_largest"] = ratio;
+    if (opt.per_sample) {
+      // the largest batch of the sweep, one sample at a time
+      std::fprintf(out, "\nper sample: the batch of %lld one sample at a time\n", sizes.back());
+      j["per_sample"] = per_sample_part(sizes.back()).json;
+    }
+    if (!opt.json_out.empty()) write_result_json(opt.json_out, j);
+    std::fprintf(out, "ratio per-sample time smallest/largest batch %.2f\n", ratio);
+    return kExitOk;
+  }
+
+  const long long b = sizes.front();
+  if (opt.per_sample) {
+    const PerSamplePart p = per_sample_part(b);
+    const double sps = static_cast<double>(b) / p.batched_seconds;
     j["batch_size"] = b;
     j["gflops"] = gflops_of(sps);
-    j["step_ms"] = r.batched_seconds * 1e3;
+    j["step_ms"] = p.batched_seconds * 1e3;
     j["samples_per_s"] = sps;
-    const nlohmann::json none;  // null: no batched step computes what the per-sample passes do
-    j["per_sample"] = {{"batch_size", b},
-                       {"batched_ms", r.batched_seconds * 1e3},
-                       {"per_sample_ms", r.per_sample_seconds * 1e3},
-                       {"ratio", ratio},
-                       {"grad_max_abs_diff", r.grad.max_abs},
-                       {"grad_max_rel_diff", r.grad.max_rel},
-                       {"grad_max_rel_param", r.grad.rel_param},
-                       {"same_computation_max_abs_diff",
-                        r.has_same_computation ? nlohmann::json(r.same_computation.max_abs) : none},
-                       {"same_computation_max_rel_diff",
-                        r.has_same_computation ? nlohmann::json(r.same_computation.max_rel) : none},
-                       {"batchnorm", bn},
-                       {"batchnorm_note", note},
-                       {"train_mode_error", r.train_mode_error}};
+    j["per_sample"] = p.json;
     if (!opt.json_out.empty()) write_result_json(opt.json_out, j);
-    std::fprintf(out, "ratio per-sample/batched step time %.2f\n", ratio);
     return kExitOk;
   }
 

@@ -17,6 +17,9 @@
 //     "samples_per_s"), plus "batch_sizes": [...], "ratio_smallest_largest": x and
 //     "sweep": [{"batch_size", "step_ms", "ms_per_sample", "samples_per_s", "gflops",
 //                "speedup_per_sample"}, ...]        (e.g. "/sweep/0/ms_per_sample")
+//     With --per-sample too: after the sweep, the per-sample comparison below at the largest
+//     size (its lines, then the sweep's last line), and its "per_sample" object in the JSON: the
+//     lab window's Benchmark view draws it as the one-at-a-time reference.
 //
 //   per sample (--per-sample, one rank)      the same B samples one at a time
 //     The batched step (forward and backward of all B, one SGD step) next to B passes of a

@@ -157,7 +157,7 @@ void add_bench_train_flags(CLI::App& app, lab::BenchTrainOptions& o) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_flag("--per-sample", o.per_sample,
                "also process the same batch one sample at a time (gradients accumulated x 1/B, one SGD step): "
-               "times, ratio and the gradients' difference");
+               "times, ratio and the gradients' difference (with --batch-sizes: the largest batch, after the sweep)");
   app.add_option("--per-sample-bn", o.per_sample_bn,
                  "--per-sample's BatchNorm: frozen (eval mode, running statistics) or train (each sample's own "
                  "statistics; the mlp's BatchNorm1d refuses a batch of one)")

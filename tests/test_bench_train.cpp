@@ -1,6 +1,7 @@
 // dtlab bench train's sweep and per-sample modes: the models without BatchNorm keep the other
 // layers' initial weights; per-sample gradients equal batched ones to rounding without batch
-// statistics and differ with them; the JSON keys lessons read; the flags' errors.
+// statistics and differ with them; a sweep with the per-sample comparison; the JSON keys lessons
+// read; the flags' errors.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -169,6 +170,27 @@ TEST(BenchTrain, SweepWritesOneRowPerSize) {
   EXPECT_EQ(last_line(printed).rfind("ratio per-sample time smallest/largest batch ", 0), 0u) << printed;
 }
 
+// --batch-sizes with --per-sample: the sweep, then the per-sample comparison at its largest size
+// (what the lab window's Benchmark view draws as the one-at-a-time reference).
+TEST(BenchTrain, SweepWithPerSampleComparesTheLargestBatch) {
+  lab::BenchTrainOptions o;
+  o.model = "mlp";
+  o.batch_sizes = {4, 2};
+  o.per_sample = true;
+  std::string printed;
+  const nlohmann::json j = run_bench(o, &printed);
+  ASSERT_EQ(j["sweep"].size(), 2u);
+  ASSERT_TRUE(j.contains("per_sample")) << j.dump();
+  const nlohmann::json& p = j["per_sample"];
+  EXPECT_EQ(p["batch_size"], 4);
+  for (const char* k : {"batched_ms", "per_sample_ms", "ratio", "grad_max_rel_diff", "batchnorm"}) EXPECT_TRUE(p.contains(k)) << k;
+  EXPECT_NEAR(p["ratio"].get<double>(), p["per_sample_ms"].get<double>() / p["batched_ms"].get<double>(), 1e-9);
+  EXPECT_EQ(p["batchnorm"], "frozen");
+  EXPECT_FALSE(j.contains("batch_size")) << "the sweep has no one-size keys";
+  EXPECT_NE(printed.find("per_sample_ms "), std::string::npos) << printed;
+  EXPECT_EQ(last_line(printed).rfind("ratio per-sample time smallest/largest batch ", 0), 0u) << printed;
+}
+
 TEST(BenchTrain, OneSizeKeepsItsOutputAndJson) {
   lab::BenchTrainOptions o;
   o.model = "mlp";
@@ -198,8 +220,6 @@ TEST(BenchTrain, BadFlagsGiveClearErrors) {
   e = error_of({"--model", "mlp", "--per-sample", "--world-size", "2"});
   EXPECT_NE(e.find("--per-sample"), std::string::npos) << e;
   EXPECT_NE(e.find("--world-size 2"), std::string::npos) << e;
-  e = error_of({"--model", "mlp", "--per-sample", "--batch-sizes", "2,4"});
-  EXPECT_NE(e.find("--batch-sizes"), std::string::npos) << e;
   e = error_of({"--model", "mlp", "--per-sample", "--per-sample-bn", "eval"});
   EXPECT_EQ(e, "--per-sample-bn: expected frozen or train, got 'eval'");
   e = error_of({"--model", "mlp", "--batch-sizes", "8,x"});

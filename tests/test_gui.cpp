@@ -328,3 +328,45 @@ TEST(GuiLessons, MalformedLessonIsShownWithItsError) {
   ASSERT_EQ(missing.exit_code, 0) << missing.out;
   EXPECT_TRUE(contains(missing.out, "no lesson 'nothing-like-it'")) << missing.out;
 }
+
+// The Benchmark view: a bench chain result (its directory, as a lesson's run leaves it) and a
+// bench train sweep with the per-sample comparison (the .json file itself) open full window;
+// the screenshots are not blank and differ, also from the view with nothing open. A damaged result
+// is refused before any window, naming the field (exit 4).
+TEST(GuiBench, OpensAChainAndASweepResult) {
+  DTLAB_REQUIRE_GUI();
+  testutil::TempDir d;
+  std::filesystem::create_directories(d.file("chain"));
+  const auto chain = testutil::run_cli("bench chain --dims 8,256,256,256,8 --threads 1,2 --seconds 0.005 --rounds 1 "
+                                       "--json " + d.file("chain/result.json"));
+  ASSERT_EQ(chain.exit_code, 0) << chain.out;
+  const auto sweep = testutil::run_cli("bench train --model mlp --batch-sizes 2,8,32,128 --per-sample --seconds 0.005 "
+                                       "--rounds 1 --json " + d.file("sweep.json"));
+  ASSERT_EQ(sweep.exit_code, 0) << sweep.out;
+  std::vector<Png> shots;
+  for (const auto& [name, args] : std::vector<std::pair<std::string, std::string>>{
+           {"chain", "--open " + d.file("chain")},
+           {"sweep", "--open " + d.file("sweep.json")},
+           {"none", "--data-dir " + d.file("nowhere") + " --view bench"}}) {
+    const auto r = run_gui(args + " --screenshot " + d.file(name + ".png"), d.file("config"));
+    ASSERT_EQ(r.exit_code, 0) << name << "\n" << r.out;
+    EXPECT_TRUE(contains(r.out, "screenshot: " + d.file(name + ".png"))) << r.out;
+    Png p = load_png(d.file(name + ".png"));
+    EXPECT_EQ(p.w, 1600) << name;
+    EXPECT_EQ(p.h, 1000) << name;
+    // the view with nothing open is a paragraph of text on the background
+    EXPECT_GT(p.variance, name == "none" ? 1.0 : 100.0) << name << " looks blank";
+    shots.push_back(std::move(p));
+  }
+  EXPECT_GT(differing(shots[0], shots[1]), 0.02) << "the chain and the sweep look the same";
+  EXPECT_GT(differing(shots[0], shots[2]), 0.02) << "the chain looks like the empty view";
+  EXPECT_GT(differing(shots[1], shots[2]), 0.02) << "the sweep looks like the empty view";
+
+  std::string text = testutil::read_file(d.file("chain/result.json"));
+  text.replace(text.find("\"orders\""), 8, "\"ordres\"");
+  testutil::write_file(d.file("bad.json"), text);
+  const auto bad = run_gui("--open " + d.file("bad.json") + " --screenshot " + d.file("bad.png"), d.file("config"));
+  EXPECT_EQ(bad.exit_code, lab::kExitIo) << bad.out;
+  EXPECT_TRUE(contains(bad.out, d.file("bad.json") + ": /orders: missing")) << bad.out;
+  EXPECT_FALSE(std::filesystem::exists(d.file("bad.png")));
+}

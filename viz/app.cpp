@@ -37,6 +37,7 @@ const char* view_key(ViewId v) {
     case ViewId::BatchNorm: return "batchnorm";
     case ViewId::Batching: return "batching";
     case ViewId::TrainEval: return "traineval";
+    case ViewId::Bench: return "bench";
   }
   return "?";
 }
@@ -47,6 +48,7 @@ const char* view_title(ViewId v) {
     case ViewId::BatchNorm: return "BatchNorm";
     case ViewId::Batching: return "Batching & drop_last";
     case ViewId::TrainEval: return "Train vs eval";
+    case ViewId::Bench: return "Benchmark";
   }
   return "?";
 }
@@ -219,7 +221,26 @@ void echo_log(AppState& app) {
   app.log_echoed = entries.size();
 }
 
+// A bench result (result.json, or a bench run's directory) opens in the Benchmark view; the runs
+// are left as they are.
+bool open_bench(AppState& app, const std::string& path, double t0) {
+  try {
+    app.bench = load_bench_result(path);
+    app.bench_twin = BenchResult();
+    app.bench_twin_shown = false;
+    app.view = ViewId::Bench;
+    app.select_view = true;
+    app.log.add(LogLevel::Info, fmt("opened %s: %s", path.c_str(), describe_bench(app.bench).c_str()), since_start(t0));
+    return true;
+  } catch (const lab::Error& e) {
+    app.log.add(LogLevel::Error, fmt("cannot open %s: %s", path.c_str(), e.what()), since_start(t0));
+    if (!e.hint().empty()) app.log.add(LogLevel::Warning, "hint: " + e.hint(), since_start(t0));
+    return false;
+  }
+}
+
 bool open_run_dir(AppState& app, const std::string& dir, double t0) {
+  if (looks_like_bench_result(dir)) return open_bench(app, dir, t0);
   try {
     RunData d = load_run_dir(dir);
     retire(app, app.host);
@@ -271,6 +292,15 @@ class AppLab : public LabHooks {
   }
   std::string open_dirs(const std::string& dir, const std::string& twin_dir) override {
     try {
+      if (looks_like_bench_result(dir)) {  // a bench run: the Benchmark view (the training runs stay)
+        BenchResult b = load_bench_result(dir);
+        BenchResult t;
+        if (!twin_dir.empty()) t = load_bench_result(twin_dir);
+        m_app.bench = std::move(b);
+        m_app.bench_twin = std::move(t);
+        m_app.bench_twin_shown = !twin_dir.empty();
+        return "";
+      }
       RunData d = load_run_dir(dir);
       RunData t;
       if (!twin_dir.empty()) t = load_run_dir(twin_dir);
@@ -557,7 +587,8 @@ void draw_menu(AppState& app, Commands& cmd) {
   }
   if (open_popup) ImGui::OpenPopup("Open run directory");
   if (ImGui::BeginPopupModal("Open run directory", nullptr, ImGuiWindowFlags_AlwaysAutoResize)) {
-    ImGui::TextUnformatted("A directory written by `dtlab run --out DIR`:");
+    ImGui::TextUnformatted("A directory written by `dtlab run --out DIR`, or the --json file of `dtlab bench train` or "
+                           "`dtlab bench chain`:");
     ImGui::SetNextItemWidth(ImGui::GetFontSize() * 28);
     const bool enter = ImGui::InputText("##dir", &app.open_input, ImGuiInputTextFlags_EnterReturnsTrue);
     if (ImGui::Button("Open") || enter) {
@@ -579,6 +610,10 @@ std::string column_label(const AppState& app, bool twin) {
 }
 
 void draw_view(AppState& app, ViewId v, Commands& cmd) {
+  if (v == ViewId::Bench) {  // its own data, and its own columns for two results
+    draw_bench_view(app.bench, app.bench_twin_shown ? &app.bench_twin : nullptr, app.bench_view);
+    return;
+  }
   if (v == ViewId::BatchNorm) {  // the BatchNorm view lays out its own twin columns
     draw_batchnorm_view(app.data, app.twin_shown ? &app.twin_data : nullptr, app.bn, cmd);
     return;
@@ -592,7 +627,8 @@ void draw_view(AppState& app, ViewId v, Commands& cmd) {
         break;
       case ViewId::Batching: draw_batching_view(d, twin ? app.batching_twin : app.batching); break;
       case ViewId::TrainEval: draw_train_eval_view(d, twin ? app.train_eval_twin : app.train_eval, app.bn); break;
-      case ViewId::BatchNorm: break;
+      case ViewId::BatchNorm:
+      case ViewId::Bench: break;
     }
   };
   if (!app.twin_shown) {
@@ -629,8 +665,8 @@ void draw_views_header(const AppState& app) {
 }
 
 void draw_views_window(AppState& app, Commands& cmd) {
-  draw_views_header(app);
-  if (app.lesson && !app.host && app.data.phase == RunPhase::Empty) {
+  if (app.solo != ViewId::Bench) draw_views_header(app);  // a benchmark needs no dataset
+  if (app.lesson && !app.host && app.data.phase == RunPhase::Empty && app.bench.kind == BenchKind::None) {
     // nothing is shown before the learner has predicted
     ImGui::Spacing();
     heading(app.lesson->lesson().title.c_str());
@@ -638,8 +674,15 @@ void draw_views_window(AppState& app, Commands& cmd) {
     return;
   }
   if (app.solo) {
-    heading(view_title(*app.solo));
+    heading(*app.solo == ViewId::Ring && app.data.cfg.mode == "async" ? "Parameter server" : view_title(*app.solo));
     ImGui::SameLine();
+    if (*app.solo == ViewId::Bench) {
+      ImGui::TextDisabled("  %s", describe_bench(app.bench).c_str());
+      if (!app.bench.source.empty()) tooltip("read from " + app.bench.source);
+      ImGui::Separator();
+      draw_view(app, *app.solo, cmd);
+      return;
+    }
     const RunData& d = app.data;
     ImGui::TextDisabled("  %s, %s, %s, bn %s%s, %lld iteration%s done | %s", d.cfg.model.c_str(),
                         describe_parallelism(d.cfg).c_str(), describe_batch(d.cfg).c_str(), d.cfg.bn.c_str(),
@@ -783,7 +826,7 @@ std::vector<std::pair<std::string, std::optional<ViewId>>> parse_views(const std
       }
     if (!found)
       throw lab::ConfigError("--view: unknown view '" + name + "'",
-                             "choose ring, batchnorm, batching, traineval or layout (a comma list for several)");
+                             "choose ring, batchnorm, batching, traineval, bench or layout (a comma list for several)");
   }
   return out;
 }
@@ -875,8 +918,12 @@ void save_layout(AppState& app) {
 
 int run_app(const lab::RunConfig& cfg_in, const AppOptions& opts) {
   const auto shots = parse_views(opts.view);  // throws before any window for a bad --view
+  // --open: a run directory, or a bench result (read before any window: a bad one is exit 4)
   RunData opened;
-  if (!opts.open_dir.empty()) opened = load_run_dir(opts.open_dir);
+  BenchResult opened_bench;
+  const bool open_bench_result = !opts.open_dir.empty() && looks_like_bench_result(opts.open_dir);
+  if (open_bench_result) opened_bench = load_bench_result(opts.open_dir);
+  else if (!opts.open_dir.empty()) opened = load_run_dir(opts.open_dir);
 
   // The GUI thread asks for a higher priority than the ranks (before GL starts its rasterizer
   // threads, which inherit it): a frame takes the same CPU either way, but it is drawn when it is
@@ -921,7 +968,15 @@ int run_app(const lab::RunConfig& cfg_in, const AppOptions& opts) {
 
   app.compare_bn = opts.compare_bn;
   app.controls.delay_ms = static_cast<float>(opts.delay_ms);
-  if (!opts.open_dir.empty()) {
+  if (open_bench_result) {
+    // no run to watch or control: the Benchmark view fills the window (as --view bench)
+    app.bench = std::move(opened_bench);
+    app.controls.pending = cfg_in;
+    app.view = ViewId::Bench;
+    app.select_view = true;
+    if (shots.empty()) app.solo = ViewId::Bench;
+    app.log.add(LogLevel::Info, "opened " + opts.open_dir + ": " + describe_bench(app.bench), 0);
+  } else if (!opts.open_dir.empty()) {
     app.data = std::move(opened);
     app.controls.pending = app.data.cfg;
     app.log.add(LogLevel::Info, "opened " + opts.open_dir, 0);

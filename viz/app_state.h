@@ -16,6 +16,7 @@
 
 #include "app_options.h"
 #include "batching_model.h"
+#include "bench_result.h"
 #include "catalog.h"
 #include "frame_stats.h"
 #include "lesson_driver.h"
@@ -27,9 +28,9 @@
 
 namespace viz {
 
-enum class ViewId { Ring = 0, BatchNorm, Batching, TrainEval };
-constexpr int kViewCount = 4;
-const char* view_key(ViewId v);    // "ring", "batchnorm", "batching", "traineval"
+enum class ViewId { Ring = 0, BatchNorm, Batching, TrainEval, Bench };
+constexpr int kViewCount = 5;
+const char* view_key(ViewId v);    // "ring", "batchnorm", "batching", "traineval", "bench"
 const char* view_title(ViewId v);  // tab titles
 
 // Time and animation for one frame.
@@ -118,6 +119,11 @@ struct TrainEvalViewState {
     size_t built = 0;
     std::vector<float> x, running, batch;
   } cache;
+};
+
+// The Benchmark view (panel_bench.cpp): a bench train sweep or a bench chain result.
+struct BenchViewState {
+  bool sweep_log_y = false;  // the sweep's ms per sample on a log scale (else linear from 0)
 };
 
 struct TimelineState {
@@ -216,6 +222,11 @@ struct AppState {
   BatchingViewState batching, batching_twin;
   TrainEvalViewState train_eval, train_eval_twin;
   std::string bn_layer_wanted;          // a BatchNorm layer to select by name ("2") once the run has steps
+  // a benchmark's result.json (--open, File > Open, a lesson's bench run), independent of the runs;
+  // bench_twin: a second one beside it (a lesson's observation of two bench runs)
+  BenchResult bench, bench_twin;
+  bool bench_twin_shown = false;
+  BenchViewState bench_view;
 
   // the lesson being taken (nullptr: none) and its panel
   std::unique_ptr<LessonDriver> lesson;

@@ -67,7 +67,7 @@ void draw_async_view(const RunData& d, AsyncViewState& st, const FrameClock& clo
   const int64_t scale = std::max<int64_t>(w - 1, 1) * 2;  // twice a round robin's N - 1
 
   const ImVec2 avail = ImGui::GetContentRegionAvail();
-  const float size = std::max(140.0f, std::min(avail.x * 0.45f, avail.y - ImGui::GetFontSize() * 2));
+  const float size = std::max(140.0f, std::min(avail.x * 0.45f, avail.y - ImGui::GetFontSize() * 5));
   const ImVec2 origin = ImGui::GetCursorScreenPos();
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const ImVec2 c(origin.x + size * 0.5f, origin.y + size * 0.5f);
@@ -96,12 +96,15 @@ void draw_async_view(const RunData& d, AsyncViewState& st, const FrameClock& clo
       dl->AddTriangleFilled(to, ImVec2(to.x - n.x * 10 - n.y * 5, to.y - n.y * 10 + n.x * 5),
                             ImVec2(to.x - n.x * 10 + n.y * 5, to.y - n.y * 10 - n.x * 5), colr);
       const std::string s = fmt("staleness %lld", static_cast<long long>(lp.staleness));
-      // the label beside the arrow's middle, on the side away from it
+      // the label beside the arrow's middle, clear of it: its centre moved off the arrow, at right
+      // angles, by a gap plus half the label's extent in that direction
       const ImVec2 mid((from.x + to.x) * 0.5f, (from.y + to.y) * 0.5f);
-      const ImVec2 tsz = ImGui::CalcTextSize(s.c_str());
-      const float off = node * 0.6f;
-      const ImVec2 at(mid.x - n.y * off - (n.y > 0.5f ? tsz.x * 0.8f : 0), mid.y + n.x * off - tsz.y * 0.5f);
-      dl->AddText(font(FontId::Small), font(FontId::Small)->FontSize, at, colr, s.c_str());
+      ImFont* small = font(FontId::Small);
+      const ImVec2 tsz = small->CalcTextSizeA(small->FontSize, FLT_MAX, 0, s.c_str());
+      const ImVec2 perp(-n.y, n.x);
+      const float off = 6 + std::fabs(perp.x) * tsz.x * 0.5f + std::fabs(perp.y) * tsz.y * 0.5f;
+      const ImVec2 at(mid.x + perp.x * off - tsz.x * 0.5f, mid.y + perp.y * off - tsz.y * 0.5f);
+      dl->AddText(small, small->FontSize, at, colr, s.c_str());
     }
     dl->AddCircleFilled(p, node, rank_color(r));
     const std::string id = std::to_string(r);
@@ -109,7 +112,14 @@ void draw_async_view(const RunData& d, AsyncViewState& st, const FrameClock& clo
     dl->AddText(ImVec2(p.x - ts.x * 0.5f, p.y - ts.y * 0.5f), text_on(rank_color(r)), id.c_str());
   }
   (void)clock;
+  ImGui::BeginGroup();
   ImGui::Dummy(ImVec2(size, size));
+  ImGui::PushTextWrapPos(origin.x + size);
+  ImGui::TextDisabled("arrows: each worker's latest push, coloured by its staleness from green (0) to vermillion "
+                      "(%lld or more), as in the histogram; bold: the newest push",
+                      static_cast<long long>(scale));
+  ImGui::PopTextWrapPos();
+  ImGui::EndGroup();
   ImGui::SameLine();
 
   // right: the histogram and the staleness over iterations
@@ -137,6 +147,12 @@ void draw_async_view(const RunData& d, AsyncViewState& st, const FrameClock& clo
   }
   ImGui::Dummy(ImVec2(hw, hh));
   ImGui::TextDisabled("pushes per staleness (0: nobody pushed in between; %d workers in round robin: %d)", w, w - 1);
+  ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
+  ImGui::TextWrapped("What to notice: a push of staleness s carries a gradient computed on weights s updates older than "
+                     "the ones the server adds it to (DDP's is always 0: every rank waits for the allreduce). Here "
+                     "the mean is %.2f and the stalest was %lld updates late; the more workers, the staler.",
+                     mean, static_cast<long long>(max_st));
+  ImGui::PopStyleColor();
 
   // per worker over its iterations
   AsyncViewState::Cache& cc = st.cache;

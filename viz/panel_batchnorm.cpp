@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "bn_stats.h"
 #include "draw.h"
 #include "panels.h"
 
@@ -269,6 +270,15 @@ void broadcast_flash(const RunData& d) {
   }
 }
 
+// --record-bn in words: which iterations the charts have points for.
+std::string recorded_steps(const std::string& policy) {
+  if (policy == "all") return "every iteration recorded";
+  if (policy == "off") return "not recorded: --record-bn off";
+  if (policy == "auto")
+    return fmt("every iteration of epoch 1 recorded, then every %lld-th", static_cast<long long>(lab::kBnAutoEvery));
+  return "every " + policy + "-th iteration recorded";
+}
+
 void draw_run_column(const RunData& d, BnViewState& st, BnViewState::Series& cache, int64_t step, const char* id,
                      float chart_h, Range mean_range, Range var_range) {
   const bool sync = d.cfg.bn == "sync" && d.world() > 1;
@@ -283,6 +293,10 @@ void draw_run_column(const RunData& d, BnViewState& st, BnViewState::Series& cac
   else draw_iteration(d, cs, step, st.channel, id, mean_range, var_range);
   update_series(d, st.layer, st.channel, cache);
   ImGui::TextUnformatted(st.show_var ? "running_var over iterations" : "running_mean over iterations");
+  ImGui::SameLine();
+  ImGui::TextDisabled("(%s)", recorded_steps(d.cfg.record_bn).c_str());
+  tooltip("Which iterations keep their BatchNorm statistics in the run directory (--record-bn): the chart joins "
+          "the recorded ones. The statistics move fastest in the first epoch.");
   draw_running(d, st, cache, fmt("%s_run", id).c_str(), chart_h);
 }
 

@@ -19,7 +19,7 @@ void draw_help_window(bool* open) {
                            {"Shift + Right", "one iteration"},
                            {"R", "reset: a new run with the settings in the Controls panel"},
                            {"S", "screenshot of the window (PNG in the current directory)"},
-                           {"1 2 3 4", "allreduce, BatchNorm, batching, train vs eval view"},
+                           {"1 2 3 4 5", "allreduce, BatchNorm, batching, train vs eval, benchmark view"},
                            {"F1", "this help"}};
   if (ImGui::BeginTable("keys", 2, ImGuiTableFlags_SizingFixedFit)) {
     ImGui::TableSetupColumn("key", ImGuiTableColumnFlags_WidthFixed);
@@ -46,6 +46,9 @@ void draw_help_window(bool* open) {
                      "BatchNorm failure.");
   ImGui::TextWrapped("Train vs eval: test accuracy with batch statistics (train mode) and running statistics (eval "
                      "mode) over time.");
+  ImGui::TextWrapped("Benchmark: a `dtlab bench train --batch-sizes ... --per-sample` result (ms per sample against "
+                     "the batch size, and one sample at a time) or a `dtlab bench chain` result (every order of a "
+                     "matrix chain: time, FLOPs, thread scaling). Open its --json file with File > Open or --open.");
   ImGui::Separator();
   ImGui::TextWrapped("Headless: `dtlab run` trains with the same flags and writes a run directory (--out DIR); "
                      "`dtlab gui --open DIR` shows it here again.");

@@ -51,6 +51,8 @@ void callout(ImU32 color, const char* title, const std::string& text) {
 
 std::string where_to_look(const lessons::Observe& o) {
   std::string w = "the " + o.view + " view";
+  for (int i = 0; i < kViewCount; ++i)  // the name on its tab
+    if (o.view == view_key(static_cast<ViewId>(i))) w = std::string("the ") + view_title(static_cast<ViewId>(i)) + " view";
   if (!o.layer.empty()) w += ", layer " + o.layer;
   if (o.channel >= 0) w += ", channel " + std::to_string(o.channel);
   if (o.step >= 0) w += ", iteration " + std::to_string(o.step);
@@ -287,7 +289,8 @@ void draw_lesson(LessonDriver& d, LessonPanelState& st, bool teacher, Commands& 
     case LessonStage::Observing:
       if (const lessons::Observe* o = d.observing()) {
         callout(col::kEval, ("Observe: " + where_to_look(*o)).c_str(), d.observing_text());
-        ImGui::TextDisabled("Step with the Right arrow, or look around; then:");
+        if (o->view == "bench") text_wrapped_colored(col::kDim, "Hover a point or a bar for its numbers; then:");
+        else ImGui::TextDisabled("Step with the Right arrow, or look around; then:");
         if (ImGui::Button("Continue \xe2\x96\xb6")) cmd.lesson_continue = true;
       }
       break;

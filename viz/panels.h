@@ -19,6 +19,9 @@ void draw_batchnorm_view(const RunData& d, const RunData* twin, BnViewState& st,
 void draw_batching_view(const RunData& d, BatchingViewState& st);
 // 4. Train versus eval: test accuracy with batch and running statistics over time.
 void draw_train_eval_view(const RunData& d, TrainEvalViewState& st, BnViewState& bn);
+// 5. Benchmarks: a bench train sweep (ms per sample against batch size, one sample at a time) or
+// a bench chain (every order's time and FLOPs, thread scaling); twin: a second result beside it.
+void draw_bench_view(const BenchResult& r, const BenchResult* twin, BenchViewState& st);
 // Compute and communication per rank over time.
 void draw_timeline_panel(const RunData& d, TimelineState& st);
 // Loss and accuracy per rank.

@@ -18,6 +18,7 @@
 #include <regex>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "backends.h"
 #include "dataset.h"
@@ -210,7 +211,7 @@ class Reader {
 
 // ---- 3. the parts of a lesson ----
 
-const std::vector<std::string> kViews = {"ring", "batchnorm", "batching", "traineval"};
+const std::vector<std::string> kViews = {"ring", "batchnorm", "batching", "traineval", "bench"};
 const std::vector<std::string> kSources = {"summary", "metrics", "tensor", "result", "config", "exit_code", "error", "expr"};
 const std::vector<std::string> kReduces = {"last", "first", "mean", "sum", "min", "max", "spread", "std", "count", "series"};
 
@@ -411,6 +412,9 @@ void read_observe(Reader& rd, const toml::table& t, const std::string& where, Pa
     if (ob.view != "batchnorm" && (o->get("layer") || o->get("channel")))
       rd.error(rd.pos(*o, o->get("layer") ? "layer" : "channel"),
                w + ": layer and channel choose what the batchnorm view shows; view '" + ob.view + "' has neither");
+    if (ob.view == "bench" && (o->get("step") || o->get("ring_step")))
+      rd.error(rd.pos(*o, o->get("step") ? "step" : "ring_step"),
+               w + ": step and ring_step choose a moment of a training run; the bench view shows a finished benchmark");
     part.observe.push_back(std::move(ob));
   }
 }
@@ -751,8 +755,21 @@ class Linker {
     for (const Observe& o : p.observe) {
       for (const std::string& r : o.runs) {
         const RunSpec* rs = visible_run(p, r);
-        if (!rs) m_rd.error(o.pos, "[[observe]]: run '" + r + "' is not a run of " + where);
-        else if (rs->command != "run") m_rd.error(o.pos, "[[observe]]: run '" + r + "' is `dtlab " + rs->command + "`: the app's views show training runs");
+        if (!rs) {
+          m_rd.error(o.pos, "[[observe]]: run '" + r + "' is not a run of " + where);
+        } else if (o.view == "bench") {
+          // the Benchmark view plots bench train's sweep or per-sample comparison, and bench chain
+          if (rs->command != "bench train" && rs->command != "bench chain")
+            m_rd.error(o.pos, "[[observe]]: run '" + r + "' is `dtlab " + rs->command + "`: the bench view shows `dtlab "
+                              "bench train` (with --batch-sizes or --per-sample) and `dtlab bench chain` results");
+          else if (rs->command == "bench train" && !m_failed_runs.count(rs->name) &&
+                   rs->parsed.bench_train.batch_sizes.empty() && !rs->parsed.bench_train.per_sample)
+            m_rd.error(o.pos, "[[observe]]: run '" + r + "' times one batch size: the bench view plots a sweep "
+                              "(--batch-sizes 2,8,32,128,512) or the per-sample comparison (--per-sample)");
+        } else if (rs->command != "run") {
+          m_rd.error(o.pos, "[[observe]]: run '" + r + "' is `dtlab " + rs->command + "`: the app's views show training "
+                            "runs (view = \"bench\" shows bench train and bench chain results)");
+        }
       }
       check_text(p, o.say, o.say_pos, "[[observe]] say");
     }
@@ -1012,7 +1029,7 @@ std::string reflow(const std::string& text) {
 // ---- 7. requirements ----
 
 const std::vector<std::string>& known_requirements() {
-  static const std::vector<std::string> k = {"mpi", "cuda", "full-dataset"};
+  static const std::vector<std::string> k = {"mpi", "cuda", "full-dataset", "2-cores"};
   return k;
 }
 
@@ -1029,6 +1046,11 @@ std::string missing_requirement(const std::string& what) {
     const std::string f = std::string(lab::kDefaultDataDir) + "/train-images-idx3-ubyte.gz";
     std::error_code ec;
     if (!std::filesystem::exists(f, ec)) return "Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)";
+    return "";
+  }
+  if (what == "2-cores") {
+    const unsigned n = std::thread::hardware_concurrency();
+    if (n < 2) return "the lesson measures how work spreads over 2 cores, and this machine has " + std::to_string(n);
     return "";
   }
   return "unknown requirement '" + what + "'";

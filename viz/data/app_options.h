@@ -7,10 +7,11 @@
 namespace viz {
 
 struct AppOptions {
-  std::string open_dir;        // --open RUN_DIR: show a finished run instead of training
+  std::string open_dir;        // --open RUN_DIR: show a finished run instead of training; or a
+                               //   bench result (result.json, or its directory): the Benchmark view
   std::string screenshot;      // --screenshot FILE.png: save the window, then exit 0
   std::string frame_stats;     // --frame-stats FILE.json: frame times and samples/s, at exit
-  std::string view;            // --view ring|batchnorm|batching|traineval|layout (comma list)
+  std::string view;            // --view ring|batchnorm|batching|traineval|bench|layout (comma list)
   double ui_scale = 0;         // --ui-scale: 0 means the monitor's content scale
   int ring_steps = -1;         // --ring-steps K: with --screenshot, K ring steps into the next
                                //   gradient allreduce after --steps iterations
