@@ -84,7 +84,9 @@ void expect_same_run(const std::string& a, const std::string& b, const std::stri
   }
   const nlohmann::json sa = summary_of(a), sb = summary_of(b);
   for (const char* k : {"test_eval_mode", "test_train_mode", "steps", "samples", "epochs", "traffic", "local_sgd"}) {
-    if (sa.contains(k)) EXPECT_EQ(sa[k], sb[k]) << what << ": summary " << k;
+    if (sa.contains(k)) {
+      EXPECT_EQ(sa[k], sb[k]) << what << ": summary " << k;
+    }
   }
   for (const char* k : {"per_epoch"}) {
     auto strip = [](nlohmann::json j) {
@@ -192,6 +194,43 @@ TEST(Checkpoint, DamagedNewestFallsBackToThePreviousOne) {
   EXPECT_EQ(run.resumed_from(), 4);
   run.run();
   expect_same_run(a.path(), b.path(), "resumed from the older checkpoint");
+}
+
+// A state.json whose COMMITTED checksum matches but whose contents have the wrong types (found by
+// fuzz/fuzz_checkpoint.cpp: nlohmann's type_error escaped): the checkpoint is skipped with a reason.
+TEST(Checkpoint, WrongTypesInACommittedStateAreRefusedNotThrown) {
+  testutil::TempDir b;
+  const std::string dir = b.file("checkpoints/step-00000004");
+  fs::create_directories(dir);
+  testutil::write_file(dir + "/rank0.json", "{}");
+  const std::vector<std::pair<std::string, std::string>> states = {
+      {R"({"format":"dtlab-checkpoint","format_version":1,"files":{"rank0.json":{"bytes":"x"}}})", "state.json:"},
+      {R"({"format":"dtlab-checkpoint","format_version":"1","files":{}})", "no format_version"},
+      {R"([1,2,3])", "not a dtlab checkpoint"},
+      {R"({"format":"dtlab-checkpoint","format_version":1,"files":{}})", ""},  // listed nothing: intact
+  };
+  for (const auto& [text, reason] : states) {
+    testutil::write_file(dir + "/state.json", text);
+    testutil::write_file(dir + "/COMMITTED", std::to_string(lab::crc32_of(text)) + "\n");
+    if (reason.empty()) {
+      const lab::FoundCheckpoint f = lab::find_checkpoint(b.path());
+      EXPECT_EQ(f.step, 4);
+      // ... but reading it names the file and the missing key
+      try {
+        lab::read_checkpoint_state(f.dir);
+        FAIL() << "read a state.json without its fields";
+      } catch (const lab::IoError& e) {
+        EXPECT_NE(std::string(e.what()).find("state.json"), std::string::npos) << e.what();
+      }
+      continue;
+    }
+    try {
+      lab::find_checkpoint(b.path());
+      FAIL() << text;
+    } catch (const lab::IoError& e) {
+      EXPECT_NE(std::string(e.what()).find(reason), std::string::npos) << text << ": " << e.what();
+    }
+  }
 }
 
 TEST(Checkpoint, NoUsableCheckpointIsAnErrorNamingEachOne) {

@@ -68,6 +68,12 @@ struct CliResult {
 };
 
 // Runs a shell command line, stdout and stderr together.
+// Writes text to path, replacing the file.
+inline void write_file(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f << text;
+}
+
 inline CliResult run_shell(const std::string& command) {
   TempDir tmp;
   const std::string out = tmp.file("out.txt");
