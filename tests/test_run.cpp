@@ -337,6 +337,11 @@ TEST(Run, BatchNormStatisticsFileHoldsWhatTheRecordsHeld) {
   std::string bytes = testutil::read_file(e.file("bn_stats.bin"));
   bytes.resize(bytes.size() - 7);
   EXPECT_THROW(lab::parse_bn_stats(bytes, "cut.bin"), lab::IoError);
+  // an empty file is a run that has recorded nothing yet (just started, or resumed from a
+  // checkpoint taken before the first write): no steps, not an error
+  const lab::BnStatsFile none = lab::parse_bn_stats("", "empty.bin");
+  EXPECT_TRUE(none.steps.empty());
+  EXPECT_THROW(lab::parse_bn_stats("DTLAB", "short.bin"), lab::IoError);
 }
 
 // tools/read_bn_stats.py reads the file from Python in a few lines (numpy; skipped without it).

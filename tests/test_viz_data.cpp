@@ -644,6 +644,10 @@ TEST(VizRunDir, ARunDirectoryReadsBackIntoTheSameData) {
   EXPECT_FALSE(d.record(9, 3)->bn.empty());
   EXPECT_FALSE(d.record(10, 3)->bn.empty());
   EXPECT_TRUE(d.record(19, 3)->bn.empty());
+  // the BatchNorm view shows the newest recorded step, not an empty last one
+  EXPECT_EQ(d.bn_step_at_or_before(d.last_complete_step()), 10);
+  EXPECT_EQ(d.bn_step_at_or_before(9), 9);
+  EXPECT_EQ(d.bn_step_at_or_before(-1), -1);
   // the trace's chunk events rebuild the last gradient allreduce
   uint64_t seq = 0;
   ASSERT_TRUE(viz::latest_collective(d.events, viz::CollectiveFilter{}, true, seq));

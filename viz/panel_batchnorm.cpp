@@ -305,7 +305,7 @@ void draw_run_column(const RunData& d, BnViewState& st, BnViewState::Series& cac
 // ---- 4. the view ----
 
 void draw_batchnorm_view(const RunData& d, const RunData* twin, BnViewState& st, Commands& cmd) {
-  const int64_t last = d.last_complete_step();
+  const int64_t last = d.bn_step_at_or_before(d.last_complete_step());
   const lab::StepRecord* rec = d.record(std::max<int64_t>(last, 0), 0);
   if (last < 0 || !rec || rec->bn.empty()) {
     ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
@@ -316,6 +316,8 @@ void draw_batchnorm_view(const RunData& d, const RunData* twin, BnViewState& st,
         "statistics. A twin run trains the other mode on the same data to compare them side by side.");
     ImGui::PopStyleColor();
     if (d.phase == RunPhase::Failed) text_wrapped_colored(col::kError, d.error);
+    else if (d.cfg.record_bn == "off" && d.last_complete_step() >= 0)
+      ImGui::TextDisabled("This run kept no BatchNorm statistics (--record-bn off).");
     else ImGui::TextDisabled("No iteration finished yet: the statistics appear after the first forward pass.");
     return;
   }
@@ -354,12 +356,18 @@ void draw_batchnorm_view(const RunData& d, const RunData* twin, BnViewState& st,
   ImGui::SameLine();
   ImGui::Checkbox("variance", &st.show_var);
   tooltip("Charts: running_var instead of running_mean.");
-  const int64_t step = st.follow ? last : std::clamp<int64_t>(st.step, 0, last);
+  int64_t step = st.follow ? last : std::clamp<int64_t>(st.step, 0, last);
   if (st.follow) st.step = step;
-  ImGui::TextDisabled("iteration %lld", static_cast<long long>(step));
+  const int64_t chosen = step;
+  step = std::max<int64_t>(d.bn_step_at_or_before(step), 0);
+  if (step != chosen)
+    ImGui::TextDisabled("iteration %lld (the newest recorded at or before %lld: %s)", static_cast<long long>(step),
+                        static_cast<long long>(chosen), recorded_steps(d.cfg.record_bn).c_str());
+  else
+    ImGui::TextDisabled("iteration %lld", static_cast<long long>(step));
 
   const bool two = twin != nullptr;
-  const int64_t tstep = two ? std::min(step, twin->last_complete_step()) : -1;
+  const int64_t tstep = two ? twin->bn_step_at_or_before(std::min(step, twin->last_complete_step())) : -1;
   Range mean_range, var_range;
   if (two && tstep >= 0) {
     for (const RunData* r : {&d, twin}) {

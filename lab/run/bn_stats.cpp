@@ -191,6 +191,7 @@ bool all_nan(const std::vector<float>& v) {
 
 BnStatsFile parse_bn_stats(const std::string& b, const std::string& name) {
   BnStatsFile f;
+  if (b.empty()) return f;  // nothing recorded yet: the header is written with the first record
   Cursor c(b, name);
   if (b.size() < sizeof kMagic || std::memcmp(b.data(), kMagic, sizeof kMagic) != 0)
     throw IoError(name + ": not a BatchNorm statistics file (no DTLABBN1 header)");

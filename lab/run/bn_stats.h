@@ -53,7 +53,8 @@ class BnStatsWriter {
 };
 
 // Every recorded step: records[i] holds the world's records of one step (rank, step, epoch and bn
-// filled in; the other fields are zero). Throws IoError naming the file and what is wrong.
+// filled in; the other fields are zero). An empty file is a run that has recorded nothing yet
+// (world_size 0, no steps). Throws IoError naming the file and what is wrong.
 struct BnStatsFile {
   int world_size = 0;
   std::vector<std::pair<std::string, int>> layers;  // name, channels

@@ -30,6 +30,15 @@ int64_t RunData::last_complete_step() const {
   return -1;
 }
 
+int64_t RunData::bn_step_at_or_before(int64_t step) const {
+  if (cfg.record_bn == "off") return -1;
+  for (int64_t s = std::min(step, steps_done() - 1); s >= 0; --s) {
+    const lab::StepRecord* r = record(s, 0);
+    if (r && !r->bn.empty()) return s;
+  }
+  return -1;
+}
+
 const lab::StepRecord* RunData::record(int64_t step, int rank) const {
   if (step < 0 || step >= steps_done() || rank < 0) return nullptr;
   const auto& row = by_step[static_cast<size_t>(step)];

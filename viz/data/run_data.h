@@ -68,6 +68,9 @@ class RunData {
   // The newest complete step (every rank recorded), -1 if none.
   int64_t last_complete_step() const;
   const lab::StepRecord* record(int64_t step, int rank) const;
+  // The newest step at or before `step` whose BatchNorm statistics were recorded (--record-bn
+  // keeps some steps only), -1 if none.
+  int64_t bn_step_at_or_before(int64_t step) const;
 
   // Appends records in (step, rank) order (metrics.jsonl order).
   void add_steps(const std::vector<lab::StepRecord>& recs);

@@ -4,6 +4,7 @@
 //   2. commands: pause / resume / steps / delay, as RunControl gates
 //   3. reading
 #include "run_host.h"
+
 #include "run_data.h"
 
 #include <sys/resource.h>
@@ -16,6 +17,7 @@
 #include <sstream>
 
 #include "backends.h"
+#include "checkpoint.h"
 #include "errors.h"
 #include "ring_model.h"
 
@@ -99,22 +101,31 @@ void RunHost::drive() {
     m_status.error_code = code;
   };
   try {
+    // --resume: the iterations before the checkpoint, read from the run directory before the
+    // run cuts its files back to the checkpoint, so the plots start where the run started, not
+    // where it resumed. (The run then sends again those it still had to write; they are the
+    // same records.) A directory that cannot be read only loses the history, with a note.
+    std::vector<lab::StepRecord> before;
+    std::string history_note;
+    if (!m_cfg.resume.empty()) {
+      try {
+        const int64_t from = lab::find_checkpoint(m_cfg.resume).step;
+        const RunData prior = load_run_dir(m_cfg.resume);
+        for (const auto& step : prior.by_step)
+          for (const lab::StepRecord& r : step)
+            if (r.rank >= 0 && r.step < from) before.push_back(r);
+      } catch (const lab::Error& e) {
+        history_note = std::string("the plots start at the checkpoint: ") + e.what();
+      }
+    }
     // Loading Fashion-MNIST and building the replicas takes a moment: here, not on the GUI thread.
     auto built = std::make_unique<lab::Run>(m_cfg, lab::make_world);
     built->set_step_sink([this](const std::vector<lab::StepRecord>& recs) {
       std::lock_guard<std::mutex> lock(m_mu);
       m_new_steps.insert(m_new_steps.end(), recs.begin(), recs.end());
     });
-    // --resume: the iterations before the checkpoint, from the run directory (cut back to the
-    // checkpoint by now), so the plots start where the run started, not where it resumed.
-    std::vector<lab::StepRecord> before;
-    if (built->resumed_from() >= 0) {
-      const RunData prior = load_run_dir(built->config().out_dir);
-      for (const auto& step : prior.by_step)
-        for (const lab::StepRecord& r : step)
-          if (r.rank >= 0) before.push_back(r);
-    }
     std::lock_guard<std::mutex> lock(m_mu);
+    if (!history_note.empty()) m_status.notes.push_back(history_note);
     m_new_steps.insert(m_new_steps.begin(), before.begin(), before.end());
     for (const std::string& n : built->notes()) m_status.notes.push_back(n);
     if (built->resumed_from() >= 0)
