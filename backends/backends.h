@@ -16,6 +16,12 @@ std::unique_ptr<World> make_world(const RunConfig& cfg);
 // Names of the transports compiled in, e.g. {"threads", "mpi"}.
 std::vector<std::string> available_transports();
 
+// The GPU backend of this build, one line each, for `dtlab version` (gpu_backend.cpp):
+//   "GPU backend: CUDA 13.0 (sm_80, sm_90), cuBLAS 13.1.0, cuDNN 9.19.0, NCCL 2.28.9"
+//   "GPU devices: none (no CUDA driver: cudaGetDeviceCount returned cudaErrorInsufficientDriver ...)"
+// or the devices, or "GPU backend: not built (...)" in a build without CUDA. Never throws.
+std::vector<std::string> gpu_backend_report();
+
 // The process-wide runtime of a transport, owned by the executable's main() for the length of
 // the program: MPI_Init_thread .. MPI_Finalize for "mpi", nothing for "threads" (this base).
 //

@@ -112,12 +112,17 @@ void print_header(const lab::Run& run) {
 class Progress {
  public:
   explicit Progress(const lab::Run& run) : m_run(run), m_tty(isatty(STDOUT_FILENO)) {}
+  // The epochs the run will touch: --steps may end before the last epoch or go past --epochs.
+  int64_t epochs_total() const {
+    const int64_t spe = m_run.steps_per_epoch();
+    return spe > 0 ? (m_run.steps_total() + spe - 1) / spe : m_run.config().epochs;
+  }
   void operator()(const lab::Snapshot& s) {
     while (m_epochs_printed < s.epochs.size()) {
       const lab::EpochRecord& e = s.epochs[m_epochs_printed++];
       if (m_tty) std::printf("\r\033[K");
       std::printf("epoch %lld/%lld  train loss %.4f acc %.4f | test (eval mode) loss %.4f acc %.4f | %.1f s, %.0f samples/s\n",
-                  static_cast<long long>(e.epoch + 1), static_cast<long long>(m_run.config().epochs), e.train_loss,
+                  static_cast<long long>(e.epoch + 1), static_cast<long long>(epochs_total()), e.train_loss,
                   e.train_acc, e.test_loss, e.test_acc, e.seconds, e.samples_per_s);
     }
     if (m_tty && !s.latest.empty()) {
@@ -341,6 +346,7 @@ int main(int argc, char** argv) {
       for (const std::string& t : lab::available_transports()) transports += (transports.empty() ? "" : ", ") + t;
       std::printf("dtlab %s (sgemm: %s; transports: %s)\n", lab::kDtlabVersion, lab::gemm_backend_name(),
                   transports.c_str());
+      for (const std::string& line : lab::gpu_backend_report()) std::printf("%s\n", line.c_str());
       return lab::kExitOk;
     }
     if (run_cmd->parsed()) {

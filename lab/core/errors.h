@@ -17,6 +17,7 @@ enum ExitCode : int {
   kExitTraining = 5,      // a training-time error, e.g. the BatchNorm batch-of-one error
   kExitCommunication = 6, // a rank failed or a collective timed out
   kExitNoDisplay = 7,     // dtlab gui: no display to open a window on, or a build without the GUI
+  kExitDevice = 9,        // a GPU problem: no driver, no GPU, a CUDA/cuBLAS/cuDNN/NCCL call failed
   kExitInterrupted = 130, // stopped by SIGINT
 };
 
@@ -66,6 +67,15 @@ class CommError : public Error {
   int exit_code() const override { return kExitCommunication; }
 };
 
+// The GPU backend (backends/cuda): no driver, no GPU, or a failed CUDA, cuBLAS, cuDNN or NCCL call.
+// The message names the call and carries the library's own error string; the hint says what to
+// check.
+class DeviceError : public Error {
+ public:
+  using Error::Error;
+  int exit_code() const override { return kExitDevice; }
+};
+
 // Throws the error type whose exit_code() is `code` (used to re-raise a rank's error on the
 // thread that reports it, with added context).
 [[noreturn]] inline void throw_error(int code, const std::string& what, const std::string& hint) {
@@ -75,6 +85,7 @@ class CommError : public Error {
     case kExitIo: throw IoError(what, hint);
     case kExitTraining: throw TrainingError(what, hint);
     case kExitCommunication: throw CommError(what, hint);
+    case kExitDevice: throw DeviceError(what, hint);
     default: throw Error(what, hint);
   }
 }

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "elementwise.h"
 #include "errors.h"
 #include "parallel.h"
 
@@ -66,27 +67,22 @@ inline double sum_of(const float* __restrict p, int64_t n) {
   return ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7));
 }
 
-// sum (p - mean)^2 in double, with the deviation and its square in float, as
+// sum (p - mean)^2 in double, with the deviation and its square in float (bn_sq_dev), as
 // batch_norm_cpu_collect_stats does.
 inline double sum_sq_dev(const float* __restrict p, int64_t n, float mean) {
   double a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0;
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    const float d0 = p[i] - mean, d1 = p[i + 1] - mean, d2 = p[i + 2] - mean, d3 = p[i + 3] - mean;
-    const float d4 = p[i + 4] - mean, d5 = p[i + 5] - mean, d6 = p[i + 6] - mean, d7 = p[i + 7] - mean;
-    a0 += d0 * d0;
-    a1 += d1 * d1;
-    a2 += d2 * d2;
-    a3 += d3 * d3;
-    a4 += d4 * d4;
-    a5 += d5 * d5;
-    a6 += d6 * d6;
-    a7 += d7 * d7;
+    a0 += bn_sq_dev(p[i], mean);
+    a1 += bn_sq_dev(p[i + 1], mean);
+    a2 += bn_sq_dev(p[i + 2], mean);
+    a3 += bn_sq_dev(p[i + 3], mean);
+    a4 += bn_sq_dev(p[i + 4], mean);
+    a5 += bn_sq_dev(p[i + 5], mean);
+    a6 += bn_sq_dev(p[i + 6], mean);
+    a7 += bn_sq_dev(p[i + 7], mean);
   }
-  for (; i < n; ++i) {
-    const float d = p[i] - mean;
-    a0 += d * d;
-  }
+  for (; i < n; ++i) a0 += bn_sq_dev(p[i], mean);
   return ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7));
 }
 
@@ -100,7 +96,7 @@ inline void accumulate_dy_xmu(const float* __restrict g, const float* __restrict
     for (int b = 0; b < kBlock; b += kLanes) {
       for (int j = 0; j < kLanes; ++j) {
         fa[j] += g[i + b + j];
-        fb[j] += (p[i + b + j] - mean) * g[i + b + j];
+        fb[j] += bn_xmu_dy(p[i + b + j], mean, g[i + b + j]);
       }
     }
     double u = 0.0, w = 0.0;
@@ -113,14 +109,14 @@ inline void accumulate_dy_xmu(const float* __restrict g, const float* __restrict
   }
   for (; i < n; ++i) {
     s += g[i];
-    t += (p[i] - mean) * g[i];
+    t += bn_xmu_dy(p[i], mean, g[i]);
   }
   sum_dy += s;
   sum_xmu += t;
 }
 
-// q = p * alpha + beta; also copies p into saved (when not null) in the same pass, so the Train
-// forward reads x once.
+// q = p * alpha + beta (bn_affine); also copies p into saved (when not null) in the same pass, so
+// the Train forward reads x once.
 inline void scale_shift(const float* __restrict p, float* __restrict q, float* __restrict saved, int64_t n,
                         float alpha, float beta) {
   int64_t i = 0;
@@ -128,26 +124,26 @@ inline void scale_shift(const float* __restrict p, float* __restrict q, float* _
     for (; i + kLanes <= n; i += kLanes)
       for (int j = 0; j < kLanes; ++j) {
         saved[i + j] = p[i + j];
-        q[i + j] = p[i + j] * alpha + beta;
+        q[i + j] = bn_affine(p[i + j], alpha, beta);
       }
     for (; i < n; ++i) {
       saved[i] = p[i];
-      q[i] = p[i] * alpha + beta;
+      q[i] = bn_affine(p[i], alpha, beta);
     }
     return;
   }
   for (; i + kLanes <= n; i += kLanes)
-    for (int j = 0; j < kLanes; ++j) q[i + j] = p[i + j] * alpha + beta;
-  for (; i < n; ++i) q[i] = p[i] * alpha + beta;
+    for (int j = 0; j < kLanes; ++j) q[i + j] = bn_affine(p[i + j], alpha, beta);
+  for (; i < n; ++i) q[i] = bn_affine(p[i], alpha, beta);
 }
 
-// dx = (dy - grad_mean - (x - mean) * k) * scale
-inline void bn_input_grad(const float* __restrict g, const float* __restrict p, float* __restrict q, int64_t n,
-                          float grad_mean, float mean, float k, float scale) {
+// dx = (dy - grad_mean - (x - mean) * k) * scale (bn_input_grad)
+inline void run_input_grad(const float* __restrict g, const float* __restrict p, float* __restrict q, int64_t n,
+                           float grad_mean, float mean, float k, float scale) {
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes)
-    for (int j = 0; j < kLanes; ++j) q[i + j] = (g[i + j] - grad_mean - (p[i + j] - mean) * k) * scale;
-  for (; i < n; ++i) q[i] = (g[i] - grad_mean - (p[i] - mean) * k) * scale;
+    for (int j = 0; j < kLanes; ++j) q[i + j] = bn_input_grad(g[i + j], p[i + j], grad_mean, mean, k, scale);
+  for (; i < n; ++i) q[i] = bn_input_grad(g[i], p[i], grad_mean, mean, k, scale);
 }
 
 // ---- whole-tensor loops over x laid out as (nb, c, inner) ----
@@ -184,10 +180,7 @@ void channel_sq_dev(const float* x, int64_t nb, int64_t c, int64_t inner, const 
     if (inner == 1) {
       for (int64_t b = 0; b < nb; ++b) {
         const float* __restrict row = x + b * c;
-        for (int64_t ch = c0; ch < c1; ++ch) {
-          const float d = row[ch] - mean[ch];
-          out[ch] += d * d;
-        }
+        for (int64_t ch = c0; ch < c1; ++ch) out[ch] += bn_sq_dev(row[ch], mean[ch]);
       }
       return;
     }
@@ -204,7 +197,7 @@ void channel_affine(const float* x, float* y, float* saved, int64_t nb, int64_t 
       for (int64_t b = b0; b < b1; ++b) {
         const float* __restrict in = x + b * c;
         float* __restrict out = y + b * c;
-        for (int64_t ch = 0; ch < c; ++ch) out[ch] = in[ch] * alpha[ch] + beta[ch];
+        for (int64_t ch = 0; ch < c; ++ch) out[ch] = bn_affine(in[ch], alpha[ch], beta[ch]);
       }
       if (saved) std::copy(x + b0 * c, x + b1 * c, saved + b0 * c);
     });
@@ -231,7 +224,7 @@ void channel_grad_sums(const float* dy, const float* x, int64_t nb, int64_t c, i
         const float* __restrict p = x + b * c;
         for (int64_t ch = c0; ch < c1; ++ch) {
           sum_dy[ch] += g[ch];
-          sum_xmu[ch] += (p[ch] - mean[ch]) * g[ch];
+          sum_xmu[ch] += bn_xmu_dy(p[ch], mean[ch], g[ch]);
         }
       }
       return;
@@ -254,7 +247,7 @@ void channel_input_grad(const float* dy, const float* x, float* dx, int64_t nb, 
         const float* __restrict g = dy + b * c;
         const float* __restrict p = x + b * c;
         float* __restrict q = dx + b * c;
-        for (int64_t ch = 0; ch < c; ++ch) q[ch] = (g[ch] - grad_mean[ch] - (p[ch] - mean[ch]) * k[ch]) * scale[ch];
+        for (int64_t ch = 0; ch < c; ++ch) q[ch] = bn_input_grad(g[ch], p[ch], grad_mean[ch], mean[ch], k[ch], scale[ch]);
       }
     });
     return;
@@ -263,7 +256,7 @@ void channel_input_grad(const float* dy, const float* x, float* dx, int64_t nb, 
     for (int64_t b = 0; b < nb; ++b)
       for (int64_t ch = c0; ch < c1; ++ch) {
         const int64_t off = (b * c + ch) * inner;
-        bn_input_grad(dy + off, x + off, dx + off, inner, grad_mean[ch], mean[ch], k[ch], scale[ch]);
+        run_input_grad(dy + off, x + off, dx + off, inner, grad_mean[ch], mean[ch], k[ch], scale[ch]);
       }
   });
 }
@@ -362,12 +355,12 @@ void BatchNorm::prepare_forward(const Tensor& x, Mode mode) {
     if (n > 0) {
       std::vector<double> acc(static_cast<size_t>(c));
       channel_sum(x.ptr(), nb, c, inner, acc.data());
-      for (int64_t ch = 0; ch < c; ++ch) local_mean[ch] = static_cast<float>(acc[ch] / static_cast<double>(n));
+      for (int64_t ch = 0; ch < c; ++ch) local_mean[ch] = bn_mean(acc[ch], n);
       channel_sq_dev(x.ptr(), nb, c, inner, local_mean.data(), acc.data());
       for (int64_t ch = 0; ch < c; ++ch) local_var_sum[ch] = static_cast<float>(acc[ch]);
     }
     std::vector<float> local_var(static_cast<size_t>(c), 0.0f);
-    for (int64_t ch = 0; ch < c && n > 0; ++ch) local_var[ch] = local_var_sum[ch] / static_cast<float>(n);
+    for (int64_t ch = 0; ch < c && n > 0; ++ch) local_var[ch] = bn_biased_var(local_var_sum[ch], n);
 
     std::vector<float> var(static_cast<size_t>(c), 0.0f);
     if (!sync) {
@@ -380,11 +373,7 @@ void BatchNorm::prepare_forward(const Tensor& x, Mode mode) {
         const float m = static_cast<float>(factor);
         float* rm = m_running_mean.value.ptr();
         float* rv = m_running_var.value.ptr();
-        for (int64_t ch = 0; ch < c; ++ch) {
-          rm[ch] = m * local_mean[ch] + (1.0f - m) * rm[ch];
-          const double unbiased = local_var_sum[ch] / static_cast<float>(n - 1);
-          rv[ch] = static_cast<float>(m * unbiased + (1.0f - m) * rv[ch]);
-        }
+        for (int64_t ch = 0; ch < c; ++ch) bn_running_update(rm[ch], rv[ch], local_mean[ch], local_var_sum[ch], n, m);
       }
     } else {
       // Every rank contributes (mean, biased var, count), an empty rank zeros with count 0, and
@@ -428,16 +417,11 @@ void BatchNorm::prepare_forward(const Tensor& x, Mode mode) {
         if (cnt < 1.0) continue;
         m_mean[ch] = static_cast<float>(avg);
         var[ch] = static_cast<float>(m2 / cnt);
-        if (update) {
-          float* rm = m_running_mean.value.ptr();
-          float* rv = m_running_var.value.ptr();
-          rm[ch] = static_cast<float>((1.0 - factor) * rm[ch] + factor * avg);
-          rv[ch] = static_cast<float>((1.0 - factor) * rv[ch] + factor * (m2 / (cnt - 1.0)));
-        }
+        if (update)
+          bn_running_update_global(m_running_mean.value.ptr()[ch], m_running_var.value.ptr()[ch], avg, m2, cnt, factor);
       }
     }
-    for (int64_t ch = 0; ch < c; ++ch)
-      m_invstd[ch] = static_cast<float>(1.0 / std::sqrt(static_cast<double>(var[ch]) + m_opt.eps));
+    for (int64_t ch = 0; ch < c; ++ch) m_invstd[ch] = bn_invstd(var[ch], m_opt.eps);
     if (train) {
       m_stats.mean = m_mean;
       m_stats.var = var;
@@ -451,7 +435,7 @@ void BatchNorm::prepare_forward(const Tensor& x, Mode mode) {
     const float eps = static_cast<float>(m_opt.eps);
     for (int64_t ch = 0; ch < c; ++ch) {
       m_mean[ch] = m_running_mean.value.ptr()[ch];
-      m_invstd[ch] = 1.0f / std::sqrt(m_running_var.value.ptr()[ch] + eps);
+      m_invstd[ch] = bn_invstd_running(m_running_var.value.ptr()[ch], eps);
     }
   }
 
@@ -461,8 +445,8 @@ void BatchNorm::prepare_forward(const Tensor& x, Mode mode) {
   for (int64_t ch = 0; ch < c; ++ch) {
     const float w = m_opt.affine ? m_weight.value.ptr()[ch] : 1.0f;
     const float b = m_opt.affine ? m_bias.value.ptr()[ch] : 0.0f;
-    m_alpha[ch] = m_invstd[ch] * w;
-    m_beta[ch] = b - m_mean[ch] * m_alpha[ch];
+    m_alpha[ch] = bn_alpha(m_invstd[ch], w);
+    m_beta[ch] = bn_beta(b, m_mean[ch], m_alpha[ch]);
   }
 
   if (train) {
@@ -497,8 +481,8 @@ const BatchNorm::InputGradCoefficients* BatchNorm::finish_backward(const std::ve
   // weight/bias gradients stay local (DDP averages them like any other gradient).
   if (m_opt.affine) {
     for (int64_t ch = 0; ch < c; ++ch) {
-      m_weight.grad.ptr()[ch] += static_cast<float>(sum_dy_xmu[ch] * m_invstd[ch]);
-      m_bias.grad.ptr()[ch] += static_cast<float>(sum_dy[ch]);
+      m_weight.grad.ptr()[ch] += bn_weight_grad(sum_dy_xmu[ch], m_invstd[ch]);
+      m_bias.grad.ptr()[ch] += bn_bias_grad(sum_dy[ch]);
     }
   }
 
@@ -518,12 +502,12 @@ const BatchNorm::InputGradCoefficients* BatchNorm::finish_backward(const std::ve
   out.grad_mean.resize(static_cast<size_t>(c));
   out.scale.resize(static_cast<size_t>(c));
   for (int64_t ch = 0; ch < c; ++ch) {
-    const double invstd = m_invstd[ch];
     const float w = m_opt.affine ? m_weight.value.ptr()[ch] : 1.0f;
     // dx = (dy - sum_dy/N - (x - mean) * invstd^2 * sum_dy_xmu/N) * invstd * weight
-    out.k[ch] = static_cast<float>(global[c + ch] * invstd * invstd / count);
-    out.grad_mean[ch] = static_cast<float>(global[ch] / count);
-    out.scale[ch] = static_cast<float>(invstd * w);
+    const BnInputGradCoefficients k = bn_input_grad_coefficients(global[ch], global[c + ch], m_invstd[ch], w, count);
+    out.k[ch] = k.k;
+    out.grad_mean[ch] = k.grad_mean;
+    out.scale[ch] = k.scale;
   }
   return &out;
 }

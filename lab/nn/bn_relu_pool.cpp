@@ -3,16 +3,15 @@
 #include <cassert>
 #include <cstring>
 
+#include "elementwise.h"
 #include "parallel.h"
 
 namespace lab {
 
 namespace {
 
-// MaxPool2d's rule (maxpool2d.cpp): v takes the window from best when strictly greater, or NaN.
-inline bool takes(float v, float best) { return (v > best) | (v != v); }
-
-inline float relu(float v) { return v < 0.0f ? 0.0f : v; }
+// MaxPool2d's rule (pool_takes), ReLU (relu_value, relu_passes) and BatchNorm's affine map and
+// input gradient (bn_affine, bn_input_grad) are elementwise.h's, shared with the layers and the GPU.
 
 // Branch-free selects written with bit masks: the form the vectorizer accepts when one condition
 // picks several values (plain ?: there stays a branch).
@@ -40,9 +39,9 @@ void plane_forward(const float* __restrict in, int64_t h, int64_t w, float a, fl
   const int64_t pairs = h * w / 2, wo = w / 2, ho = h / 2;
   for (int64_t j = 0; j < pairs; ++j) {
     const float x0 = in[2 * j], x1 = in[2 * j + 1];
-    const float v0 = x0 * a + b, v1 = x1 * a + b;
-    const float r0 = relu(v0), r1 = relu(v1);
-    const int32_t t = takes(r1, r0);
+    const float v0 = bn_affine(x0, a, b), v1 = bn_affine(x1, a, b);
+    const float r0 = relu_value(v0), r1 = relu_value(v1);
+    const int32_t t = pool_takes(r1, r0);
     pair_r[j] = t ? r1 : r0;
     pair_v[j] = t ? v1 : v0;
     pair_x[j] = t ? x1 : x0;
@@ -53,7 +52,7 @@ void plane_forward(const float* __restrict in, int64_t h, int64_t w, float a, fl
     const float* __restrict br = tr + wo;
     float* __restrict o = out + oh * wo;
     if (!win) {
-      for (int64_t ow = 0; ow < wo; ++ow) o[ow] = takes(br[ow], tr[ow]) ? br[ow] : tr[ow];
+      for (int64_t ow = 0; ow < wo; ++ow) o[ow] = pool_takes(br[ow], tr[ow]) ? br[ow] : tr[ow];
       continue;
     }
     const float* __restrict tv = pair_v + 2 * oh * wo;
@@ -65,12 +64,12 @@ void plane_forward(const float* __restrict in, int64_t h, int64_t w, float a, fl
     int32_t* __restrict wn = win + oh * wo;
     float* __restrict xw = xwin + oh * wo;
     for (int64_t ow = 0; ow < wo; ++ow) {
-      const uint32_t m = mask_of(takes(br[ow], tr[ow]));  // the bottom pair takes the window
+      const uint32_t m = mask_of(pool_takes(br[ow], tr[ow]));  // the bottom pair takes the window
       o[ow] = pick(m, br[ow], tr[ow]);
       const float v = pick(m, bv[ow], tv[ow]);
       const int32_t place = static_cast<int32_t>((static_cast<uint32_t>(2 + bi[ow]) & m) |
                                                  (static_cast<uint32_t>(ti[ow]) & ~m));
-      wn[ow] = place + kPassed * static_cast<int32_t>(!(v <= 0.0f));
+      wn[ow] = place + kPassed * static_cast<int32_t>(relu_passes(v));
       xw[ow] = pick(m, bx[ow], tx[ow]);
     }
   }
@@ -91,7 +90,7 @@ void plane_grad_sums(const float* __restrict g, const int32_t* __restrict win, c
         const int64_t q = o + b + j;
         const float gv = pick(mask_of((win[q] & kPassed) != 0), 0.0f + g[q], 0.0f);
         fa[j] += gv;
-        fb[j] += (xwin[q] - mean) * gv;
+        fb[j] += bn_xmu_dy(xwin[q], mean, gv);
       }
     double u = 0.0, v = 0.0;
     for (int j = 0; j < kLanes; ++j) {
@@ -104,7 +103,7 @@ void plane_grad_sums(const float* __restrict g, const int32_t* __restrict win, c
   for (; o < count; ++o) {
     const float gv = pick(mask_of((win[o] & kPassed) != 0), 0.0f + g[o], 0.0f);
     s += gv;
-    t += (xwin[o] - mean) * gv;
+    t += bn_xmu_dy(xwin[o], mean, gv);
   }
   sum_dy += s;
   sum_xmu += t;
@@ -126,10 +125,10 @@ void plane_input_grad(const float* __restrict in, const float* __restrict g, con
       const int32_t place = wv & 3;
       const float d0 = pick(mask_of(place == 0), gp, 0.0f), d1 = pick(mask_of(place == 1), gp, 0.0f);
       const float d2 = pick(mask_of(place == 2), gp, 0.0f), d3 = pick(mask_of(place == 3), gp, 0.0f);
-      tq[2 * ow] = (d0 - gm - (ta[2 * ow] - mu) * k) * sc;
-      tq[2 * ow + 1] = (d1 - gm - (ta[2 * ow + 1] - mu) * k) * sc;
-      bq[2 * ow] = (d2 - gm - (ba[2 * ow] - mu) * k) * sc;
-      bq[2 * ow + 1] = (d3 - gm - (ba[2 * ow + 1] - mu) * k) * sc;
+      tq[2 * ow] = bn_input_grad(d0, ta[2 * ow], gm, mu, k, sc);
+      tq[2 * ow + 1] = bn_input_grad(d1, ta[2 * ow + 1], gm, mu, k, sc);
+      bq[2 * ow] = bn_input_grad(d2, ba[2 * ow], gm, mu, k, sc);
+      bq[2 * ow + 1] = bn_input_grad(d3, ba[2 * ow + 1], gm, mu, k, sc);
     }
   }
 }

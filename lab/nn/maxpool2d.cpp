@@ -5,13 +5,15 @@
 #include <cstdint>
 #include <cstring>
 
+#include "elementwise.h"
+
 namespace lab {
 
 namespace {
 
 // PyTorch's CPU kernel scans a window from -inf and takes a value when it is strictly greater than
-// the best so far (so the first of equal maxima stays) or NaN (so the last NaN wins).
-inline bool takes(float v, float best) { return (v > best) | (v != v); }
+// the best so far (so the first of equal maxima stays) or NaN (so the last NaN wins): pool_takes()
+// of elementwise.h, shared with the GPU kernels.
 
 // Branch-free select: after a ReLU the comparisons are coin flips and a branch would mispredict.
 inline void select(bool take, float v, int32_t i, float& best, int32_t& best_i) {
@@ -25,9 +27,10 @@ inline void select(bool take, float v, int32_t i, float& best, int32_t& best_i) 
 }
 
 // The 2x2 fast path is a tournament over the scan order a b / c d: (a, b) and (c, d), then the
-// bottom winner replaces the top one only if it takes() over it. That gives the same answer as the
-// sequential scan (first maximum, last NaN) and splits into two loops of fixed-size blocks that
-// GCC vectorizes at -O2 (the plain per-window loop stays scalar).
+// bottom winner replaces the top one only if it takes over it (elementwise.h's pool2x2_place, which
+// the GPU kernel uses). That gives the same answer as the sequential scan (first maximum, last NaN)
+// and splits into two loops of fixed-size blocks that GCC vectorizes at -O2 (the plain per-window
+// loop stays scalar).
 constexpr int kLanes = 16;
 
 // Horizontal pairs of a contiguous run: pv[i] = winner of (x[2i], x[2i+1]), pf[i] = 1 if x[2i+1].
@@ -36,14 +39,14 @@ void pair_max(const float* __restrict x, float* __restrict pv, uint8_t* __restri
   for (; i + kLanes <= pairs; i += kLanes) {
     for (int j = 0; j < kLanes; ++j) {
       const float a = x[2 * (i + j)], b = x[2 * (i + j) + 1];
-      const bool t = takes(b, a);
+      const bool t = pool_takes(b, a);
       pv[i + j] = t ? b : a;
       pf[i + j] = t;
     }
   }
   for (; i < pairs; ++i) {
     const float a = x[2 * i], b = x[2 * i + 1];
-    const bool t = takes(b, a);
+    const bool t = pool_takes(b, a);
     pv[i] = t ? b : a;
     pf[i] = t;
   }
@@ -58,7 +61,7 @@ void row_max(const float* __restrict tv, const uint8_t* __restrict tf, const flo
   for (int64_t o = 0; o < wo; ++o) {
     float best = tv[o];
     int32_t best_i = base + 2 * static_cast<int32_t>(o) + tf[o];
-    select(takes(bv[o], best), bv[o], base + w + 2 * static_cast<int32_t>(o) + bf[o], best, best_i);
+    select(pool_takes(bv[o], best), bv[o], base + w + 2 * static_cast<int32_t>(o) + bf[o], best, best_i);
     out[o] = best;
     arg[o] = best_i;
   }
@@ -101,7 +104,7 @@ void MaxPool2d::forward(const Tensor& x, Tensor& y, Mode /*mode*/) {
         for (int64_t kh = 0; kh < m_k; ++kh) {
           for (int64_t kw = 0; kw < m_k; ++kw) {
             const int32_t i = static_cast<int32_t>((oh * m_k + kh) * w + ow * m_k + kw);
-            select(takes(in[i], best), in[i], i, best, best_i);
+            select(pool_takes(in[i], best), in[i], i, best, best_i);
           }
         }
         out[oh * wo + ow] = best;

@@ -4,6 +4,7 @@
 #include <cassert>
 #include <cmath>
 
+#include "elementwise.h"
 #include "parallel.h"
 
 namespace lab {
@@ -15,28 +16,14 @@ float cross_entropy(const Tensor& logits, const std::vector<int>& labels, Tensor
   double total = 0.0;
   int hits = 0;
   for (int64_t i = 0; i < n; ++i) {
-    const float* z = logits.ptr() + i * c;
     const int label = labels[static_cast<size_t>(i)];
     assert(label >= 0 && label < c);
-    // argmax with torch.argmax's rules: the first of equal maxima; a NaN counts as the maximum.
+    // log_softmax(z) = z - max - log(sum exp(z - max)): no overflow for large logits; the argmax
+    // with torch.argmax's rules; d(mean loss)/dz = (softmax(z) - onehot(label)) / N. One row of
+    // elementwise.h, shared with the GPU.
     int64_t best = 0;
-    for (int64_t j = 1; j < c; ++j)
-      if (!std::isnan(z[best]) && (z[j] > z[best] || std::isnan(z[j]))) best = j;
+    total += cross_entropy_row(logits.ptr() + i * c, c, label, n, dlogits ? dlogits->ptr() + i * c : nullptr, &best);
     if (best == label) ++hits;
-    // log_softmax(z) = z - max - log(sum exp(z - max)): no overflow for large logits.
-    const float zmax = z[best];
-    double sum = 0.0;
-    for (int64_t j = 0; j < c; ++j) sum += std::exp(static_cast<double>(z[j] - zmax));
-    const double lse = std::log(sum);
-    total += lse - (z[label] - zmax);
-    if (dlogits) {
-      // d(mean loss)/dz = (softmax(z) - onehot(label)) / N
-      float* d = dlogits->ptr() + i * c;
-      for (int64_t j = 0; j < c; ++j) {
-        const double p = std::exp(static_cast<double>(z[j] - zmax) - lse);
-        d[j] = static_cast<float>((p - (j == label ? 1.0 : 0.0)) / static_cast<double>(n));
-      }
-    }
   }
   if (correct) *correct = hits;
   return static_cast<float>(total / static_cast<double>(n));
@@ -50,25 +37,9 @@ namespace {
 
 // The SGD update of one parameter, specialized on the loop-invariant choices so that each variant
 // is a branch-free loop GCC vectorizes at -O2 (with the choices as runtime flags it stays scalar:
-// ~8% of an mlp step). Every `add(x, alpha=a)` of torch.optim.SGD is x * float(a) added in float.
+// ~8% of an mlp step). The element's arithmetic is sgd_element of elementwise.h (SgdCoeffs there),
+// shared with the GPU.
 //   w, g, buf: (n,) the parameter, its gradient and its momentum buffer
-struct SgdCoeffs {
-  float wd, momentum, keep, neg_lr;  // keep = 1 - dampening
-};
-
-template <bool kDecay, bool kMomentum, bool kFirst, bool kNesterov>
-inline void sgd_element(float& w, float g, float& buf, const SgdCoeffs& k) {
-  float d = g;
-  if constexpr (kDecay) d = d + k.wd * w;
-  if constexpr (kMomentum) {
-    // First step: buf = clone(d), with no dampening, as PyTorch does.
-    const float b = kFirst ? d : buf * k.momentum + k.keep * d;
-    buf = b;
-    d = kNesterov ? d + k.momentum * b : b;
-  }
-  w = w + k.neg_lr * d;
-}
-
 // Blocks of kLanes: the loop shape GCC vectorizes at -O2.
 constexpr int kLanes = 8;
 constexpr int64_t kChunk = 16384;  // values per slice of work for the compute threads
@@ -98,8 +69,7 @@ void sgd_dispatch(bool momentum, bool first, bool nesterov, float* w, const floa
 }  // namespace
 
 void Sgd::step() {
-  const SgdCoeffs k{static_cast<float>(m_opt.weight_decay), static_cast<float>(m_opt.momentum),
-                    1.0f - static_cast<float>(m_opt.dampening), -static_cast<float>(m_opt.lr)};
+  const SgdCoeffs k = sgd_coeffs(m_opt.lr, m_opt.momentum, m_opt.dampening, m_opt.weight_decay);
   const bool momentum = m_opt.momentum != 0.0;
   for (size_t i = 0; i < m_params.size(); ++i) {
     Param& p = *m_params[i];

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cassert>
 
+#include "elementwise.h"
 #include "parallel.h"
 
 namespace lab {
@@ -14,21 +15,21 @@ namespace {
 constexpr int kLanes = 16;
 constexpr int64_t kChunk = 4096;  // values per slice of work for the compute threads
 
-// out = v < 0 ? 0 : v, which lets NaN (and -0) through as torch.relu does; mask = 1 where y > 0
-// or NaN, the values whose gradient passes.
+// out = relu_value(v) (v < 0 ? 0 : v, which lets NaN and -0 through as torch.relu does); mask = 1
+// where the gradient passes (y > 0 or NaN). The formulas are elementwise.h's, shared with the GPU.
 void relu_forward(const float* __restrict in, float* __restrict out, uint8_t* __restrict mask, int64_t n) {
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
     for (int j = 0; j < kLanes; ++j) {
       const float v = in[i + j];
-      out[i + j] = v < 0.0f ? 0.0f : v;
-      mask[i + j] = !(v <= 0.0f);
+      out[i + j] = relu_value(v);
+      mask[i + j] = relu_passes(v);
     }
   }
   for (; i < n; ++i) {
     const float v = in[i];
-    out[i] = v < 0.0f ? 0.0f : v;
-    mask[i] = !(v <= 0.0f);
+    out[i] = relu_value(v);
+    mask[i] = relu_passes(v);
   }
 }
 
@@ -36,11 +37,10 @@ void relu_backward(const float* __restrict g, const uint8_t* __restrict mask, fl
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
     for (int j = 0; j < kLanes; ++j) {
-      const float v = g[i + j];
-      out[i + j] = mask[i + j] != 0 ? v : 0.0f;
+      out[i + j] = relu_grad(g[i + j], mask[i + j] != 0);
     }
   }
-  for (; i < n; ++i) out[i] = mask[i] != 0 ? g[i] : 0.0f;
+  for (; i < n; ++i) out[i] = relu_grad(g[i], mask[i] != 0);
 }
 
 }  // namespace
