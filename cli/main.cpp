@@ -269,7 +269,8 @@ int main(int argc, char** argv) {
                "Exit codes: 0 ok, 1 internal error, 2 bad flag or value, 3 dataset problem, 4 file I/O,\n"
                "5 training error (e.g. BatchNorm batch of one), 6 communication failure or timeout,\n"
                "7 no display for `dtlab gui` (or a build without the GUI), 8 a lesson's check failed,\n"
-               "77 a lesson's requirement (e.g. MPI) is missing, 130 interrupted.",
+               "9 a GPU library (CUDA, cuBLAS, cuDNN, NCCL) failed, 77 a lesson's requirement (e.g. MPI)\n"
+               "is missing, 130 interrupted.",
                "dtlab"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "show help for every command");
