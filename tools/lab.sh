@@ -13,5 +13,7 @@ if [[ -n "${DISPLAY:-}${WAYLAND_DISPLAY:-}" ]]; then
   build/dtlab gui --model cnn --world-size 4 --batch-size 32 --bn sync "$@" || code=$?
   [[ $code -ne 7 ]] && exit $code
   echo "dtlab: running the headless job instead"
+else
+  echo "dtlab: no display (DISPLAY and WAYLAND_DISPLAY are unset): training headless, 3 epochs into runs/quickstart"
 fi
 exec build/dtlab run --model cnn --world-size 4 --batch-size 32 --bn sync --epochs 3 --out runs/quickstart "$@"
