@@ -14,21 +14,7 @@ packages=(
   libimgui-dev libglfw3-dev libstb-dev fonts-dejavu-core   # the lab window, dtlab gui (optional)
   xvfb xauth libgl1-mesa-dri xdotool   # its tests on a virtual display (skipped without xvfb-run)
 )
-missing=()
-for p in "${packages[@]}"; do
-  [[ "$p" == \#* ]] && continue
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  echo "dtlab setup: installing ${missing[*]}"
-  SUDO=""
-  if [[ $(id -u) -ne 0 ]]; then
-    command -v sudo >/dev/null || { echo "dtlab setup: need root (or sudo) to install: ${missing[*]}" >&2; exit 1; }
-    SUDO="sudo"
-  fi
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+tools/install_packages.sh "${packages[@]}"
 
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
 cmake --build build -j"$(nproc)"
