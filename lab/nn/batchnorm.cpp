@@ -315,25 +315,61 @@ void BatchNorm::forward(const Tensor& x, Tensor& y, Mode mode) {
   channel_affine(x.ptr(), y.ptr(), train ? m_x.ptr() : nullptr, nb, c, inner, m_alpha.data(), m_beta.data());
 }
 
-void BatchNorm::prepare_forward(const Tensor& x, Mode mode) {
-  if (m_opt.spatial_dims == 2 && x.ndim() != 4)
-    throw ConfigError("expected 4D input (got " + std::to_string(x.ndim()) + "D input)");
-  if (m_opt.spatial_dims != 2 && x.ndim() != 2 && x.ndim() != 3)
-    throw ConfigError("expected 2D or 3D input (got " + std::to_string(x.ndim()) + "D input)");
-  if (x.dim(1) != m_opt.num_features)
-    throw ConfigError(describe() + " got an input of size " + torch_size(x.shape) + ": expected " +
+void BatchNorm::check_input(const std::vector<int64_t>& shape) const {
+  const int nd = static_cast<int>(shape.size());
+  if (m_opt.spatial_dims == 2 && nd != 4)
+    throw ConfigError("expected 4D input (got " + std::to_string(nd) + "D input)");
+  if (m_opt.spatial_dims != 2 && nd != 2 && nd != 3)
+    throw ConfigError("expected 2D or 3D input (got " + std::to_string(nd) + "D input)");
+  if (shape[1] != m_opt.num_features)
+    throw ConfigError(describe() + " got an input of size " + torch_size(shape) + ": expected " +
                       std::to_string(m_opt.num_features) + " channels");
+}
 
+bool BatchNorm::uses_batch_stats(Mode mode) const { return mode == Mode::Train || !m_opt.track_running_stats; }
+
+void BatchNorm::local_stats(const Tensor& x, std::vector<float>& local_mean, std::vector<float>& local_var_sum) const {
+  check_input(x.shape);
   const int64_t c = m_opt.num_features;
   const int64_t nb = x.dim(0);
   int64_t inner = 1;
   for (int i = 2; i < x.ndim(); ++i) inner *= x.dim(i);
   const int64_t n = nb * inner;  // values per channel in this rank's batch
+  // The mean rounded to float, then the sum of float squared deviations in double, as
+  // batch_norm_cpu_collect_stats does.
+  local_mean.assign(static_cast<size_t>(c), 0.0f);
+  local_var_sum.assign(static_cast<size_t>(c), 0.0f);
+  if (n == 0) return;
+  std::vector<double> acc(static_cast<size_t>(c));
+  channel_sum(x.ptr(), nb, c, inner, acc.data());
+  for (int64_t ch = 0; ch < c; ++ch) local_mean[ch] = bn_mean(acc[ch], n);
+  channel_sq_dev(x.ptr(), nb, c, inner, local_mean.data(), acc.data());
+  for (int64_t ch = 0; ch < c; ++ch) local_var_sum[ch] = static_cast<float>(acc[ch]);
+}
+
+void BatchNorm::prepare_forward(const Tensor& x, Mode mode) {
+  check_input(x.shape);
+  std::vector<float> local_mean, local_var_sum;
+  if (uses_batch_stats(mode)) local_stats(x, local_mean, local_var_sum);
+  prepare_from_local_stats(x.shape, mode, std::move(local_mean), std::move(local_var_sum));
+}
+
+void BatchNorm::prepare_from_local_stats(const std::vector<int64_t>& shape, Mode mode, std::vector<float> local_mean,
+                                         std::vector<float> local_var_sum) {
+  check_input(shape);
+  const int64_t c = m_opt.num_features;
+  const int64_t nb = shape[0];
+  int64_t inner = 1;
+  for (size_t i = 2; i < shape.size(); ++i) inner *= shape[i];
+  const int64_t n = nb * inner;  // values per channel in this rank's batch
   const bool train = mode == Mode::Train;
   const bool track = m_opt.track_running_stats;
-  const bool batch_stats = train || !track;
+  const bool batch_stats = uses_batch_stats(mode);
   // Eval never communicates, even when it normalizes with batch statistics (no running stats).
   const bool sync = train && m_sync != nullptr && m_sync->world_size() > 1;
+  if (batch_stats && (local_mean.size() != static_cast<size_t>(c) || local_var_sum.size() != static_cast<size_t>(c)))
+    throw Error(describe() + ": local statistics of " + std::to_string(local_mean.size()) + " and " +
+                std::to_string(local_var_sum.size()) + " channels, expected " + std::to_string(c));
 
   // _BatchNorm.forward counts the batch before F.batch_norm checks its size, so a batch-of-one
   // error leaves num_batches_tracked one higher: kept, because PyTorch does it.
@@ -349,22 +385,12 @@ void BatchNorm::prepare_forward(const Tensor& x, Mode mode) {
   int64_t count = n;
 
   if (batch_stats) {
-    // This rank's own statistics: mean rounded to float, then the sum of float squared deviations
-    // in double, as batch_norm_cpu_collect_stats does.
-    std::vector<float> local_mean(static_cast<size_t>(c), 0.0f), local_var_sum(static_cast<size_t>(c), 0.0f);
-    if (n > 0) {
-      std::vector<double> acc(static_cast<size_t>(c));
-      channel_sum(x.ptr(), nb, c, inner, acc.data());
-      for (int64_t ch = 0; ch < c; ++ch) local_mean[ch] = bn_mean(acc[ch], n);
-      channel_sq_dev(x.ptr(), nb, c, inner, local_mean.data(), acc.data());
-      for (int64_t ch = 0; ch < c; ++ch) local_var_sum[ch] = static_cast<float>(acc[ch]);
-    }
-    std::vector<float> local_var(static_cast<size_t>(c), 0.0f);
+  std::vector<float> local_var(static_cast<size_t>(c), 0.0f);
     for (int64_t ch = 0; ch < c && n > 0; ++ch) local_var[ch] = bn_biased_var(local_var_sum[ch], n);
 
     std::vector<float> var(static_cast<size_t>(c), 0.0f);
     if (!sync) {
-      if (n == 1) throw_batch_of_one(x.shape, m_hint, "");
+      if (n == 1) throw_batch_of_one(shape, m_hint, "");
       m_mean = local_mean;
       var = local_var;
       if (update && n > 0) {
@@ -395,7 +421,7 @@ void BatchNorm::prepare_forward(const Tensor& x, Mode mode) {
       for (int r = 0; r < world; ++r) total += all[static_cast<size_t>(r) * row + 2 * c];
       count = static_cast<int64_t>(total);
       if (count == 1) {
-        std::vector<int64_t> global_shape = x.shape;
+        std::vector<int64_t> global_shape = shape;
         global_shape[0] = 1;
         throw_batch_of_one(global_shape, m_hint,
                            "SyncBatchNorm: the global batch over " + std::to_string(world) +
@@ -450,7 +476,7 @@ void BatchNorm::prepare_forward(const Tensor& x, Mode mode) {
   }
 
   if (train) {
-    m_shape = x.shape;
+    m_shape = shape;
     m_count = count;
     m_synced = sync;
   }
@@ -465,13 +491,24 @@ void BatchNorm::backward(const Tensor& dy, Tensor* dx) {
   for (size_t i = 2; i < m_shape.size(); ++i) inner *= m_shape[i];
 
   // Local per-channel sums: sum_dy and sum_dy_xmu = sum dy * (x - mean).
-  std::vector<double> sum_dy(static_cast<size_t>(c)), sum_dy_xmu(static_cast<size_t>(c));
-  channel_grad_sums(dy.ptr(), m_x.ptr(), nb, c, inner, m_mean.data(), sum_dy.data(), sum_dy_xmu.data());
+  std::vector<double> sum_dy, sum_dy_xmu;
+  grad_sums(dy, m_x, sum_dy, sum_dy_xmu);
   const InputGradCoefficients* k = finish_backward(sum_dy, sum_dy_xmu, dx != nullptr);
   if (!dx) return;
   dx->resize(m_shape);
   channel_input_grad(dy.ptr(), m_x.ptr(), dx->ptr(), nb, c, inner, k->grad_mean.data(), m_mean.data(), k->k.data(),
                      k->scale.data());
+}
+
+void BatchNorm::grad_sums(const Tensor& dy, const Tensor& x, std::vector<double>& sum_dy,
+                          std::vector<double>& sum_dy_xmu) const {
+  assert(dy.shape == x.shape && x.ndim() >= 2 && x.dim(1) == m_opt.num_features);
+  const int64_t c = m_opt.num_features;
+  int64_t inner = 1;
+  for (int i = 2; i < x.ndim(); ++i) inner *= x.dim(i);
+  sum_dy.assign(static_cast<size_t>(c), 0.0);
+  sum_dy_xmu.assign(static_cast<size_t>(c), 0.0);
+  channel_grad_sums(dy.ptr(), x.ptr(), x.dim(0), c, inner, m_mean.data(), sum_dy.data(), sum_dy_xmu.data());
 }
 
 const BatchNorm::InputGradCoefficients* BatchNorm::finish_backward(const std::vector<double>& sum_dy,

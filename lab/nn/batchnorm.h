@@ -73,6 +73,20 @@ class BatchNorm : public Module {
   // prepare_forward: everything but y: the statistics (SyncBN's collectives), running statistics,
   // num_batches_tracked, the batch-of-one error, last_stats(), and y = x * alpha() + beta().
   void prepare_forward(const Tensor& x, Mode mode);
+  // prepare_forward in two halves, for a caller that computes this rank's statistics elsewhere (a
+  // device, executor.h). check_input: the shape checks (ConfigError). uses_batch_stats: whether a
+  // forward in `mode` normalizes with batch statistics (Train, or no running statistics).
+  // prepare_from_local_stats: the rest of prepare_forward from this rank's statistics per channel,
+  // local_mean (C,) = bn_mean(sum of x) and local_var_sum (C,) = the sum of bn_sq_dev(x, mean) in
+  // double rounded to float, as prepare_forward computes them from x (empty when
+  // !uses_batch_stats(mode)). Saves nothing of x: a caller that runs backward keeps x itself.
+  void check_input(const std::vector<int64_t>& shape) const;
+  bool uses_batch_stats(Mode mode) const;
+  // This rank's statistics of x as prepare_forward computes them (the CPU's; a device computes
+  // its own): local_mean, local_var_sum (C,).
+  void local_stats(const Tensor& x, std::vector<float>& local_mean, std::vector<float>& local_var_sum) const;
+  void prepare_from_local_stats(const std::vector<int64_t>& shape, Mode mode, std::vector<float> local_mean,
+                                std::vector<float> local_var_sum);
   const std::vector<float>& alpha() const { return m_alpha; }  // (C,)
   const std::vector<float>& beta() const { return m_beta; }    // (C,)
   const std::vector<float>& mean() const { return m_mean; }    // (C,) mean used to normalize
@@ -82,6 +96,9 @@ class BatchNorm : public Module {
   struct InputGradCoefficients {
     std::vector<float> grad_mean, k, scale;  // (C,) each
   };
+  // This rank's sums as backward computes them (the CPU's; a device computes its own): sum_dy,
+  // sum_dy_xmu (C,) of dy and dy * (x - mean()) per channel. x: the last Train forward's input.
+  void grad_sums(const Tensor& dy, const Tensor& x, std::vector<double>& sum_dy, std::vector<double>& sum_dy_xmu) const;
   const InputGradCoefficients* finish_backward(const std::vector<double>& sum_dy,
                                                const std::vector<double>& sum_dy_xmu, bool want_dx);
 

@@ -34,6 +34,11 @@ class Conv2d : public Module {
   void reset_parameters(TorchGenerator& g);
   Param& weight() { return m_weight; }
   Param& bias() { return m_bias; }
+  int in_channels() const { return m_cin; }
+  int out_channels() const { return m_cout; }
+  int kernel_size() const { return m_k; }
+  int padding() const { return m_pad; }
+  bool has_bias() const { return m_has_bias; }
 
  private:
   int m_cin, m_cout, m_k, m_pad;

@@ -30,6 +30,9 @@ class Linear : public Module {
   void reset_parameters(TorchGenerator& g);
   Param& weight() { return m_weight; }
   Param& bias() { return m_bias; }
+  int in_features() const { return m_in; }
+  int out_features() const { return m_out; }
+  bool has_bias() const { return m_has_bias; }
 
  private:
   int m_in, m_out;
