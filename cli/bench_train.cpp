@@ -231,6 +231,14 @@ double time_train_step(const BenchTrainOptions& opt, long long batch) {
   const int world = opt.world_size;
   std::vector<std::unique_ptr<Model>> models(static_cast<size_t>(world));
   for (auto& m : models) m = build_bench_model(opt.model, 0, batchnorm_of(opt));
+  if (!parse_device(opt.compute.device).is_cpu()) {
+    const ExecutorFactory& make = executor_factory();
+    if (!make) throw DeviceError("--device " + opt.compute.device + ": this program has no device backend");
+    for (int rank = 0; rank < world; ++rank) {
+      Model& m = *models[static_cast<size_t>(rank)];
+      m.set_executor(make(m, opt.compute, rank));
+    }
+  }
   std::vector<double> step_seconds(static_cast<size_t>(world), 0.0);
   std::vector<std::exception_ptr> errors(static_cast<size_t>(world));
   ThreadsWorld tw(world);
@@ -448,6 +456,10 @@ int bench_train(const BenchTrainOptions& opt) {
     throw ConfigError("--world-size must be in 1.." + std::to_string(kMaxWorldSize));
   if (opt.threads < 1) throw ConfigError("--threads must be at least 1");
   if (opt.rounds < 1 || !(opt.seconds > 0)) throw ConfigError("--rounds and --seconds must be positive");
+  validate_compute_options(opt.compute);
+  const bool on_cpu = parse_device(opt.compute.device).is_cpu();
+  if (opt.per_sample && !on_cpu)
+    throw ConfigError("--per-sample compares gradients on the CPU reference: not with --device " + opt.compute.device);
   if (opt.per_sample && opt.world_size != 1)
     throw ConfigError("--per-sample runs one rank, got --world-size " + std::to_string(opt.world_size));
   if (opt.per_sample_bn != "frozen" && opt.per_sample_bn != "train")
@@ -462,11 +474,25 @@ int bench_train(const BenchTrainOptions& opt) {
   set_compute_threads(threads);
   std::string size_text;
   for (long long b : sizes) size_text += (size_text.empty() ? "" : ",") + std::to_string(b);
-  std::fprintf(out, "# dtlab %s bench train model=%s %s=%s world_size=%d threads=%d sgemm=%s batchnorm=%s%s\n",
+  // The model that counts FLOPs; on a device it also gets an executor first, so that a missing GPU
+  // fails before anything is printed.
+  auto flops_model = build_bench_model(opt.model, 0, batchnorm_of(opt));
+  if (!on_cpu) {
+    const ExecutorFactory& make = executor_factory();
+    if (!make) throw DeviceError("--device " + opt.compute.device + ": this program has no device backend");
+    flops_model->set_executor(make(*flops_model, opt.compute, 0));
+  }
+  std::string device_text = on_cpu ? "" : " device=" + opt.compute.device;
+  if (!on_cpu && opt.compute.allow_tf32) device_text += " allow_tf32=on";
+  if (!on_cpu && opt.compute.cudnn_benchmark) device_text += " cudnn_benchmark=on";
+  if (!on_cpu && opt.compute.cudnn_deterministic) device_text += " cudnn_deterministic=on";
+  std::fprintf(out, "# dtlab %s bench train model=%s %s=%s world_size=%d threads=%d sgemm=%s batchnorm=%s%s%s\n",
                kDtlabVersion, opt.model.c_str(), sweep ? "batch_sizes" : "batch_size", size_text.c_str(), world,
-               threads, gemm_backend_name(), opt.batchnorm ? "on" : "off", opt.per_sample ? " per_sample=on" : "");
+               threads, gemm_backend_name(), opt.batchnorm ? "on" : "off", opt.per_sample ? " per_sample=on" : "",
+               device_text.c_str());
   std::fflush(out);
-  const int64_t flops = build_bench_model(opt.model, 0, batchnorm_of(opt))->train_flops_per_sample({1, 28, 28});
+  const int64_t flops = flops_model->train_flops_per_sample({1, 28, 28});
+  flops_model.reset();
   nlohmann::json j = {{"command", "bench train"},
                       {"producer", std::string("dtlab ") + kDtlabVersion},
                       {"model", opt.model},
@@ -474,6 +500,7 @@ int bench_train(const BenchTrainOptions& opt) {
                       {"world_size", world},
                       {"threads", threads},
                       {"sgemm", gemm_backend_name()},
+                      {"device", opt.compute.device},
                       {"train_flops_per_sample", flops}};
   std::fprintf(out, "train_flops_per_sample %lld\n", static_cast<long long>(flops));
   auto gflops_of = [&](double sps) { return sps * static_cast<double>(flops) / 1e9; };

@@ -64,6 +64,7 @@
 #include <string>
 #include <vector>
 
+#include "device.h"
 #include "model.h"
 
 namespace lab {
@@ -77,6 +78,7 @@ struct BenchTrainOptions {
   std::string per_sample_bn = "frozen";  // --per-sample's BatchNorm: frozen (eval mode) or train
   int world_size = 1;
   int threads = 1;
+  ComputeOptions compute;  // --device and its switches (device.h): ranks share one GPU
   double seconds = 0.3;
   int rounds = 7;
   std::string json_out;  // also write the figures here as JSON

@@ -44,6 +44,20 @@ void add_mode_flags(CLI::App& app, lab::RunConfig& c) {
 
 }  // namespace
 
+void add_compute_flags(CLI::App& app, lab::ComputeOptions& o) {
+  app.add_option("--device", o.device,
+                 "where the model computes: cpu (the reference), cuda or cuda:N (cuBLAS and cuDNN; needs a build "
+                 "with the GPU backend and a GPU)")
+      ->capture_default_str();
+  app.add_flag("--allow-tf32", o.allow_tf32,
+               "--device cuda: allow TF32 in matrix products and convolutions (torch.backends.cuda.matmul.allow_tf32 "
+               "and cudnn.allow_tf32); default IEEE float32");
+  app.add_flag("--cudnn-benchmark", o.cudnn_benchmark,
+               "--device cuda: time cuDNN's convolution algorithms and take the fastest (torch.backends.cudnn.benchmark)");
+  app.add_flag("--cudnn-deterministic", o.cudnn_deterministic,
+               "--device cuda: only deterministic cuDNN algorithms (torch.backends.cudnn.deterministic)");
+}
+
 void add_run_flags(CLI::App& app, lab::RunConfig& c, std::string& bn_momentum) {
   // A flag given twice takes its last value, so wrappers (tools/lab.sh) can be overridden.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
@@ -88,6 +102,7 @@ void add_run_flags(CLI::App& app, lab::RunConfig& c, std::string& bn_momentum) {
   app.add_option("--eval-batch-size", c.eval_batch_size, "batch size for evaluation on the test set")->capture_default_str();
   app.add_option("--threads", c.threads, "compute threads (0: one per core); with several ranks, one BLAS thread each")
       ->capture_default_str();
+  add_compute_flags(app, c.compute);
   app.add_flag("--nondeterministic", c.nondeterministic,
                "teaching aid: reductions add contributions in arrival order, as GPU atomics do (convolution weight "
                "gradients over compute threads, the naive allreduce's gather): two runs differ in the last bits");
@@ -149,6 +164,7 @@ void add_bench_train_flags(CLI::App& app, lab::BenchTrainOptions& o) {
   app.add_option("--batch-size", o.batch_size, "per-rank batch size")->capture_default_str();
   app.add_option("--world-size", o.world_size, "emulated ranks (DDP with ring allreduce)")->capture_default_str();
   app.add_option("--threads", o.threads, "BLAS threads for one rank (ranks use one each)")->capture_default_str();
+  add_compute_flags(app, o.compute);
   app.add_option("--seconds", o.seconds, "target seconds per timing round")->capture_default_str();
   app.add_option("--rounds", o.rounds, "timing rounds (the median is reported)")->capture_default_str();
   app.add_option("--batch-sizes", o.batch_sizes,

@@ -20,6 +20,8 @@
 
 namespace cli {
 
+// --device, --allow-tf32, --cudnn-benchmark, --cudnn-deterministic (device.h), for run and bench train.
+void add_compute_flags(CLI::App& app, lab::ComputeOptions& o);
 // `dtlab run` (and `dtlab gui`, whose starting configuration they are). bn_momentum is parsed
 // after the command line by parse_bn_momentum ("none" or a number).
 void add_run_flags(CLI::App& app, lab::RunConfig& c, std::string& bn_momentum);

@@ -29,6 +29,7 @@
 #include "command_line.h"
 #include "eval_command.h"
 #include "config.h"
+#include "devices.h"
 #include "errors.h"
 #include "gemm.h"
 #include "gui_command.h"
@@ -43,6 +44,12 @@ void on_sigint(int sig) { g_interrupted = sig; }
 
 void print_mode_header(const lab::RunConfig& c) {
   std::printf("  mode=%s", c.mode.c_str());
+  if (c.compute.device != "cpu") {
+    std::printf(" device=%s", c.compute.device.c_str());
+    if (c.compute.allow_tf32) std::printf(" allow_tf32=on");
+    if (c.compute.cudnn_benchmark) std::printf(" cudnn_benchmark=on");
+    if (c.compute.cudnn_deterministic) std::printf(" cudnn_deterministic=on");
+  }
   if (c.mode == "dp") std::printf(" (one process, %d devices, global batch %lld)", c.world_size, static_cast<long long>(c.batch_size));
   if (c.mode == "local-sgd")
     std::printf(" average_every=%lld warmup_steps=%lld", static_cast<long long>(c.average_every),
@@ -265,11 +272,13 @@ void start_runtime(std::unique_ptr<lab::CommRuntime>& runtime, lab::RunConfig& c
 
 int main(int argc, char** argv) {
   lab::ensure_openblas_coretype(argc, argv);
+  lab::set_executor_factory(lab::make_executor);  // --device cuda (backends/devices.h)
   CLI::App app{"dtlab: the Distributed Training Lab. Data-parallel training, exactly as PyTorch does it, made visible.\n"
                "Exit codes: 0 ok, 1 internal error, 2 bad flag or value, 3 dataset problem, 4 file I/O,\n"
                "5 training error (e.g. BatchNorm batch of one), 6 communication failure or timeout,\n"
                "7 no display for `dtlab gui` (or a build without the GUI), 8 a lesson's check failed,\n"
-               "9 a GPU library (CUDA, cuBLAS, cuDNN, NCCL) failed, 77 a lesson's requirement (e.g. MPI)\n"
+               "9 --device cuda without a GPU or GPU backend, or a GPU library (CUDA, cuBLAS, cuDNN, NCCL)\n"
+               "failed, 77 a lesson's requirement (e.g. MPI)\n"
                "is missing, 130 interrupted.",
                "dtlab"};
   app.require_subcommand(1);

@@ -164,6 +164,10 @@ void validate(const RunConfig& c) {
   if (c.nondeterministic && c.comm != "threads")
     throw ConfigError("--nondeterministic adds in arrival order between emulated ranks and compute threads",
                       "use --comm threads (the default)");
+  validate_compute_options(c.compute);
+  if (!parse_device(c.compute.device).is_cpu() && c.nondeterministic)
+    throw ConfigError("--nondeterministic is the CPU's emulation of atomic adds: not with --device " + c.compute.device,
+                      "on a GPU, --cudnn-benchmark lets cuDNN pick its fastest algorithm, which may add with atomics");
   validate_modes(c);
 }
 
@@ -245,6 +249,11 @@ std::string to_toml(const RunConfig& c, const std::vector<std::pair<std::string,
   o << "seed = " << c.seed << "\n";
   o << "threads = " << c.threads << "\n";
   o << "nondeterministic = " << b(c.nondeterministic) << "\n";
+  o << "\n[compute]\n";
+  o << "device = " << q(c.compute.device) << "\n";
+  o << "allow_tf32 = " << b(c.compute.allow_tf32) << "\n";
+  o << "cudnn_benchmark = " << b(c.compute.cudnn_benchmark) << "\n";
+  o << "cudnn_deterministic = " << b(c.compute.cudnn_deterministic) << "\n";
   o << "\n[output]\n";
   o << "out_dir = " << q(c.out_dir) << "\n";
   o << "init = " << q(c.init) << "\n";
@@ -376,6 +385,10 @@ RunConfig config_from_table(const toml::table& t, const std::string& path) {
         c.seed = static_cast<uint64_t>(s);
       } else if (key == "schedule.threads") i32(c.threads);
       else if (key == "schedule.nondeterministic") bln(c.nondeterministic);
+      else if (key == "compute.device") str(c.compute.device);
+      else if (key == "compute.allow_tf32") bln(c.compute.allow_tf32);
+      else if (key == "compute.cudnn_benchmark") bln(c.compute.cudnn_benchmark);
+      else if (key == "compute.cudnn_deterministic") bln(c.compute.cudnn_deterministic);
       else if (key == "output.out_dir") str(c.out_dir);
       else if (key == "output.init") str(c.init);
       else if (key == "output.trace_steps") i64(c.trace_steps);

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "device.h"
+
 namespace lab {
 
 constexpr int kConfigFormatVersion = 1;
@@ -57,6 +59,8 @@ struct RunConfig {
   // reproducibility and resources
   uint64_t seed = 0;
   int threads = 0;                     // 0: one per core
+  // where the model computes (--device) and its numerics switches (device.h, lab/nn/executor.h)
+  ComputeOptions compute;
   // teaching aid: reductions add contributions in arrival order (atomic adds over compute
   // threads; the naive allreduce's gather), as GPU atomics do: two runs differ (parallel.h)
   bool nondeterministic = false;

@@ -34,6 +34,8 @@ size_t Model::forward_step(size_t i, const Tensor& in, Mode mode) {
 }
 
 void Model::set_autocast(Autocast a) {
+  if (m_exec && a != Autocast::None)
+    throw ConfigError("autocast bf16 is the CPU's emulation: it cannot run on " + m_exec->describe());
   m_autocast = a;
   for (size_t i = 0; i < m_modules.size(); ++i) m_lower_precision[i] = m_modules[i]->set_autocast(a) ? 1 : 0;
 }
@@ -43,8 +45,15 @@ void Model::set_autocast(Autocast a) {
 // here. A fused BatchNorm -> ReLU -> MaxPool2d run is rounded once, at its end: rounding is
 // monotonic (and keeps 0 and NaN), so it commutes with ReLU and with max, and one rounding of the
 // pooled output equals rounding after each of the three modules, bit for bit.
+void Model::set_executor(std::unique_ptr<ModelExecutor> exec) {
+  if (exec && m_autocast != Autocast::None)
+    throw ConfigError("autocast bf16 is the CPU's emulation: it cannot run on " + exec->describe());
+  m_exec = std::move(exec);
+}
+
 const Tensor& Model::forward(const Tensor& x, Mode mode) {
   assert(!m_modules.empty());
+  if (m_exec) return m_exec->forward(x, mode);
   if (m_autocast != Autocast::None && mode == Mode::Train)
     throw ConfigError("autocast bf16 emulates inference only: a train-mode forward (model.train(), batch "
                       "statistics, backward) is not emulated under it",
@@ -69,6 +78,7 @@ const Tensor& Model::forward(const Tensor& x, Mode mode) {
 }
 
 void Model::backward(const Tensor& dlogits, const std::function<void(int)>& on_param_ready) {
+  if (m_exec) return m_exec->backward(dlogits, on_param_ready);
   const size_t count = m_modules.size();
   m_grads.resize(count);
   // Global index of each module's first parameter (params() order), and the first module that
@@ -104,7 +114,10 @@ int64_t Model::train_flops_per_sample(const std::vector<int64_t>& sample_shape) 
   std::vector<int64_t> shape{1};
   shape.insert(shape.end(), sample_shape.begin(), sample_shape.end());
   const Tensor x(shape);
+  // The CPU modules' forward (an executor keeps no per-module outputs): shapes only, nothing changes.
+  std::unique_ptr<ModelExecutor> exec = std::move(m_exec);
   forward(x, Mode::Eval);
+  m_exec = std::move(exec);
   int64_t fwd = 0, dx = 0;
   bool first = true;
   for (size_t i = 0; i < m_modules.size(); ++i) {

@@ -10,6 +10,7 @@
 
 #include "batchnorm.h"
 #include "bn_relu_pool.h"
+#include "executor.h"
 #include "module.h"
 
 namespace lab {
@@ -79,6 +80,11 @@ class Model {
   // needs none): 2 x multiply-adds, the usual count for a roofline. sample_shape: (1, 28, 28).
   // Runs one eval-mode forward of a zero sample (no buffer changes) to learn every layer's input.
   int64_t train_flops_per_sample(const std::vector<int64_t>& sample_shape);
+  // Runs forward and backward on a device from now on (executor.h): the modules keep the state
+  // (parameters, gradients, buffers) on the host, the executor computes. nullptr: the CPU modules
+  // again. Autocast is the CPU's emulation: it cannot be combined with an executor.
+  void set_executor(std::unique_ptr<ModelExecutor> exec);
+  ModelExecutor* executor() { return m_exec.get(); }
 
  private:
   std::vector<std::unique_ptr<Module>> m_modules;
@@ -96,6 +102,7 @@ class Model {
   std::vector<Tensor> m_acts;  // m_acts[i] = output of module i (unset inside a fused run)
   std::vector<Tensor> m_grads;
   const Tensor* m_input = nullptr;
+  std::unique_ptr<ModelExecutor> m_exec;
 };
 
 struct ModelOptions {

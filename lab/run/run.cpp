@@ -340,6 +340,9 @@ Run::Run(const RunConfig& cfg, const WorldFactory& make_world) : m_cfg(cfg) {
     m_logs.push_back(std::make_unique<EventLog>());
     m_ranks.push_back(std::make_unique<RankState>());
   }
+  // --device: every local replica gets its rank's executor now, so that a missing GPU or backend
+  // fails the run before anything is written (executor.h).
+  for (int r : m_local) attach_device(*m_replicas[static_cast<size_t>(r)], r);
   if (!m_cfg.resume.empty()) load_resume();  // --resume: the checkpoint (run_checkpoint.cpp)
   if (!m_cfg.init.empty() && is_local(0) && !m_resume) {
     // Loaded on rank 0 only: DDP's initial broadcast gives it to everyone, as in PyTorch when
@@ -356,7 +359,10 @@ Run::Run(const RunConfig& cfg, const WorldFactory& make_world) : m_cfg(cfg) {
     m_dir->set_bn_stats(m_cfg.world_size, m_cfg.record_bn);
     m_dir->write_text("config.toml", to_toml(m_cfg, backends()));
   }
-  if (m_cfg.eval_every > 0) m_eval_model = build_model(model_options(m_cfg), m_cfg.seed);
+  if (m_cfg.eval_every > 0) {
+    m_eval_model = build_model(model_options(m_cfg), m_cfg.seed);
+    attach_device(*m_eval_model, 0);
+  }
   m_errors.assign(static_cast<size_t>(world), "");
   m_control = std::make_unique<RunControl>(world);
   for (int r : m_local) {
@@ -401,8 +407,11 @@ Run::~Run() {
 }
 
 std::vector<std::pair<std::string, std::string>> Run::backends() const {
-  return {{"sgemm", gemm_backend_name()}, {"transport", m_cfg.comm},
-          {"allreduce", allreduce_algorithm_name(parse_allreduce_algorithm(m_cfg.allreduce))}};
+  std::vector<std::pair<std::string, std::string>> b{
+      {"sgemm", gemm_backend_name()}, {"transport", m_cfg.comm},
+      {"allreduce", allreduce_algorithm_name(parse_allreduce_algorithm(m_cfg.allreduce))}};
+  if (!m_device_name.empty()) b.insert(b.begin(), {"device", m_device_name});
+  return b;
 }
 
 void Run::start() {
@@ -1012,6 +1021,7 @@ const RunSummary& Run::finish() {
   Model& m0 = *m_replicas[0];
   m_summary.eval_mode = evaluate(m0, Mode::Eval, m_cfg.eval_batch_size, 0, m_test.size);
   auto copy = build_model(model_options(m_cfg), m_cfg.seed);
+  attach_device(*copy, 0);
   copy_state(m0, *copy);
   m_summary.train_mode = evaluate(*copy, Mode::Train, m_cfg.batch_size, 0, m_test.size);
 
@@ -1105,6 +1115,7 @@ const RunSummary& Run::finish() {
                     {"what", "parameters: trainable values (the gradient every step allreduces has as many); "
                              "parameter_bytes: as float32"}};
     }
+    j["device"] = device_summary();
     j["steps"] = m_summary.steps;
     j["steps_per_epoch"] = m_steps_per_epoch;
     j["train_samples"] = m_train.size;

@@ -26,6 +26,8 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "comm_stats.h"
 #include "communicator.h"
 #include "config.h"
@@ -300,6 +302,10 @@ class Run {
   std::mutex m_epoch_mu;
   std::vector<EpochRecord> m_epochs;
   std::vector<EvalPoint> m_evals;           // under m_epoch_mu
+  // --device other than cpu: gives `model` rank `rank`'s executor (executor.h); no-op on the CPU.
+  void attach_device(Model& model, int rank);
+  nlohmann::json device_summary();          // summary.json's "device": where the model computed, what it moved
+  std::string m_device_name;                // the first executor's describe(): "cuda:0 (NVIDIA ...)"
   std::unique_ptr<Model> m_eval_model;      // rank 0's copy for periodic evaluation
   // --mode async: the parameter server (transport world_size, a thread of its own) and what it did
   std::unique_ptr<Model> m_server_model;

@@ -1,0 +1,536 @@
+// CudaExecutor: lab::Model on one GPU, host-staged (lab/nn/executor.h states the contract). One
+// device layer per module, in the model's order:
+//   Flatten    a reshape: its output is its input's memory
+//   Linear     cuBLAS sgemm (cuda_gemm.h), bias_add / bias_grad
+//   Conv2d     cuDNN (cuda_conv.h), one CudnnConv2d per input (N, H, W): the last batch of an epoch
+//              and the eval batches have another N; bias_add / bias_grad
+//   BatchNorm  statistics and the affine on the device; the host BatchNorm finishes each half
+//              (prepare_from_local_stats, finish_backward: SyncBN's collectives, running
+//              statistics, the batch-of-one error, the weight and bias gradients)
+//   ReLU       relu_forward / relu_backward with a byte mask
+//   MaxPool2d  maxpool2x2_forward / _backward (kernel 2 only)
+// Copies per training step (Staging counts them): host -> device the input, every Linear/Conv2d
+// parameter, each BatchNorm's coefficients (alpha, beta; in backward mean and the input-gradient
+// coefficients) and dlogits; device -> host the logits, each BatchNorm's statistics and gradient
+// sums, and every Linear/Conv2d parameter gradient. A download waits for the stream: the host needs
+// its values at once (the BatchNorm halves, on_param_ready).
+//
+// Sections: staging | layers | executor | factory
+#include "cuda_executor.h"
+
+#include <array>
+#include <cassert>
+#include <chrono>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "batchnorm.h"
+#include "conv2d.h"
+#include "cuda_context.h"
+#include "cuda_conv.h"
+#include "cuda_device.h"
+#include "cuda_error.h"
+#include "cuda_gemm.h"
+#include "cuda_ops.h"
+#include "device_buffer.h"
+#include "errors.h"
+#include "linear.h"
+#include "maxpool2d.h"
+#include "model.h"
+
+namespace lab::cuda {
+
+namespace {
+
+using Shape = std::vector<int64_t>;
+
+// Device memory the executor's layers pass along: a layer's output or input gradient, or the
+// staged input. Owned by the layer (or the executor) that wrote it; valid until it writes again.
+struct DeviceView {
+  float* data = nullptr;
+  Shape shape;
+};
+
+// Product of the dimensions after (N, C): H * W for (N, C, H, W), 1 for (N, C).
+int64_t inner_of(const Shape& s) {
+  int64_t inner = 1;
+  for (size_t i = 2; i < s.size(); ++i) inner *= s[i];
+  return inner;
+}
+
+// ---- staging ----
+
+// The executor's host <-> device copies on the context's stream, counted (StagingTraffic).
+class Staging {
+ public:
+  explicit Staging(CudaContext& ctx) : ctx(ctx) {}
+
+  // host (count,) -> d, grown to count elements
+  template <class T>
+  void upload(DeviceBuffer<T>& d, const T* host, size_t count) {
+    d.resize(count);
+    d.upload(host, count, ctx.stream());
+    m_traffic.host_to_device_bytes += count * sizeof(T);
+  }
+  void upload(DeviceBuffer<float>& d, const std::vector<float>& host) { upload(d, host.data(), host.size()); }
+
+  // device (count,) -> host, after the work queued so far; waits until it is there.
+  template <class T>
+  void download(const T* device, T* host, size_t count) {
+    if (count == 0) return;
+    const auto t0 = std::chrono::steady_clock::now();
+    DTLAB_CUDA_CHECK(cudaMemcpyAsync(host, device, count * sizeof(T), cudaMemcpyDeviceToHost, ctx.stream()));
+    DTLAB_CUDA_CHECK(cudaStreamSynchronize(ctx.stream()));
+    m_traffic.wait_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    m_traffic.device_to_host_bytes += count * sizeof(T);
+  }
+
+  // grads: the gradients of `params` back to back on the device (each Param::grad's size, in
+  // order) -> added to the host gradients (+=, as Module::backward accumulates).
+  void add_to_host_grads(const DeviceBuffer<float>& grads, const std::vector<Param*>& params) {
+    m_host.resize(grads.size());
+    download(grads.data(), m_host.data(), grads.size());
+    size_t off = 0;
+    for (Param* p : params) {
+      for (float& g : p->grad.data) g += m_host[off++];
+    }
+    assert(off == grads.size());
+  }
+
+  const StagingTraffic& traffic() const { return m_traffic; }
+
+  CudaContext& ctx;
+
+ private:
+  StagingTraffic m_traffic;
+  std::vector<float> m_host;  // the last gradient download
+};
+
+// ---- layers ----
+
+class DeviceLayer {
+ public:
+  virtual ~DeviceLayer() = default;
+  // x -> y (valid until the next forward); keeps what backward needs.
+  virtual DeviceView forward(const DeviceView& x, Mode mode) = 0;
+  // dy -> the module's parameter gradients added to the host (+=); dx when want_dx, else an empty
+  // view. Follows the forward whose output dy is the gradient of.
+  virtual DeviceView backward(const DeviceView& dy, bool want_dx) = 0;
+};
+
+// x: (N, d1, d2, ...) -> y: (N, d1*d2*...), the same memory
+class FlattenLayer : public DeviceLayer {
+ public:
+  DeviceView forward(const DeviceView& x, Mode) override {
+    m_in_shape = x.shape;
+    int64_t features = 1;
+    for (size_t i = 1; i < x.shape.size(); ++i) features *= x.shape[i];
+    return {x.data, {x.shape.at(0), features}};
+  }
+  // dy: (N, d1*d2*...) -> dx: (N, d1, d2, ...), the same memory
+  DeviceView backward(const DeviceView& dy, bool want_dx) override {
+    return want_dx ? DeviceView{dy.data, m_in_shape} : DeviceView{};
+  }
+
+ private:
+  Shape m_in_shape;
+};
+
+// y (N, out) = x (N, in) W^T + b; W: (out, in), b: (out,)
+class LinearLayer : public DeviceLayer {
+ public:
+  LinearLayer(Staging& st, Linear& m, std::string name) : m_st(st), m_m(m), m_name(std::move(name)) {}
+
+  DeviceView forward(const DeviceView& x, Mode) override {
+    const int in = m_m.in_features(), out = m_m.out_features();
+    if (x.shape.size() != 2 || x.shape[1] != in)
+      throw ConfigError(m_name + " got an input of size " + shape_str(x.shape) + ": expected (N, " +
+                        std::to_string(in) + ")");
+    const int n = static_cast<int>(x.shape[0]);
+    m_st.upload(m_w, m_m.weight().value.data);
+    if (m_m.has_bias()) m_st.upload(m_b, m_m.bias().value.data);
+    m_y.resize(static_cast<size_t>(n) * out);
+    if (n > 0) {
+      sgemm(m_st.ctx, false, true, n, out, in, 1.0f, x.data, in, m_w.data(), in, 0.0f, m_y.data(), out);
+      if (m_m.has_bias()) bias_add(m_st.ctx, m_y.data(), m_b.data(), n, out, 1);
+    }
+    m_x = x;
+    return {m_y.data(), {n, out}};
+  }
+
+  // dy: (N, out) -> dx: (N, in) = dy W
+  DeviceView backward(const DeviceView& dy, bool want_dx) override {
+    const int in = m_m.in_features(), out = m_m.out_features();
+    const int n = static_cast<int>(m_x.shape[0]);
+    // [dW (out, in) | db (out,)] from zero, then downloaded in one copy
+    const size_t wsize = static_cast<size_t>(out) * in;
+    m_grads.resize(wsize + (m_m.has_bias() ? out : 0));
+    m_grads.fill_bytes(0, m_st.ctx.stream());
+    DeviceView dx;
+    if (n > 0) {
+      sgemm(m_st.ctx, true, false, out, in, n, 1.0f, dy.data, out, m_x.data, in, 0.0f, m_grads.data(), in);
+      if (m_m.has_bias()) bias_grad(m_st.ctx, dy.data, m_grads.data() + wsize, n, out, 1);
+    }
+    if (want_dx) {
+      m_dx.resize(static_cast<size_t>(n) * in);
+      if (n > 0) sgemm(m_st.ctx, false, false, n, in, out, 1.0f, dy.data, out, m_w.data(), in, 0.0f, m_dx.data(), in);
+      dx = {m_dx.data(), m_x.shape};
+    }
+    m_st.add_to_host_grads(m_grads, m_m.params());
+    return dx;
+  }
+
+ private:
+  Staging& m_st;
+  Linear& m_m;
+  std::string m_name;
+  DeviceBuffer<float> m_w, m_b;  // (out, in), (out,): the host values of the last forward
+  DeviceBuffer<float> m_y;       // (N, out)
+  DeviceBuffer<float> m_grads;   // (out * in + out,)
+  DeviceBuffer<float> m_dx;      // (N, in)
+  DeviceView m_x;                // (N, in): the last forward's input
+};
+
+// y (N, Cout, Ho, Wo) = conv(x (N, Cin, H, W), W (Cout, Cin, k, k)) + b (Cout,)
+class ConvLayer : public DeviceLayer {
+ public:
+  ConvLayer(Staging& st, Conv2d& m, std::string name) : m_st(st), m_m(m), m_name(std::move(name)) {}
+
+  DeviceView forward(const DeviceView& x, Mode) override {
+    if (x.shape.size() != 4 || x.shape[1] != m_m.in_channels())
+      throw ConfigError(m_name + " got an input of size " + shape_str(x.shape) + ": expected (N, " +
+                        std::to_string(m_m.in_channels()) + ", H, W)");
+    Conv2dShape s;
+    s.n = static_cast<int>(x.shape[0]);
+    s.cin = m_m.in_channels();
+    s.h = static_cast<int>(x.shape[2]);
+    s.w = static_cast<int>(x.shape[3]);
+    s.cout = m_m.out_channels();
+    s.k = m_m.kernel_size();
+    s.pad = m_m.padding();
+    m_st.upload(m_w, m_m.weight().value.data);
+    if (m_m.has_bias()) m_st.upload(m_b, m_m.bias().value.data);
+    const int64_t plane = int64_t{s.ho()} * s.wo();
+    m_y.resize(static_cast<size_t>(s.n * s.cout * plane));
+    // cuDNN refuses an empty batch: it has no output to compute
+    m_conv = s.n > 0 ? &conv_for(s) : nullptr;
+    if (m_conv) {
+      m_conv->forward(x.data, m_w.data(), m_y.data());
+      if (m_m.has_bias()) bias_add(m_st.ctx, m_y.data(), m_b.data(), s.n, s.cout, plane);
+    }
+    m_x = x;
+    return {m_y.data(), {s.n, s.cout, s.ho(), s.wo()}};
+  }
+
+  // dy: (N, Cout, Ho, Wo) -> dx: (N, Cin, H, W)
+  DeviceView backward(const DeviceView& dy, bool want_dx) override {
+    // [dW (Cout, Cin, k, k) | db (Cout,)] from zero, then downloaded in one copy
+    const size_t wsize = m_m.weight().value.data.size();
+    const int cout = m_m.out_channels();
+    m_grads.resize(wsize + (m_m.has_bias() ? cout : 0));
+    m_grads.fill_bytes(0, m_st.ctx.stream());
+    DeviceView dx;
+    if (m_conv) {
+      const Conv2dShape& s = m_conv->shape();
+      m_conv->backward_filter(m_x.data, dy.data, m_grads.data(), 0.0f);
+      if (m_m.has_bias()) bias_grad(m_st.ctx, dy.data, m_grads.data() + wsize, s.n, cout, int64_t{s.ho()} * s.wo());
+    }
+    if (want_dx) {
+      m_dx.resize(static_cast<size_t>(Tensor::numel_of(m_x.shape)));
+      if (m_conv) m_conv->backward_data(m_w.data(), dy.data, m_dx.data());
+      dx = {m_dx.data(), m_x.shape};
+    }
+    m_st.add_to_host_grads(m_grads, m_m.params());
+    return dx;
+  }
+
+ private:
+  CudnnConv2d& conv_for(const Conv2dShape& s) {
+    std::unique_ptr<CudnnConv2d>& conv = m_convs[{s.n, s.h, s.w}];
+    if (!conv) conv = std::make_unique<CudnnConv2d>(m_st.ctx, s);
+    return *conv;
+  }
+
+  Staging& m_st;
+  Conv2d& m_m;
+  std::string m_name;
+  std::map<std::array<int, 3>, std::unique_ptr<CudnnConv2d>> m_convs;  // per input (N, H, W)
+  CudnnConv2d* m_conv = nullptr;  // the last forward's (null: an empty batch)
+  DeviceBuffer<float> m_w, m_b;   // (Cout, Cin, k, k), (Cout,): the host values of the last forward
+  DeviceBuffer<float> m_y;        // (N, Cout, Ho, Wo)
+  DeviceBuffer<float> m_grads;    // (Cout * Cin * k * k + Cout,)
+  DeviceBuffer<float> m_dx;       // (N, Cin, H, W)
+  DeviceView m_x;                 // (N, Cin, H, W): the last forward's input
+};
+
+// x: (N, C) or (N, C, H, W) -> y = x * alpha + beta per channel. The device computes this rank's
+// statistics and gradient sums per channel; the host BatchNorm turns them into coefficients.
+class BatchNormLayer : public DeviceLayer {
+ public:
+  BatchNormLayer(Staging& st, BatchNorm& bn) : m_st(st), m_bn(bn) {}
+
+  DeviceView forward(const DeviceView& x, Mode mode) override {
+    m_bn.check_input(x.shape);  // before the kernels read C channels of x
+    const int64_t n = x.shape[0], c = m_bn.options().num_features, inner = inner_of(x.shape);
+    std::vector<float> mean, var_sum;  // (C,) each: this rank's statistics, or none (running statistics)
+    if (m_bn.uses_batch_stats(mode)) {
+      // [mean | var_sum | var], the first two downloaded in one copy
+      m_stats.resize(static_cast<size_t>(3 * c));
+      bn_batch_stats(m_st.ctx, x.data, n, c, inner, m_stats.data(), m_stats.data() + c, m_stats.data() + 2 * c);
+      m_host.resize(static_cast<size_t>(2 * c));
+      m_st.download(m_stats.data(), m_host.data(), m_host.size());
+      mean.assign(m_host.begin(), m_host.begin() + c);
+      var_sum.assign(m_host.begin() + c, m_host.end());
+    }
+    m_bn.prepare_from_local_stats(x.shape, mode, std::move(mean), std::move(var_sum));
+    // [alpha | beta]
+    m_host = m_bn.alpha();
+    m_host.insert(m_host.end(), m_bn.beta().begin(), m_bn.beta().end());
+    m_st.upload(m_affine, m_host);
+    m_y.resize(static_cast<size_t>(Tensor::numel_of(x.shape)));
+    bn_apply(m_st.ctx, x.data, m_affine.data(), m_affine.data() + c, m_y.data(), n, c, inner);
+    m_x = x;
+    return {m_y.data(), x.shape};
+  }
+
+  // dy: like x -> dx: like x
+  DeviceView backward(const DeviceView& dy, bool want_dx) override {
+    const int64_t n = m_x.shape[0], c = m_bn.options().num_features, inner = inner_of(m_x.shape);
+    m_st.upload(m_mean, m_bn.mean());  // the mean the last forward normalized with (global with SyncBN)
+    // [sum_dy | sum_dy_xmu] in double, downloaded in one copy
+    m_sums.resize(static_cast<size_t>(2 * c));
+    bn_grad_sums(m_st.ctx, dy.data, m_x.data, m_mean.data(), n, c, inner, m_sums.data(), m_sums.data() + c);
+    std::vector<double> sums(static_cast<size_t>(2 * c));
+    m_st.download(m_sums.data(), sums.data(), sums.size());
+    const std::vector<double> sum_dy(sums.begin(), sums.begin() + c), sum_dy_xmu(sums.begin() + c, sums.end());
+    const BatchNorm::InputGradCoefficients* k = m_bn.finish_backward(sum_dy, sum_dy_xmu, want_dx);
+    if (!k) return {};
+    // [grad_mean | k | scale]
+    m_host = k->grad_mean;
+    m_host.insert(m_host.end(), k->k.begin(), k->k.end());
+    m_host.insert(m_host.end(), k->scale.begin(), k->scale.end());
+    m_st.upload(m_coef, m_host);
+    m_dx.resize(static_cast<size_t>(Tensor::numel_of(m_x.shape)));
+    bn_input_grad(m_st.ctx, dy.data, m_x.data, m_mean.data(), m_coef.data(), m_coef.data() + c,
+                  m_coef.data() + 2 * c, m_dx.data(), n, c, inner);
+    return {m_dx.data(), m_x.shape};
+  }
+
+ private:
+  Staging& m_st;
+  BatchNorm& m_bn;
+  DeviceBuffer<float> m_stats;   // (3C,) [mean | var_sum | var]
+  DeviceBuffer<float> m_affine;  // (2C,) [alpha | beta]
+  DeviceBuffer<float> m_mean;    // (C,)
+  DeviceBuffer<double> m_sums;   // (2C,) [sum_dy | sum_dy_xmu]
+  DeviceBuffer<float> m_coef;    // (3C,) [grad_mean | k | scale]
+  DeviceBuffer<float> m_y, m_dx;  // like x
+  std::vector<float> m_host;     // staging on the host
+  DeviceView m_x;                // the last forward's input
+};
+
+// y = max(x, 0), elementwise on any shape
+class ReluLayer : public DeviceLayer {
+ public:
+  explicit ReluLayer(Staging& st) : m_st(st) {}
+
+  DeviceView forward(const DeviceView& x, Mode) override {
+    const int64_t count = Tensor::numel_of(x.shape);
+    m_y.resize(static_cast<size_t>(count));
+    m_mask.resize(static_cast<size_t>(count));
+    relu_forward(m_st.ctx, x.data, m_y.data(), m_mask.data(), count);
+    m_shape = x.shape;
+    return {m_y.data(), x.shape};
+  }
+
+  DeviceView backward(const DeviceView& dy, bool want_dx) override {
+    if (!want_dx) return {};
+    const int64_t count = Tensor::numel_of(m_shape);
+    m_dx.resize(static_cast<size_t>(count));
+    relu_backward(m_st.ctx, dy.data, m_mask.data(), m_dx.data(), count);
+    return {m_dx.data(), m_shape};
+  }
+
+ private:
+  Staging& m_st;
+  DeviceBuffer<float> m_y, m_dx;  // like x
+  DeviceBuffer<uint8_t> m_mask;   // like x: 1 where x passed
+  Shape m_shape;                  // x's
+};
+
+// x: (N, C, H, W) -> y: (N, C, H/2, W/2), MaxPool2d(2)
+class MaxPoolLayer : public DeviceLayer {
+ public:
+  MaxPoolLayer(Staging& st, std::string name) : m_st(st), m_name(std::move(name)) {}
+
+  DeviceView forward(const DeviceView& x, Mode) override {
+    if (x.shape.size() != 4)
+      throw ConfigError(m_name + " got an input of size " + shape_str(x.shape) + ": expected (N, C, H, W)");
+    const Shape y_shape{x.shape[0], x.shape[1], x.shape[2] / 2, x.shape[3] / 2};
+    const size_t count = static_cast<size_t>(Tensor::numel_of(y_shape));
+    m_y.resize(count);
+    m_argmax.resize(count);
+    maxpool2x2_forward(m_st.ctx, x.data, m_y.data(), m_argmax.data(), x.shape[0] * x.shape[1],
+                       static_cast<int>(x.shape[2]), static_cast<int>(x.shape[3]));
+    m_in_shape = x.shape;
+    return {m_y.data(), y_shape};
+  }
+
+  // dy: (N, C, H/2, W/2) -> dx: (N, C, H, W), zero except at each window's winner
+  DeviceView backward(const DeviceView& dy, bool want_dx) override {
+    if (!want_dx) return {};
+    m_dx.resize(static_cast<size_t>(Tensor::numel_of(m_in_shape)));
+    maxpool2x2_backward(m_st.ctx, dy.data, m_argmax.data(), m_dx.data(), m_in_shape[0] * m_in_shape[1],
+                        static_cast<int>(m_in_shape[2]), static_cast<int>(m_in_shape[3]));
+    return {m_dx.data(), m_in_shape};
+  }
+
+ private:
+  Staging& m_st;
+  std::string m_name;
+  DeviceBuffer<float> m_y;         // (N, C, H/2, W/2)
+  DeviceBuffer<int32_t> m_argmax;  // (N, C, H/2, W/2): the winner's index within its input plane
+  DeviceBuffer<float> m_dx;        // (N, C, H, W)
+  Shape m_in_shape;
+};
+
+const char* const kSupported = "the GPU runs Flatten, Linear, Conv2d, BatchNorm1d, BatchNorm2d, ReLU and MaxPool2d(2)";
+
+std::unique_ptr<DeviceLayer> make_layer(Staging& st, Module& m, size_t index) {
+  const std::string kind = m.kind();
+  const std::string name = "module " + std::to_string(index) + " (" + m.describe() + ")";
+  if (kind == "Flatten") return std::make_unique<FlattenLayer>();
+  if (kind == "Linear") return std::make_unique<LinearLayer>(st, dynamic_cast<Linear&>(m), name);
+  if (kind == "Conv2d") return std::make_unique<ConvLayer>(st, dynamic_cast<Conv2d&>(m), name);
+  if (kind == "BatchNorm1d" || kind == "BatchNorm2d")
+    return std::make_unique<BatchNormLayer>(st, dynamic_cast<BatchNorm&>(m));
+  if (kind == "ReLU") return std::make_unique<ReluLayer>(st);
+  if (kind == "MaxPool2d") {
+    if (dynamic_cast<MaxPool2d&>(m).kernel_size() != 2)
+      throw ConfigError("--device cuda cannot run " + name + ": the GPU's max-pool has a 2x2 window only",
+                        std::string(kSupported) + "; run this model with --device cpu");
+    return std::make_unique<MaxPoolLayer>(st, name);
+  }
+  throw ConfigError("--device cuda cannot run " + name + ": the GPU executor has no " + kind + " layer",
+                    std::string(kSupported) + "; run this model with --device cpu");
+}
+
+// ---- executor ----
+
+class CudaExecutor final : public ModelExecutor {
+ public:
+  CudaExecutor(Model& model, const CudaContextOptions& options, DeviceSpec spec, std::string gpu_name)
+      : m_ctx(options), m_st(m_ctx), m_spec(std::move(spec)), m_gpu_name(std::move(gpu_name)) {
+    // Each module's first parameter in params() order, and the first module that holds any:
+    // modules before it need no backward at all, and it needs no dx (as Model::backward).
+    int total = 0;
+    m_first_with_params = model.size();
+    for (size_t i = 0; i < model.size(); ++i) {
+      Module& m = model.module(i);
+      m_layers.push_back(make_layer(m_st, m, i));
+      const int np = static_cast<int>(m.params().size());
+      if (np > 0 && m_first_with_params == model.size()) m_first_with_params = i;
+      m_first_param.push_back(total);
+      m_param_count.push_back(np);
+      total += np;
+    }
+  }
+
+  ~CudaExecutor() override {
+    // The buffers and cuDNN descriptors are freed on this thread: make their device current
+    // (errors ignored: a destructor does not throw; the context's destructor runs last).
+    static_cast<void>(cudaSetDevice(m_ctx.device()));
+  }
+
+  std::string describe() const override { return m_spec.str() + " (" + m_gpu_name + ")"; }
+
+  // x: (N, ...) host -> logits host (N, 10)
+  const Tensor& forward(const Tensor& x, Mode mode) override {
+    m_ctx.make_current();
+    m_trained = false;
+    m_st.upload(m_x, x.ptr(), x.data.size());
+    DeviceView h{m_x.data(), x.shape};
+    for (auto& layer : m_layers) h = layer->forward(h, mode);
+    m_logits.resize(h.shape);
+    m_st.download(h.data, m_logits.ptr(), m_logits.data.size());
+    m_trained = mode == Mode::Train;
+    return m_logits;
+  }
+
+  // dlogits: host (N, 10), the gradient of the last Train forward's logits
+  void backward(const Tensor& dlogits, const std::function<void(int)>& on_param_ready) override {
+    assert(m_trained && dlogits.shape == m_logits.shape);
+    m_ctx.make_current();
+    m_st.upload(m_dlogits, dlogits.ptr(), dlogits.data.size());
+    DeviceView dy{m_dlogits.data(), dlogits.shape};
+    for (size_t i = m_layers.size(); i-- > m_first_with_params;) {
+      dy = m_layers[i]->backward(dy, i > m_first_with_params);
+      if (on_param_ready)
+        for (int p = m_param_count[i] - 1; p >= 0; --p) on_param_ready(m_first_param[i] + p);
+    }
+  }
+
+  StagingTraffic traffic() const override { return m_st.traffic(); }
+
+  // {"device": "cuda:0", "name": "NVIDIA H100 80GB HBM3", "conv_algorithms": [{"layer", "pass", ...}]}
+  std::string report_json() const override {
+    nlohmann::json algos = nlohmann::json::array();
+    for (const ConvAlgoRecord& r : m_ctx.conv_algorithms())
+      algos.push_back({{"layer", r.layer},
+                       {"pass", r.pass},
+                       {"algo", r.algo},
+                       {"how", r.how},
+                       {"deterministic", r.deterministic},
+                       {"math", r.math},
+                       {"workspace", r.workspace},
+                       {"time_ms", r.time_ms}});
+    return nlohmann::json{{"device", m_spec.str()}, {"name", m_gpu_name}, {"conv_algorithms", algos}}.dump();
+  }
+
+ private:
+  CudaContext m_ctx;  // first: destroyed last, after every buffer and cuDNN descriptor below
+  Staging m_st;
+  DeviceSpec m_spec;
+  std::string m_gpu_name;
+  std::vector<std::unique_ptr<DeviceLayer>> m_layers;  // one per module
+  std::vector<int> m_first_param;                      // per module: params() index of its first parameter
+  std::vector<int> m_param_count;                      // per module
+  size_t m_first_with_params = 0;
+  DeviceBuffer<float> m_x;        // (N, ...): the staged input
+  DeviceBuffer<float> m_dlogits;  // (N, 10)
+  Tensor m_logits;                // (N, 10) on the host
+  bool m_trained = false;         // the last forward was a Train forward: backward may follow
+};
+
+}  // namespace
+
+// ---- factory ----
+
+// rank: not used to pick a device: every rank of this process runs on opt.device's GPU.
+std::unique_ptr<ModelExecutor> make_cuda_executor(Model& model, const ComputeOptions& opt, int /*rank*/) {
+  const DeviceSpec spec = parse_device(opt.device);
+  if (spec.kind != "cuda")
+    throw ConfigError("--device " + opt.device + " runs on the host: it needs no GPU executor",
+                      "choose --device cuda or cuda:N for the GPU");
+  const CudaProbe probe = cuda_devices();
+  if (!probe.ok()) throw DeviceError("--device " + opt.device + ": " + probe.reason, probe.hint);
+  const int count = static_cast<int>(probe.devices.size());
+  if (spec.index < 0 || spec.index >= count)
+    throw DeviceError("--device " + opt.device + ": GPU " + std::to_string(spec.index) +
+                          " does not exist: this process sees " + std::to_string(count) + " GPU" +
+                          (count == 1 ? "" : "s"),
+                      "choose cuda:0" + (count == 1 ? "" : " to cuda:" + std::to_string(count - 1)) +
+                          "; `nvidia-smi` lists the GPUs, CUDA_VISIBLE_DEVICES may hide some");
+  CudaContextOptions copt;
+  copt.device = spec.index;
+  copt.matmul_tf32 = opt.allow_tf32;
+  copt.conv_tf32 = opt.allow_tf32;
+  copt.cudnn_benchmark = opt.cudnn_benchmark;
+  copt.cudnn_deterministic = opt.cudnn_deterministic;
+  return std::make_unique<CudaExecutor>(model, copt, spec, probe.devices[static_cast<size_t>(spec.index)].name);
+}
+
+}  // namespace lab::cuda

@@ -1,0 +1,31 @@
+// Where a run computes (--device) and the numerics switches that go with it, with PyTorch's names.
+// The executor that computes on a device is lab/nn/executor.h's; this header is what the
+// configuration needs to know.
+#pragma once
+
+#include <string>
+
+namespace lab {
+
+struct ComputeOptions {
+  std::string device = "cpu";        // "cpu" | "cuda" | "cuda:N"
+  bool allow_tf32 = false;           // torch.backends.cuda.matmul.allow_tf32 and cudnn.allow_tf32
+  bool cudnn_benchmark = false;      // torch.backends.cudnn.benchmark
+  bool cudnn_deterministic = false;  // torch.backends.cudnn.deterministic
+};
+
+struct DeviceSpec {
+  std::string kind = "cpu";  // "cpu" | "cuda"
+  int index = 0;             // cuda:N
+  bool is_cpu() const { return kind == "cpu"; }
+  std::string str() const { return is_cpu() ? "cpu" : kind + ":" + std::to_string(index); }
+};
+
+// "cpu", "cuda" (= cuda:0) or "cuda:N". Throws ConfigError naming `flag` and the value otherwise.
+DeviceSpec parse_device(const std::string& text, const std::string& flag = "--device");
+
+// Checks the switches against the device: the cuDNN and TF32 switches mean nothing on the CPU, so
+// asking for them there is refused (ConfigError naming the flag), as is a malformed device.
+void validate_compute_options(const ComputeOptions& opt);
+
+}  // namespace lab

@@ -1,0 +1,83 @@
+// The device seam: where a model computes (--device) and the interface a device backend implements
+// to run a Model's forward and backward. lab/ knows no device API: a front end passes a factory
+// (backends/backends.h: make_executor) to lab::Run, as it passes the transport's World.
+//
+// "cpu" is the reference and needs no executor: Model runs its own modules (lab/nn). Any other
+// device runs the model through a ModelExecutor attached with Model::set_executor, host-staged:
+//
+//   * The Model's host tensors stay the state of record between steps: parameters (Param::value),
+//     gradients (Param::grad), buffers (running statistics, num_batches_tracked). Everything else
+//     of the run (the optimizer, DDP's buckets and every allreduce, local SGD's averaging, the
+//     broadcasts, checkpoints, the BatchNorm statistics the app shows) keeps reading and writing
+//     them, so run.cpp does not know which device computes.
+//   * forward(x, mode) uploads x and the parameters (they may have changed on the host since the
+//     last forward: an optimizer step, a broadcast, a checkpoint), runs the layers on the device
+//     and downloads the logits.
+//   * BatchNorm is split at its statistics: the device computes this rank's per-channel mean and
+//     sum of squared deviations, the host BatchNorm finishes the step from them
+//     (BatchNorm::prepare_from_local_stats: SyncBN's collectives, the running statistics, the
+//     batch-of-one error, the coefficients alpha and beta), and the device applies the
+//     coefficients. Backward likewise: the device's per-channel sums go to
+//     BatchNorm::finish_backward (weight and bias gradients, SyncBN's allreduce) and its input
+//     gradient coefficients come back.
+//   * backward(dlogits, on_param_ready) walks the layers in reverse as Model::backward does,
+//     computes each layer's parameter gradients on the device, adds them to the host gradients
+//     (+=, so no_sync's accumulation works unchanged) and calls on_param_ready for each parameter
+//     in the same order as Model::backward: DDP's buckets start as they do on the CPU.
+//
+// The staging costs a copy of the parameters each way per step (host -> device before the forward,
+// gradients device -> host during backward); an executor counts those bytes (StagingTraffic) and
+// the run reports them. A device-resident optimizer and a device-aware transport remove them.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "device.h"
+#include "module.h"
+
+namespace lab {
+
+class Model;
+
+// Bytes the host-staged executor moved, and the time it spent waiting for those copies.
+struct StagingTraffic {
+  uint64_t host_to_device_bytes = 0;
+  uint64_t device_to_host_bytes = 0;
+  double wait_ms = 0.0;  // host time spent in synchronous copies (includes the device work queued before them)
+};
+
+class ModelExecutor {
+ public:
+  virtual ~ModelExecutor() = default;
+  // "cuda:0 (NVIDIA H100 80GB HBM3)"
+  virtual std::string describe() const = 0;
+  // logits = model(x), computed on the device. x: host (N, 1, 28, 28); the returned host tensor
+  // (N, 10) stays valid until the next forward. Same contract as Model::forward (Train saves what
+  // backward needs; BatchNorm updates the host's running statistics).
+  virtual const Tensor& forward(const Tensor& x, Mode mode) = 0;
+  // Model::backward's contract: dlogits host (N, 10); host gradients accumulate (+=);
+  // on_param_ready(i) in Model::backward's order.
+  virtual void backward(const Tensor& dlogits, const std::function<void(int)>& on_param_ready) = 0;
+  virtual StagingTraffic traffic() const = 0;
+  // What the device chose, for summary.json: a JSON object as text, e.g. the cuDNN algorithm of
+  // each convolution pass ({"conv_algorithms": [...]}). "{}" when there is nothing to say.
+  virtual std::string report_json() const { return "{}"; }
+};
+
+// Builds the executor of `model` (already built, on the host) for rank `rank` on opt.device.
+// Throws DeviceError when the device cannot be used (no driver, no GPU, a build without the
+// backend), ConfigError for a model the device cannot run.
+using ExecutorFactory =
+    std::function<std::unique_ptr<ModelExecutor>(Model& model, const ComputeOptions& opt, int rank)>;
+
+// The program's factory for devices other than the CPU, set once by its main() (the dtlab
+// executable sets backends/devices.h's make_executor), so that the libraries that start runs (the
+// CLI, the app, the lesson runner) need not link a device backend. Without one, a run on a device
+// fails with a DeviceError saying so.
+void set_executor_factory(ExecutorFactory f);
+const ExecutorFactory& executor_factory();
+
+}  // namespace lab

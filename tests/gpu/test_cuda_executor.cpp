@@ -1,0 +1,386 @@
+// The GPU executor (backends/cuda/cuda_executor.h) against the CPU model: the same model built
+// twice from one seed, one run by its own modules (the reference), one through the executor, fed
+// the same batches. Label "gpu". Without a GPU every test but the DeviceError one reports SKIPPED
+// with the probe's reason; CudaExecutorErrors.NoUsableGpuIsADeviceError runs everywhere.
+//
+// Yardstick: err_i = |gpu_i - cpu_i| <= tol * max_j |cpu_j| per tensor (logits, each gradient,
+// each running statistic, each parameter after SGD). The executor's arithmetic is the ops' (each
+// within 1e-6 of its scale in fp32, tests/gpu/test_cuda_ops.cpp), adding in another order than the
+// CPU, and BatchNorm divides by the batch's standard deviation, which amplifies those differences:
+//   mlp (cuBLAS fp32 products only): tol 1e-4;
+//   cnn (cuDNN's heuristic choice, possibly Winograd or FFT, 5e-5 of scale per op): tol 1e-3.
+// Estimates with room, to be tightened from the first GPU run's "max_err_over_max" properties. An
+// executor bug (a wrong transpose, a missing bias, a gradient set instead of added, batch
+// statistics where running ones belong) moves values by a sizeable fraction of the max: far above
+// both.
+//
+// Sections: helpers | one step | SGD | on_param_ready | eval | batch of one | traffic and report |
+// errors
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "cuda_device.h"
+#include "cuda_executor.h"
+#include "errors.h"
+#include "maxpool2d.h"
+#include "model.h"
+#include "optim.h"
+#include "relu.h"
+
+namespace {
+
+// ---- helpers ----
+
+const lab::cuda::CudaProbe& probe() {
+  static const lab::cuda::CudaProbe p = lab::cuda::cuda_devices();
+  return p;
+}
+
+#define SKIP_WITHOUT_GPU() \
+  if (!probe().ok()) GTEST_SKIP() << probe().reason
+
+constexpr double kTolMlp = 1e-4;
+constexpr double kTolCnn = 1e-3;
+
+double tol_of(const std::string& name) { return name == "mlp" ? kTolMlp : kTolCnn; }
+
+lab::ComputeOptions on_gpu() {
+  lab::ComputeOptions opt;
+  opt.device = "cuda";
+  return opt;
+}
+
+// The CPU reference and its twin run by the executor, identical after build_model(name, seed).
+struct Twins {
+  std::unique_ptr<lab::Model> cpu, gpu;
+};
+
+Twins make_twins(const std::string& name, uint64_t seed = 7) {
+  lab::ModelOptions o;
+  o.name = name;
+  Twins t{lab::build_model(o, seed), lab::build_model(o, seed)};
+  t.gpu->set_executor(lab::cuda::make_cuda_executor(*t.gpu, on_gpu(), 0));
+  return t;
+}
+
+lab::Tensor randn(const std::vector<int64_t>& shape, uint32_t seed, float scale = 1.0f) {
+  lab::Tensor t(shape);
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  for (float& v : t.data) v = d(g);
+  return t;
+}
+
+lab::Tensor batch(int64_t n, uint32_t seed) { return randn({n, 1, 28, 28}, seed); }
+
+std::vector<int> labels(int64_t n, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::uniform_int_distribution<int> d(0, 9);
+  std::vector<int> out(static_cast<size_t>(n));
+  for (int& l : out) l = d(g);
+  return out;
+}
+
+// The largest err / max seen by close_to_max in the running test: each model test records it as
+// its property "max_err_over_max" (gpu_check.json's "recorded"), the figure to tighten tol from.
+double g_worst = 0.0;
+
+// |got_i - want_i| <= tol * max_j |want_j| for every i (a NaN fails); prints the first mismatches
+// and the largest err / max.
+::testing::AssertionResult close_to_max(const std::vector<float>& got, const std::vector<float>& want, double tol) {
+  if (got.size() != want.size()) return ::testing::AssertionFailure() << "size " << got.size() << " != " << want.size();
+  double m = 0.0;
+  for (float v : want) m = std::max(m, std::abs(static_cast<double>(v)));
+  m = std::max(m, 1e-30);
+  int64_t bad = 0;
+  double worst = 0.0;
+  std::string first;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err = std::abs(static_cast<double>(got[i]) - want[i]);
+    worst = std::isnan(err) ? INFINITY : std::max(worst, err / m);
+    if (!(err <= tol * m) && bad++ < 5)
+      first += "\n  [" + std::to_string(i) + "] gpu " + std::to_string(got[i]) + " cpu " + std::to_string(want[i]);
+  }
+  g_worst = std::max(g_worst, worst);
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << bad << " of " << got.size() << " values off by more than " << tol
+                                       << " x max " << m << " (max err/max " << worst << "):" << first;
+}
+
+// Every parameter's gradient agrees.
+void expect_grads_close(lab::Model& gpu, lab::Model& cpu, double tol) {
+  std::vector<lab::StateEntry> g = gpu.state_dict(), c = cpu.state_dict();
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (!g[i].param) continue;
+    EXPECT_TRUE(close_to_max(g[i].param->grad.data, c[i].param->grad.data, tol)) << g[i].name << ".grad";
+  }
+}
+
+// Every parameter's value and every buffer agree (num_batches_tracked exactly).
+void expect_state_close(lab::Model& gpu, lab::Model& cpu, double tol) {
+  std::vector<lab::StateEntry> g = gpu.state_dict(), c = cpu.state_dict();
+  ASSERT_EQ(g.size(), c.size());
+  for (size_t i = 0; i < g.size(); ++i) {
+    SCOPED_TRACE(g[i].name);
+    if (g[i].param) {
+      EXPECT_TRUE(close_to_max(g[i].param->value.data, c[i].param->value.data, tol));
+    } else if (g[i].buffer->is_int64) {
+      EXPECT_EQ(g[i].buffer->i64, c[i].buffer->i64);
+    } else {
+      EXPECT_TRUE(close_to_max(g[i].buffer->value.data, c[i].buffer->value.data, tol));
+    }
+  }
+}
+
+class CudaExecutor : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    SKIP_WITHOUT_GPU();
+    g_worst = 0.0;
+  }
+  void TearDown() override {
+    if (probe().ok()) RecordProperty("max_err_over_max", std::to_string(g_worst));
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(Models, CudaExecutor, ::testing::Values("mlp", "cnn"));
+
+// ---- one step ----
+
+// One Train forward and backward of a batch of 32: logits, every gradient, the running statistics
+// and num_batches_tracked. A second backward without zero_grad must double every gradient on both
+// (the host gradients accumulate: +=).
+TEST_P(CudaExecutor, OneTrainStepMatchesCpu) {
+  const double tol = tol_of(GetParam());
+  Twins m = make_twins(GetParam());
+  const lab::Tensor x = batch(32, 1);
+  const std::vector<float> want = m.cpu->forward(x, lab::Mode::Train).data;
+  const std::vector<float> got = m.gpu->forward(x, lab::Mode::Train).data;
+  EXPECT_TRUE(close_to_max(got, want, tol)) << "logits";
+  const lab::Tensor dlogits = randn({32, 10}, 2, 0.1f);
+  for (int pass = 1; pass <= 2; ++pass) {
+    SCOPED_TRACE("backward " + std::to_string(pass));
+    m.cpu->backward(dlogits);
+    m.gpu->backward(dlogits);
+    expect_grads_close(*m.gpu, *m.cpu, tol);
+  }
+  expect_state_close(*m.gpu, *m.cpu, tol);
+}
+
+// ---- SGD ----
+
+// Five steps of SGD with momentum on the host parameters, each model on its own logits.
+TEST_P(CudaExecutor, FiveSgdStepsMatchCpu) {
+  const double tol = tol_of(GetParam());
+  Twins m = make_twins(GetParam());
+  lab::SgdOptions so;
+  so.lr = 0.05;
+  so.momentum = 0.9;
+  lab::Sgd cpu_opt(m.cpu->params(), so), gpu_opt(m.gpu->params(), so);
+  for (int step = 0; step < 5; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    const lab::Tensor x = batch(32, 100 + step);
+    const std::vector<int> y = labels(32, 200 + step);
+    float losses[2];
+    for (int side = 0; side < 2; ++side) {
+      lab::Model& model = side == 0 ? *m.cpu : *m.gpu;
+      model.zero_grad();
+      lab::Tensor dlogits;
+      losses[side] = lab::cross_entropy(model.forward(x, lab::Mode::Train), y, &dlogits, nullptr);
+      model.backward(dlogits);
+      (side == 0 ? cpu_opt : gpu_opt).step();
+    }
+    EXPECT_NEAR(losses[1], losses[0], tol * losses[0]);
+  }
+  expect_state_close(*m.gpu, *m.cpu, tol);
+}
+
+// ---- on_param_ready ----
+
+// The same indices in the same order as Model::backward (DDP's buckets start from them), each
+// gradient already final on the host when its index is announced.
+TEST_P(CudaExecutor, ParamReadyOrderIsTheCpuModels) {
+  Twins m = make_twins(GetParam());
+  const lab::Tensor x = batch(8, 3);
+  const lab::Tensor dlogits = randn({8, 10}, 4, 0.1f);
+  std::vector<int> want, got;
+  m.cpu->forward(x, lab::Mode::Train);
+  m.cpu->backward(dlogits, [&](int i) { want.push_back(i); });
+  std::vector<lab::Param*> params = m.gpu->params();
+  std::vector<std::vector<float>> at_ready(params.size());
+  m.gpu->forward(x, lab::Mode::Train);
+  m.gpu->backward(dlogits, [&](int i) {
+    got.push_back(i);
+    at_ready[static_cast<size_t>(i)] = params[static_cast<size_t>(i)]->grad.data;
+  });
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(std::set<int>(got.begin(), got.end()).size(), params.size());
+  for (size_t i = 0; i < params.size(); ++i) EXPECT_EQ(at_ready[i], params[i]->grad.data) << "param " << i;
+}
+
+// ---- eval ----
+
+// After a Train step has moved the running statistics, Eval forwards (batches of 17 and of one:
+// new convolution shapes; a batch of one cannot have batch statistics) normalize with them, as on
+// the CPU, and change no buffer.
+TEST_P(CudaExecutor, EvalUsesRunningStatistics) {
+  const double tol = tol_of(GetParam());
+  Twins m = make_twins(GetParam());
+  const lab::Tensor x = batch(32, 5);
+  const lab::Tensor dlogits = randn({32, 10}, 6, 0.1f);
+  for (lab::Model* model : {m.cpu.get(), m.gpu.get()}) {
+    model->forward(x, lab::Mode::Train);
+    model->backward(dlogits);
+  }
+  std::vector<float> buffers_before;
+  for (const lab::StateEntry& e : m.gpu->state_dict())
+    if (e.buffer) {
+      buffers_before.insert(buffers_before.end(), e.buffer->value.data.begin(), e.buffer->value.data.end());
+      buffers_before.push_back(static_cast<float>(e.buffer->i64));
+    }
+  for (int64_t n : {17, 1}) {
+    SCOPED_TRACE("batch " + std::to_string(n));
+    const lab::Tensor xe = batch(n, 7);
+    const std::vector<float> want = m.cpu->forward(xe, lab::Mode::Eval).data;
+    const std::vector<float> got = m.gpu->forward(xe, lab::Mode::Eval).data;
+    EXPECT_TRUE(close_to_max(got, want, tol)) << "eval logits";
+  }
+  std::vector<float> buffers_after;
+  for (const lab::StateEntry& e : m.gpu->state_dict())
+    if (e.buffer) {
+      buffers_after.insert(buffers_after.end(), e.buffer->value.data.begin(), e.buffer->value.data.end());
+      buffers_after.push_back(static_cast<float>(e.buffer->i64));
+    }
+  EXPECT_EQ(buffers_after, buffers_before);
+  expect_state_close(*m.gpu, *m.cpu, tol);
+}
+
+// ---- batch of one ----
+
+// Train with one sample: BatchNorm1d has one value per channel and raises PyTorch's error, the
+// same on both (message, hint, num_batches_tracked counted first); BatchNorm2d has H * W values
+// per channel and trains.
+TEST_P(CudaExecutor, BatchOfOneInTrainIsTheCpusOutcome) {
+  Twins m = make_twins(GetParam());
+  const lab::Tensor x = batch(1, 8);
+  std::string outcome[2];
+  std::vector<float> logits[2];
+  for (int side = 0; side < 2; ++side) {
+    try {
+      logits[side] = (side == 0 ? m.cpu : m.gpu)->forward(x, lab::Mode::Train).data;
+      outcome[side] = "trained";
+    } catch (const lab::TrainingError& e) {
+      outcome[side] = std::string(e.what()) + " | " + e.hint();
+    }
+  }
+  EXPECT_EQ(outcome[1], outcome[0]);
+  EXPECT_EQ(outcome[0] == "trained", GetParam() == "cnn") << outcome[0];
+  EXPECT_TRUE(close_to_max(logits[1], logits[0], tol_of(GetParam())));  // both empty after the error
+  expect_state_close(*m.gpu, *m.cpu, tol_of(GetParam()));
+}
+
+// ---- traffic and report ----
+
+// A step stages at least the input, dlogits and every parameter up and the logits and every
+// gradient down (BatchNorm's parameters travel as alpha / beta and as double sums);
+// report_json says where it ran and, for the cnn, which algorithm each convolution pass uses.
+TEST_P(CudaExecutor, TrafficAndReport) {
+  Twins m = make_twins(GetParam());
+  const lab::Tensor x = batch(16, 9);
+  uint64_t param_bytes = 0;
+  for (lab::Param* p : m.gpu->params()) param_bytes += p->value.data.size() * sizeof(float);
+  lab::ModelExecutor& exec = *m.gpu->executor();
+  m.gpu->forward(x, lab::Mode::Train);
+  const lab::StagingTraffic fwd = exec.traffic();
+  EXPECT_GE(fwd.host_to_device_bytes, x.data.size() * sizeof(float) + param_bytes);
+  EXPECT_GE(fwd.device_to_host_bytes, 16 * 10 * sizeof(float));
+  m.gpu->backward(randn({16, 10}, 10, 0.1f));
+  const lab::StagingTraffic step = exec.traffic();
+  EXPECT_GE(step.host_to_device_bytes - fwd.host_to_device_bytes, 16 * 10 * sizeof(float));
+  EXPECT_GE(step.device_to_host_bytes - fwd.device_to_host_bytes, param_bytes);
+  EXPECT_GT(step.wait_ms, 0.0);
+
+  EXPECT_EQ(exec.describe(), "cuda:0 (" + probe().devices[0].name + ")");
+  const nlohmann::json report = nlohmann::json::parse(exec.report_json());
+  EXPECT_EQ(report.at("device"), "cuda:0");
+  EXPECT_EQ(report.at("name"), probe().devices[0].name);
+  std::set<std::string> passes;
+  for (const nlohmann::json& a : report.at("conv_algorithms")) {
+    passes.insert(a.at("pass").get<std::string>());
+    for (const char* key : {"layer", "algo", "how", "deterministic", "math", "workspace", "time_ms"})
+      EXPECT_TRUE(a.contains(key)) << key;
+  }
+  const std::set<std::string> conv_passes{"forward", "backward_data", "backward_filter"};
+  EXPECT_EQ(passes, GetParam() == "cnn" ? conv_passes : std::set<std::string>{});
+}
+
+// ---- errors ----
+
+// Runs with and without a GPU. Without one: the probe's reason as a DeviceError naming --device;
+// with one: an index no machine has. A malformed device is a ConfigError either way.
+TEST(CudaExecutorErrors, NoUsableGpuIsADeviceError) {
+  lab::ModelOptions o;
+  o.name = "mlp";
+  std::unique_ptr<lab::Model> model = lab::build_model(o, 1);
+  lab::ComputeOptions opt;
+  opt.device = probe().ok() ? "cuda:64" : "cuda";
+  try {
+    lab::cuda::make_cuda_executor(*model, opt, 0);
+    ADD_FAILURE() << "no error for --device " << opt.device;
+  } catch (const lab::DeviceError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind("--device " + opt.device + ": ", 0), 0u) << what;
+    EXPECT_FALSE(e.hint().empty());
+    EXPECT_EQ(e.exit_code(), lab::kExitDevice);
+    if (probe().ok()) {
+      EXPECT_NE(what.find("GPU 64 does not exist"), std::string::npos) << what;
+      EXPECT_NE(what.find("sees " + std::to_string(probe().devices.size()) + " GPU"), std::string::npos) << what;
+    } else {
+      EXPECT_NE(what.find(probe().reason), std::string::npos) << what;
+      EXPECT_EQ(e.hint(), probe().hint);
+    }
+  }
+  opt.device = "gpu:0";
+  EXPECT_THROW(lab::cuda::make_cuda_executor(*model, opt, 0), lab::ConfigError);
+}
+
+// A module the executor has no layer for, and a max-pool other than 2x2: ConfigErrors naming them.
+class Identity : public lab::Module {
+ public:
+  std::string kind() const override { return "Identity"; }
+  std::string describe() const override { return "Identity()"; }
+  void forward(const lab::Tensor& x, lab::Tensor& y, lab::Mode) override { y = x; }
+  void backward(const lab::Tensor& dy, lab::Tensor* dx) override {
+    if (dx) *dx = dy;
+  }
+};
+
+TEST(CudaExecutorErrors, ModulesTheGpuCannotRunAreConfigErrors) {
+  SKIP_WITHOUT_GPU();
+  auto expect_config_error = [](lab::Model& model, const std::string& needle) {
+    try {
+      lab::cuda::make_cuda_executor(model, on_gpu(), 0);
+      ADD_FAILURE() << "no error; expected one naming " << needle;
+    } catch (const lab::ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+      EXPECT_FALSE(e.hint().empty());
+    }
+  };
+  lab::Model pool3;
+  pool3.add(std::make_unique<lab::ReLU>());
+  pool3.add(std::make_unique<lab::MaxPool2d>(3));
+  expect_config_error(pool3, "module 1 (MaxPool2d(3))");
+  lab::Model identity;
+  identity.add(std::make_unique<Identity>());
+  expect_config_error(identity, "module 0 (Identity())");
+}
+
+}  // namespace

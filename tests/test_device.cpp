@@ -1,0 +1,307 @@
+// --device: parsing and validation, the clear error where there is no GPU (or no GPU backend), and
+// the device seam itself (lab/nn/executor.h). The seam is tested on the CPU with StagedCpuExecutor,
+// an executor that follows the host-staged protocol exactly as the GPU's does (parameters copied
+// to its own "device" modules at every forward, BatchNorm split at its statistics and gradient
+// sums, gradients copied back and added, on_param_ready in Model::backward's order) but computes
+// with the CPU's ops: a whole lab::Run through it must give the CPU run's bits. The GPU's executor
+// is tested against the CPU on a GPU (tests/gpu).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "backends.h"
+#include "batchnorm.h"
+#include "config.h"
+#include "elementwise.h"
+#include "errors.h"
+#include "executor.h"
+#include "model.h"
+#include "run.h"
+#include "safetensors.h"
+#include "test_util.h"
+
+namespace {
+
+// ---- a CPU executor with the GPU's protocol ----
+
+class StagedCpuExecutor : public lab::ModelExecutor {
+ public:
+  StagedCpuExecutor(lab::Model& host, const lab::ModelOptions& mopt) : m_host(host), m_dev(lab::build_model(mopt, 0)) {
+    m_dev->set_fusion(false);
+    const size_t n = host.size();
+    m_in.resize(n);
+    m_out.resize(n);
+    m_grad.resize(n);
+  }
+  std::string describe() const override { return "staged-cpu (test)"; }
+  lab::StagingTraffic traffic() const override { return m_traffic; }
+
+  const lab::Tensor& forward(const lab::Tensor& x, lab::Mode mode) override {
+    ++forwards;
+    upload_params();
+    const lab::Tensor* in = &x;
+    for (size_t i = 0; i < m_host.size(); ++i) {
+      m_in[i] = *in;
+      if (auto* bn = dynamic_cast<lab::BatchNorm*>(&m_host.module(i))) {
+        std::vector<float> mean, var_sum;
+        if (bn->uses_batch_stats(mode)) bn->local_stats(*in, mean, var_sum);  // "on the device"
+        bn->prepare_from_local_stats(in->shape, mode, mean, var_sum);         // the host's half
+        apply(*bn, *in, m_out[i]);
+      } else {
+        m_dev->module(i).forward(*in, m_out[i], mode);
+      }
+      in = &m_out[i];
+    }
+    m_logits = *in;
+    m_traffic.device_to_host_bytes += static_cast<uint64_t>(m_logits.numel()) * 4;
+    return m_logits;
+  }
+
+  void backward(const lab::Tensor& dlogits, const std::function<void(int)>& on_param_ready) override {
+    const size_t count = m_host.size();
+    std::vector<int> first_param(count, 0);
+    size_t first_with_params = count;
+    int total = 0;
+    for (size_t i = 0; i < count; ++i) {
+      first_param[i] = total;
+      const int np = static_cast<int>(m_host.module(i).params().size());
+      if (np > 0 && first_with_params == count) first_with_params = i;
+      total += np;
+    }
+    for (size_t i = count; i-- > first_with_params;) {
+      const lab::Tensor& dy = i + 1 == count ? dlogits : m_grad[i];
+      lab::Tensor* dx = i > first_with_params ? &m_grad[i - 1] : nullptr;
+      if (auto* bn = dynamic_cast<lab::BatchNorm*>(&m_host.module(i))) {
+        std::vector<double> sum_dy, sum_dy_xmu;
+        bn->grad_sums(dy, m_in[i], sum_dy, sum_dy_xmu);
+        const auto* k = bn->finish_backward(sum_dy, sum_dy_xmu, dx != nullptr);  // adds the host grads
+        if (dx) input_grad(*bn, *k, dy, m_in[i], *dx);
+      } else {
+        lab::Module& dev = m_dev->module(i);
+        for (lab::Param* p : dev.params()) p->grad.zero();
+        dev.backward(dy, dx);
+        const std::vector<lab::Param*> hp = m_host.module(i).params(), dp = dev.params();
+        for (size_t p = 0; p < hp.size(); ++p) {  // download and add
+          for (int64_t e = 0; e < hp[p]->grad.numel(); ++e) hp[p]->grad.data[e] += dp[p]->grad.data[e];
+          m_traffic.device_to_host_bytes += static_cast<uint64_t>(dp[p]->grad.numel()) * 4;
+        }
+      }
+      if (on_param_ready) {
+        const int np = static_cast<int>(m_host.module(i).params().size());
+        for (int p = np - 1; p >= 0; --p) on_param_ready(first_param[i] + p);
+      }
+    }
+  }
+
+  int forwards = 0;
+
+ private:
+  void upload_params() {
+    for (size_t i = 0; i < m_host.size(); ++i) {
+      const std::vector<lab::Param*> hp = m_host.module(i).params(), dp = m_dev->module(i).params();
+      for (size_t p = 0; p < hp.size(); ++p) {
+        dp[p]->value.data = hp[p]->value.data;
+        m_traffic.host_to_device_bytes += static_cast<uint64_t>(hp[p]->value.numel()) * 4;
+      }
+    }
+  }
+  static int64_t inner_of(const lab::Tensor& x) {
+    int64_t inner = 1;
+    for (int d = 2; d < x.ndim(); ++d) inner *= x.dim(d);
+    return inner;
+  }
+  static void apply(const lab::BatchNorm& bn, const lab::Tensor& x, lab::Tensor& y) {
+    y.resize(x.shape);
+    const int64_t c = x.dim(1), inner = inner_of(x);
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      const int64_t ch = (i / inner) % c;
+      y.data[i] = lab::bn_affine(x.data[i], bn.alpha()[ch], bn.beta()[ch]);
+    }
+  }
+  static void input_grad(const lab::BatchNorm& bn, const lab::BatchNorm::InputGradCoefficients& k, const lab::Tensor& dy,
+                         const lab::Tensor& x, lab::Tensor& dx) {
+    dx.resize(x.shape);
+    const int64_t c = x.dim(1), inner = inner_of(x);
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      const int64_t ch = (i / inner) % c;
+      dx.data[i] = lab::bn_input_grad(dy.data[i], x.data[i], k.grad_mean[ch], bn.mean()[ch], k.k[ch], k.scale[ch]);
+    }
+  }
+
+  lab::Model& m_host;
+  std::unique_ptr<lab::Model> m_dev;  // the "device": same modules, parameters copied in
+  std::vector<lab::Tensor> m_in, m_out, m_grad;
+  lab::Tensor m_logits;
+  lab::StagingTraffic m_traffic;
+};
+
+int g_executors = 0;
+
+// Registers the staged executor as the program's device backend for the length of a test.
+struct StagedBackend {
+  StagedBackend() {
+    g_executors = 0;
+    lab::set_executor_factory([](lab::Model& m, const lab::ComputeOptions& opt, int) {
+      EXPECT_EQ(opt.device, "cuda");
+      ++g_executors;
+      lab::ModelOptions mo;
+      mo.name = m.describe().find("Conv2d") != std::string::npos ? "cnn" : "mlp";
+      return std::make_unique<StagedCpuExecutor>(m, mo);
+    });
+  }
+  ~StagedBackend() { lab::set_executor_factory({}); }
+};
+
+bool no_gpu_here() {
+  const std::vector<std::string> r = lab::gpu_backend_report();
+  return r[0].find("not built") != std::string::npos || (r.size() > 1 && r[1].rfind("GPU devices: none", 0) == 0);
+}
+
+}  // namespace
+
+// ---- parsing and validation ----
+
+TEST(Device, ParsesCpuCudaAndCudaN) {
+  EXPECT_TRUE(lab::parse_device("cpu").is_cpu());
+  EXPECT_EQ(lab::parse_device("cuda").str(), "cuda:0");
+  EXPECT_EQ(lab::parse_device("cuda:3").index, 3);
+  for (const char* bad : {"gpu", "cuda:", "cuda:x", "cuda0", "CUDA", "cuda:-1", "cuda:99999", ""}) {
+    try {
+      lab::parse_device(bad);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const lab::ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("--device '") + bad + "'"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(Device, GpuSwitchesAreRefusedOnTheCpuAndRoundTripInConfig) {
+  lab::ComputeOptions o;
+  o.cudnn_deterministic = true;
+  EXPECT_THROW(lab::validate_compute_options(o), lab::ConfigError);
+  o.device = "cuda:1";
+  EXPECT_NO_THROW(lab::validate_compute_options(o));
+
+  lab::RunConfig c;
+  c.compute = o;
+  c.compute.allow_tf32 = true;
+  const lab::RunConfig back = lab::config_from_toml(lab::to_toml(c, {}), "config.toml");
+  EXPECT_EQ(back.compute.device, "cuda:1");
+  EXPECT_TRUE(back.compute.allow_tf32);
+  EXPECT_TRUE(back.compute.cudnn_deterministic);
+  EXPECT_FALSE(back.compute.cudnn_benchmark);
+  c.nondeterministic = true;  // the CPU's emulation of atomics
+  EXPECT_THROW(lab::validate(c), lab::ConfigError);
+}
+
+// ---- no GPU: a clear error at once ----
+
+TEST(DeviceCli, CudaWithoutAGpuFailsAtOnceWithItsExitCode) {
+  if (!no_gpu_here()) GTEST_SKIP() << "this machine has a GPU: tests/gpu run --device cuda";
+  testutil::TempDir d;
+  const std::string out = d.file("run");
+  const testutil::CliResult r = testutil::run_cli("run --device cuda --steps 1 --limit-train 64 --out " + out);
+  EXPECT_EQ(r.exit_code, lab::kExitDevice) << r.out;
+  EXPECT_NE(r.out.find("dtlab: error: --device cuda: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("hint: "), std::string::npos) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(out)) << "nothing is written before the device is checked";
+
+  const testutil::CliResult b = testutil::run_cli("bench train --device cuda:0 --rounds 1 --seconds 0.01");
+  EXPECT_EQ(b.exit_code, lab::kExitDevice) << b.out;
+  EXPECT_NE(b.out.find("--device cuda:0: "), std::string::npos) << b.out;
+  EXPECT_EQ(b.out.find("train_flops_per_sample"), std::string::npos) << "fails before any figure: " << b.out;
+}
+
+TEST(DeviceCli, BadDeviceAndCpuWithGpuSwitchesAreUsageErrors) {
+  const testutil::CliResult bad = testutil::run_cli("run --device tpu --steps 1");
+  EXPECT_EQ(bad.exit_code, lab::kExitUsage) << bad.out;
+  EXPECT_NE(bad.out.find("--device 'tpu'"), std::string::npos) << bad.out;
+  const testutil::CliResult sw = testutil::run_cli("run --cudnn-benchmark --steps 1");
+  EXPECT_EQ(sw.exit_code, lab::kExitUsage) << sw.out;
+  EXPECT_NE(sw.out.find("--cudnn-benchmark"), std::string::npos) << sw.out;
+  const testutil::CliResult help = testutil::run_cli("run --help");
+  for (const char* flag : {"--device", "--allow-tf32", "--cudnn-benchmark", "--cudnn-deterministic"})
+    EXPECT_NE(help.out.find(flag), std::string::npos) << flag;
+}
+
+TEST(Device, RunWithoutADeviceBackendIsADeviceError) {
+  DTLAB_REQUIRE_DATASET();
+  lab::set_executor_factory({});
+  lab::RunConfig c = testutil::small_run("mlp", 1, "", 1);
+  c.compute.device = "cuda";
+  EXPECT_THROW(lab::Run(c, lab::make_world), lab::DeviceError);
+}
+
+// ---- the seam: a whole run through a host-staged executor gives the CPU's bits ----
+
+TEST(DeviceSeam, RunThroughAStagedExecutorEqualsTheCpuRun) {
+  DTLAB_REQUIRE_DATASET();
+  struct Case {
+    const char* model;
+    const char* bn;
+    const char* mode;
+  };
+  for (const Case k : {Case{"cnn", "sync", "ddp"}, Case{"mlp", "local", "ddp"}, Case{"mlp", "sync", "local-sgd"},
+                       Case{"cnn", "local", "dp"}}) {
+    const std::string what = std::string(k.model) + " bn=" + k.bn + " mode=" + k.mode;
+    testutil::TempDir cpu_dir, dev_dir;
+    lab::RunConfig c = testutil::small_run(k.model, 2, cpu_dir.path(), 4);
+    c.bn = k.bn;
+    c.mode = k.mode;
+    c.average_every = 2;
+    c.eval_every = 2;
+    c.eval_samples = 64;
+    lab::Run(c, lab::make_world).run();
+
+    StagedBackend backend;
+    lab::RunConfig d = c;
+    d.out_dir = dev_dir.path();
+    d.compute.device = "cuda";
+    lab::Run run(d, lab::make_world);
+    run.run();
+    // two replicas, the periodic-evaluation copy, the final train-mode evaluation's copy
+    EXPECT_EQ(g_executors, 4) << what;
+    const nlohmann::json s = nlohmann::json::parse(testutil::read_file(dev_dir.file("summary.json")));
+    const nlohmann::json cs = nlohmann::json::parse(testutil::read_file(cpu_dir.file("summary.json")));
+    if (std::string(k.model) == "mlp") {  // every layer is the CPU's own: the same bits
+      EXPECT_EQ(testutil::read_file(cpu_dir.file("final.safetensors")), testutil::read_file(dev_dir.file("final.safetensors")))
+          << what;
+      EXPECT_EQ(testutil::without_wall_clock(testutil::read_file(cpu_dir.file("metrics.jsonl"))),
+                testutil::without_wall_clock(testutil::read_file(dev_dir.file("metrics.jsonl"))))
+          << what;
+      EXPECT_EQ(s["test_eval_mode"], cs["test_eval_mode"]) << what;
+    } else {
+      // The CPU's cnn fuses BatchNorm2d -> ReLU -> MaxPool2d, whose backward adds BatchNorm's
+      // gradient sums in another order than the separate layers the executor runs
+      // (bn_relu_pool.h): equal to float rounding, which 4 steps of SGD carry into the weights.
+      const std::vector<lab::SafeTensor> a = lab::read_safetensors(cpu_dir.file("final.safetensors"));
+      const std::vector<lab::SafeTensor> b = lab::read_safetensors(dev_dir.file("final.safetensors"));
+      ASSERT_EQ(a.size(), b.size()) << what;
+      for (size_t t = 0; t < a.size(); ++t) {
+        ASSERT_EQ(a[t].name, b[t].name);
+        ASSERT_EQ(a[t].bytes.size(), b[t].bytes.size()) << a[t].name;
+        if (a[t].dtype != "F32") {
+          EXPECT_EQ(a[t].bytes, b[t].bytes) << what << " " << a[t].name;
+          continue;
+        }
+        std::vector<float> fa(a[t].bytes.size() / 4), fb(fa.size());
+        std::memcpy(fa.data(), a[t].bytes.data(), a[t].bytes.size());
+        std::memcpy(fb.data(), b[t].bytes.data(), b[t].bytes.size());
+        float scale = 0.0f, worst = 0.0f;
+        for (size_t e = 0; e < fa.size(); ++e) {
+          scale = std::max(scale, std::abs(fa[e]));
+          worst = std::max(worst, std::abs(fa[e] - fb[e]));
+        }
+        EXPECT_LE(worst, 1e-5f * std::max(scale, 1.0f)) << what << " " << a[t].name;
+      }
+      EXPECT_NEAR(s["test_eval_mode"]["loss"].get<double>(), cs["test_eval_mode"]["loss"].get<double>(), 1e-5) << what;
+    }
+    EXPECT_EQ(s["device"]["name"], "staged-cpu (test)") << what;
+    EXPECT_GT(s["device"]["staging"]["host_to_device_bytes"].get<uint64_t>(), 0u) << what;
+    EXPECT_EQ(cs["device"]["device"], "cpu") << what;
+    EXPECT_NE(testutil::read_file(dev_dir.file("config.toml")).find("device = \"cuda\""), std::string::npos) << what;
+  }
+}
