@@ -7,8 +7,12 @@
 #      --prebuilt, use DIR as it is (made elsewhere with --pack)
 #   4. ctest -L gpu (when built here), then the op tests once more with a JSON report
 #   5. compute-sanitizer memcheck over every op test, racecheck over the hand-written kernels
-#   6. gpu_check.json: the GPU, driver, CUDA/cuDNN/NCCL versions, every test's result and time,
-#      the sanitizers' verdicts, the convolution algorithms cuDNN chose
+#   6. training through dtlab (when DIR/dtlab exists and the dataset is found: DTLAB_DATA_DIR or
+#      the Debian package's folder): the same short run with --device cpu and --device cuda (2
+#      emulated ranks on the GPU, SyncBN), their losses side by side, and bench train --device cuda
+#      at batch 32, 64, 256 for both models
+#   7. gpu_check.json: the GPU, driver, CUDA/cuDNN/NCCL versions, every test's result and time,
+#      the sanitizers' verdicts, the convolution algorithms cuDNN chose, the training figures
 #
 #   tools/gpu_check.sh [--build-dir DIR] [--out FILE] [--prebuilt]
 #   tools/gpu_check.sh --pack [--build-dir DIR]   on a machine without a GPU: build DIR for carrying
@@ -49,7 +53,7 @@ if ((PACK)); then
     -DDTLAB_WITH_BLAS=OFF "-DCMAKE_CUDA_ARCHITECTURES=80;90" >"$BUILD.configure.log" 2>&1 ||
     { tail -20 "$BUILD.configure.log"; fail "configure (log: $BUILD.configure.log)"; }
   grep -q "GPU backend on" "$BUILD.configure.log" || fail "CUDA, cuDNN or NCCL not found: $(grep 'GPU backend' "$BUILD.configure.log")"
-  cmake --build "$BUILD" -j"${JOBS:-1}" --target dtlab_cuda_ops_tests || fail "build"
+  cmake --build "$BUILD" -j"${JOBS:-1}" --target dtlab_cuda_ops_tests dtlab || fail "build"
   say "packed $BUILD/$TESTS ($(du -h "$BUILD/$TESTS" | cut -f1)); on the GPU machine: tools/gpu_check.sh --prebuilt"
   exit 0
 fi
@@ -127,7 +131,7 @@ else
   fi
   grep "dtlab: GPU backend" "$BUILD.configure.log"
   grep -q "GPU backend on" "$BUILD.configure.log" || fail "the GPU backend was not configured"
-  cmake --build "$BUILD" -j"$(nproc)" --target dtlab_cuda_ops_tests >"$BUILD.build.log" 2>&1 ||
+  cmake --build "$BUILD" -j"$(nproc)" --target dtlab_cuda_ops_tests dtlab >"$BUILD.build.log" 2>&1 ||
     { tail -30 "$BUILD.build.log"; fail "build (log: $BUILD.build.log)"; }
   BUILD_S=$(($(date +%s) - t0))
   say "built in ${BUILD_S} s"
@@ -180,7 +184,32 @@ MEM_RC=$SAN_RC; MEM_S=$SAN_S
 run_sanitizer racecheck "CudaOps.*-CudaOps.Sgemm*:CudaOps.Convolution*" "$(left)"
 RACE_RC=$SAN_RC; RACE_S=$SAN_S
 
-# ---- 6. gpu_check.json ----
+# ---- 6. training through dtlab ----
+# A step cut by the time budget or failing counts as a failure; no dtlab binary or no dataset is
+# recorded as not run (and fails the check: every GPU check must run).
+DATA=${DTLAB_DATA_DIR:-/usr/share/datasets/fashion-mnist}
+TRAIN_RC=-1
+TRAIN_S=0
+if [[ -x "$BUILD/dtlab" && -f "$DATA/train-images-idx3-ubyte.gz" ]]; then
+  t0=$(date +%s)
+  TRAIN_RC=0
+  run_args=(--model cnn --world-size 2 --bn sync --limit-train 4096 --limit-test 2000 --batch-size 64
+            --data-dir "$DATA" --timeout 60)
+  for dev in cpu cuda; do
+    timeout "$(left)" "$BUILD/dtlab" run "${run_args[@]}" --device $dev --out "$WORK/run-$dev" \
+      >"$WORK/run-$dev.log" 2>&1 || TRAIN_RC=1
+  done
+  for model in cnn mlp; do
+    timeout "$(left)" "$BUILD/dtlab" bench train --device cuda --model $model --batch-sizes 32,64,256 \
+      --seconds 0.2 --rounds 3 --json "$WORK/bench-$model.json" >"$WORK/bench-$model.log" 2>&1 || TRAIN_RC=1
+  done
+  TRAIN_S=$(($(date +%s) - t0))
+  say "training through dtlab: rc $TRAIN_RC in ${TRAIN_S} s"
+else
+  say "training through dtlab: not run ($BUILD/dtlab or $DATA/train-images-idx3-ubyte.gz missing)"
+fi
+
+# ---- 7. gpu_check.json ----
 NVCC_VERSION=$([[ -n "$NVCC" ]] && "$NVCC" --version | grep -o "release [0-9.]*" | cut -d' ' -f2)
 python3 - "$OUT" <<EOF
 import json, sys, time, re, os
@@ -226,8 +255,23 @@ def san(tool, rc, secs):
     return {"exit_code": rc, "seconds": secs, "errors": int(m[-1]) if m else None, "clean": rc == 0,
             "log": f"{work}/{tool}.log"}
 out["sanitizers"] = {"memcheck": san("memcheck", $MEM_RC, $MEM_S), "racecheck": san("racecheck", $RACE_RC, $RACE_S)}
+def training():
+    t = {"exit_code": $TRAIN_RC, "seconds": $TRAIN_S, "ran": $TRAIN_RC != -1}
+    for dev in ("cpu", "cuda"):
+        try:
+            sm = json.load(open(f"{work}/run-{dev}/summary.json"))
+            t[dev] = {k: sm.get(k) for k in ("test_eval_mode", "test_train_mode", "samples_per_s", "device")}
+        except Exception as e:
+            t[dev] = {"error": str(e)}
+    for model in ("cnn", "mlp"):
+        try:
+            t[f"bench_{model}"] = json.load(open(f"{work}/bench-{model}.json"))
+        except Exception as e:
+            t[f"bench_{model}"] = {"error": str(e)}
+    return t
+out["training"] = training()
 ok = counts["failed"] == 0 and counts["skipped"] == 0 and counts["passed"] > 0 and $TESTS_RC == 0 \
-     and $MEM_RC == 0 and $RACE_RC == 0 and $CTEST_RC in (-1, 0)
+     and $MEM_RC == 0 and $RACE_RC == 0 and $CTEST_RC in (-1, 0) and $TRAIN_RC == 0
 out["ok"] = ok
 json.dump(out, open(sys.argv[1], "w"), indent=2)
 print(f"gpu_check: {counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped; "
