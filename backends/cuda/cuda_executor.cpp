@@ -424,19 +424,8 @@ class CudaExecutor final : public ModelExecutor {
  public:
   CudaExecutor(Model& model, const CudaContextOptions& options, DeviceSpec spec, std::string gpu_name)
       : m_ctx(options), m_st(m_ctx), m_spec(std::move(spec)), m_gpu_name(std::move(gpu_name)) {
-    // Each module's first parameter in params() order, and the first module that holds any:
-    // modules before it need no backward at all, and it needs no dx (as Model::backward).
-    int total = 0;
-    m_first_with_params = model.size();
-    for (size_t i = 0; i < model.size(); ++i) {
-      Module& m = model.module(i);
-      m_layers.push_back(make_layer(m_st, m, i));
-      const int np = static_cast<int>(m.params().size());
-      if (np > 0 && m_first_with_params == model.size()) m_first_with_params = i;
-      m_first_param.push_back(total);
-      m_param_count.push_back(np);
-      total += np;
-    }
+    for (size_t i = 0; i < model.size(); ++i) m_layers.push_back(make_layer(m_st, model.module(i), i));
+    m_layout = model.param_layout();  // Model::backward's walk
   }
 
   ~CudaExecutor() override {
@@ -466,10 +455,10 @@ class CudaExecutor final : public ModelExecutor {
     m_ctx.make_current();
     m_st.upload(m_dlogits, dlogits.ptr(), dlogits.data.size());
     DeviceView dy{m_dlogits.data(), dlogits.shape};
-    for (size_t i = m_layers.size(); i-- > m_first_with_params;) {
-      dy = m_layers[i]->backward(dy, i > m_first_with_params);
+    for (size_t i = m_layers.size(); i-- > m_layout.first_with_params;) {
+      dy = m_layers[i]->backward(dy, i > m_layout.first_with_params);
       if (on_param_ready)
-        for (int p = m_param_count[i] - 1; p >= 0; --p) on_param_ready(m_first_param[i] + p);
+        for (int p = m_layout.count[i] - 1; p >= 0; --p) on_param_ready(m_layout.first[i] + p);
     }
   }
 
@@ -496,9 +485,7 @@ class CudaExecutor final : public ModelExecutor {
   DeviceSpec m_spec;
   std::string m_gpu_name;
   std::vector<std::unique_ptr<DeviceLayer>> m_layers;  // one per module
-  std::vector<int> m_first_param;                      // per module: params() index of its first parameter
-  std::vector<int> m_param_count;                      // per module
-  size_t m_first_with_params = 0;
+  Model::ParamLayout m_layout;                         // where each module's parameters sit in params()
   DeviceBuffer<float> m_x;        // (N, ...): the staged input
   DeviceBuffer<float> m_dlogits;  // (N, 10)
   Tensor m_logits;                // (N, 10) on the host

@@ -81,17 +81,8 @@ void Model::backward(const Tensor& dlogits, const std::function<void(int)>& on_p
   if (m_exec) return m_exec->backward(dlogits, on_param_ready);
   const size_t count = m_modules.size();
   m_grads.resize(count);
-  // Global index of each module's first parameter (params() order), and the first module that
-  // holds any: modules before it need no backward at all, and it needs no dx.
-  std::vector<int> first_param(count, 0);
-  size_t first_with_params = count;
-  int total = 0;
-  for (size_t i = 0; i < count; ++i) {
-    first_param[i] = total;
-    const int np = static_cast<int>(m_modules[i]->params().size());
-    if (np > 0 && first_with_params == count) first_with_params = i;
-    total += np;
-  }
+  const ParamLayout layout = param_layout();
+  const size_t first_with_params = layout.first_with_params;
   // m_grads[i] holds the gradient of module i's output; module i writes its dx into m_grads[i - 1].
   for (size_t i = count; i-- > first_with_params;) {
     const Tensor& dy = i + 1 == count ? dlogits : m_grads[i];
@@ -103,11 +94,23 @@ void Model::backward(const Tensor& dlogits, const std::function<void(int)>& on_p
       Tensor* dx = i > first_with_params ? &m_grads[i - 1] : nullptr;
       m_modules[i]->backward(dy, dx);
     }
-    if (on_param_ready) {
-      const int np = static_cast<int>(m_modules[i]->params().size());
-      for (int p = np - 1; p >= 0; --p) on_param_ready(first_param[i] + p);
-    }
+    if (on_param_ready)
+      for (int p = layout.count[i] - 1; p >= 0; --p) on_param_ready(layout.first[i] + p);
   }
+}
+
+Model::ParamLayout Model::param_layout() {
+  ParamLayout l;
+  l.first_with_params = m_modules.size();
+  int total = 0;
+  for (size_t i = 0; i < m_modules.size(); ++i) {
+    const int np = static_cast<int>(m_modules[i]->params().size());
+    if (np > 0 && l.first_with_params == m_modules.size()) l.first_with_params = i;
+    l.first.push_back(total);
+    l.count.push_back(np);
+    total += np;
+  }
+  return l;
 }
 
 int64_t Model::train_flops_per_sample(const std::vector<int64_t>& sample_shape) {

@@ -45,6 +45,14 @@ class Model {
   void backward(const Tensor& dlogits, const std::function<void(int)>& on_param_ready = {});
 
   std::vector<Param*> params();          // registration order
+  // Where each module's parameters sit in params(): first[i] the index of module i's first, count[i]
+  // how many it has, first_with_params the first module with any (size() when none): backward
+  // starts there, and that module needs no dx. An executor walks its layers with the same layout.
+  struct ParamLayout {
+    std::vector<int> first, count;
+    size_t first_with_params = 0;
+  };
+  ParamLayout param_layout();
   std::vector<StateEntry> state_dict();  // params and buffers, PyTorch's order and names
   std::vector<BatchNorm*> batchnorms();
   std::vector<int> batchnorm_module_index();  // module index of each BatchNorm ("2" in "2.weight")
