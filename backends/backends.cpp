@@ -6,6 +6,10 @@
 #include "mpi/mpi_runtime.h"
 #include "mpi/transport_mpi.h"
 #endif
+#ifdef DTLAB_HAVE_NCCL
+#include "cuda/cuda_device.h"
+#include "nccl/transport_nccl.h"
+#endif
 
 namespace lab {
 
@@ -18,6 +22,33 @@ namespace {
                     "rebuild: cmake -S . -B build && cmake --build build");
 }
 #endif
+
+// --comm nccl: the GPU of every rank is checked against the machine before NCCL is called (NCCL
+// refuses two ranks on one GPU; validate() has refused a map that says so).
+std::unique_ptr<World> make_nccl_world(const RunConfig& cfg) {
+  const std::vector<int> gpus = rank_device_map(cfg.compute, cfg.world_size, "nccl");
+  check_one_rank_per_gpu(gpus);
+#ifdef DTLAB_HAVE_NCCL
+  const cuda::CudaProbe probe = cuda::cuda_devices();
+  if (!probe.ok()) throw DeviceError("--comm nccl: " + probe.reason, probe.hint);
+  const int count = static_cast<int>(probe.devices.size());
+  for (size_t r = 0; r < gpus.size(); ++r)
+    if (gpus[r] >= count)
+      throw DeviceError("--comm nccl: rank " + std::to_string(r) + " needs cuda:" + std::to_string(gpus[r]) +
+                            ", and this process sees " + std::to_string(count) + " GPU" + (count == 1 ? "" : "s"),
+                        "NCCL refuses two ranks on one GPU, so --comm nccl --world-size " + std::to_string(cfg.world_size) +
+                            " needs " + std::to_string(cfg.world_size) +
+                            " GPUs; --comm threads runs emulated ranks that share one GPU");
+  return std::make_unique<NcclWorld>(gpus, cfg.timeout_s);
+#else
+#ifndef DTLAB_CUDA_OFF_REASON
+#define DTLAB_CUDA_OFF_REASON "this build has no CUDA"
+#endif
+  throw DeviceError(std::string("--comm nccl: this dtlab was built without the GPU backend (") + DTLAB_CUDA_OFF_REASON +
+                        ")",
+                    "rebuild where the CUDA toolkit, cuDNN 9 and NCCL are installed (see `dtlab version`)");
+#endif
+}
 
 }  // namespace
 
@@ -35,17 +66,21 @@ std::unique_ptr<World> make_world(const RunConfig& cfg) {
     throw_no_mpi();
 #endif
   }
+  if (cfg.comm == "nccl") return make_nccl_world(cfg);
   std::string names;
   for (const std::string& t : available_transports()) names += (names.empty() ? "" : ", ") + t;
   throw ConfigError("--comm: transport '" + cfg.comm + "' is not in this build", "available: " + names);
 }
 
 std::vector<std::string> available_transports() {
+  std::vector<std::string> t{"threads"};
 #ifdef DTLAB_HAVE_MPI
-  return {"threads", "mpi"};
-#else
-  return {"threads"};
+  t.push_back("mpi");
 #endif
+#ifdef DTLAB_HAVE_NCCL
+  t.push_back("nccl");
+#endif
+  return t;
 }
 
 std::unique_ptr<CommRuntime> start_comm_runtime(const RunConfig& cfg) {

@@ -234,9 +234,13 @@ double time_train_step(const BenchTrainOptions& opt, long long batch) {
   if (!parse_device(opt.compute.device).is_cpu()) {
     const ExecutorFactory& make = executor_factory();
     if (!make) throw DeviceError("--device " + opt.compute.device + ": this program has no device backend");
+    const std::vector<int> gpus = rank_device_map(opt.compute, world, "threads");
     for (int rank = 0; rank < world; ++rank) {
       Model& m = *models[static_cast<size_t>(rank)];
-      m.set_executor(make(m, opt.compute, rank));
+      ComputeOptions o = opt.compute;
+      const int gpu = gpus[static_cast<size_t>(rank)];
+      if (gpu != parse_device(o.device).index) o.device = "cuda:" + std::to_string(gpu);
+      m.set_executor(make(m, o, rank));
     }
   }
   std::vector<double> step_seconds(static_cast<size_t>(world), 0.0);
@@ -457,6 +461,7 @@ int bench_train(const BenchTrainOptions& opt) {
   if (opt.threads < 1) throw ConfigError("--threads must be at least 1");
   if (opt.rounds < 1 || !(opt.seconds > 0)) throw ConfigError("--rounds and --seconds must be positive");
   validate_compute_options(opt.compute);
+  rank_device_map(opt.compute, opt.world_size, "threads");  // --rank-devices: one per rank
   const bool on_cpu = parse_device(opt.compute.device).is_cpu();
   if (opt.per_sample && !on_cpu)
     throw ConfigError("--per-sample compares gradients on the CPU reference: not with --device " + opt.compute.device);

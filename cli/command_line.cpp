@@ -56,6 +56,11 @@ void add_compute_flags(CLI::App& app, lab::ComputeOptions& o) {
                "--device cuda: time cuDNN's convolution algorithms and take the fastest (torch.backends.cudnn.benchmark)");
   app.add_flag("--cudnn-deterministic", o.cudnn_deterministic,
                "--device cuda: only deterministic cuDNN algorithms (torch.backends.cudnn.deterministic)");
+  app.add_option("--rank-devices", o.rank_devices,
+                 "--device cuda: the GPU of each rank, e.g. 0,1 (default: every rank on --device's GPU; with --comm "
+                 "nccl, rank r on GPU r, as NCCL refuses two ranks on one GPU)")
+      ->delimiter(',')
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
 }
 
 void add_run_flags(CLI::App& app, lab::RunConfig& c, std::string& bn_momentum) {
@@ -107,13 +112,13 @@ void add_run_flags(CLI::App& app, lab::RunConfig& c, std::string& bn_momentum) {
                "teaching aid: reductions add contributions in arrival order, as GPU atomics do (convolution weight "
                "gradients over compute threads, the naive allreduce's gather): two runs differ in the last bits");
   app.add_option("--comm", c.comm,
-                 "transport between ranks: threads (emulated ranks in this process) or mpi (one process per rank, "
-                 "started by mpirun)")
+                 "transport between ranks: threads (emulated ranks in this process), mpi (one process per rank, "
+                 "started by mpirun) or nccl (ranks as threads, one GPU each; with --device cuda)")
       ->capture_default_str();
   app.add_option("--timeout", c.timeout_s, "seconds any collective may wait before the run fails")->capture_default_str();
   app.add_option("--allreduce", c.allreduce,
                  "allreduce algorithm: ring, naive (gather to rank 0 and back), tree (recursive halving-doubling), "
-                 "mpi (the transport's own, with --comm mpi)")
+                 "mpi or nccl (the transport's own, with --comm mpi or --comm nccl)")
       ->capture_default_str();
   app.add_option("--out", c.out_dir, "run directory to write (config, metrics, trace, weights, summary)");
   app.add_option("--init", c.init, "start from these weights (safetensors with PyTorch state_dict names)");
@@ -253,6 +258,8 @@ void add_eval_flags(CLI::App& app, lab::EvalCommandOptions& o) {
                  "(accuracy, agreement, speedup)")
       ->capture_default_str();
   app.add_option("--threads", o.threads, "compute threads (0: one per core)")->capture_default_str();
+  app.add_option("--device", o.compute.device, "where the forwards run: cpu, cuda or cuda:N (float32)")
+      ->capture_default_str();
   app.add_option("--json", o.json_out, "also write every figure (and every sample's prediction) as JSON");
 }
 

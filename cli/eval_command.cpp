@@ -12,6 +12,7 @@
 #include "config.h"
 #include "dataset.h"
 #include "errors.h"
+#include "executor.h"
 #include "evaluate.h"
 #include "events.h"
 #include "gemm.h"
@@ -57,6 +58,11 @@ int eval_command(const EvalCommandOptions& opt) {
     throw ConfigError("--autocast bf16 needs --bn-mode eval (got --bn-mode " + opt.bn_mode + ")",
                       "autocast bf16 emulates inference with running statistics; PyTorch's bf16 batch-statistics "
                       "kernels are not emulated");
+  validate_compute_options(opt.compute);
+  const bool on_device = !parse_device(opt.compute.device).is_cpu();
+  if (autocast && on_device)
+    throw ConfigError("--autocast bf16 is the CPU's autocast: not with --device " + opt.compute.device,
+                      "evaluate on the GPU in float32 (leave --autocast out), or autocast on --device cpu");
   if (opt.run_dir.empty() && opt.weights.empty())
     throw ConfigError("dtlab eval needs --run DIR or --weights FILE", "e.g. dtlab eval --run runs/quickstart");
   if (opt.run_dir.empty() && opt.rank != 0) throw ConfigError("--rank needs --run DIR (a run directory with every rank's files)");
@@ -91,15 +97,23 @@ int eval_command(const EvalCommandOptions& opt) {
   }
   std::unique_ptr<Model> model = build_model(model_options(cfg), 0);
   load_model_tensors(*model, tensors, weights);
+  std::string device_echo;
+  if (on_device) {  // the GPU's executor (executor.h), before the dataset: a missing GPU fails at once
+    const ExecutorFactory& make = executor_factory();
+    if (!make) throw DeviceError("--device " + opt.compute.device + ": this program has no device backend");
+    model->set_executor(make(*model, opt.compute, 0));
+    device_echo = " device=" + model->executor()->describe();
+  }
   const Dataset test = load_fashion_mnist(cfg.data_dir, false, opt.limit_test);
   const int threads = opt.threads > 0 ? opt.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   set_compute_threads(threads);
 
   const std::string autocast_echo =
       autocast ? std::string(" autocast=bf16 (bf16 gemm: ") + gemm_bf16_kernel_name() + ")" : std::string();
-  std::fprintf(out, "dtlab %s eval | model=%s bn_mode=%s (model.%s())%s batch_size=%lld test samples=%lld threads=%d sgemm=%s\n",
+  std::fprintf(out, "dtlab %s eval | model=%s bn_mode=%s (model.%s())%s batch_size=%lld test samples=%lld threads=%d sgemm=%s%s\n",
               kDtlabVersion, cfg.model.c_str(), opt.bn_mode.c_str(), opt.bn_mode.c_str(), autocast_echo.c_str(),
-              static_cast<long long>(opt.batch_size), static_cast<long long>(test.size), threads, gemm_backend_name());
+              static_cast<long long>(opt.batch_size), static_cast<long long>(test.size), threads, gemm_backend_name(),
+              device_echo.c_str());
   for (const std::string& s : sources) std::fprintf(out, "  weights: %s\n", s.c_str());
   std::fflush(out);
 
@@ -181,6 +195,7 @@ int eval_command(const EvalCommandOptions& opt) {
                         {"model", cfg.model},
                         {"bn_mode", opt.bn_mode},
                         {"autocast", opt.autocast},
+                        {"device", on_device ? model->executor()->describe() : std::string("cpu")},
                         {"batch_size", opt.batch_size},
                         {"threads", threads},
                         {"samples", r.samples},

@@ -21,6 +21,8 @@
 #include <cstdio>
 #include <string>
 
+#include "device.h"
+
 namespace lab {
 
 struct EvalCommandOptions {
@@ -37,6 +39,7 @@ struct EvalCommandOptions {
   int threads = 0;              // compute threads (0: one per core)
   std::string json_out;         // also write every figure as JSON
   std::string autocast = "none";  // none | bf16: torch.autocast("cpu", dtype=torch.bfloat16), beside fp32
+  ComputeOptions compute;         // --device (device.h): where the forwards run; cpu by default
   std::FILE* out = nullptr;     // where the figures are printed (nullptr: stdout)
 };
 

@@ -62,7 +62,8 @@ TEST(Backends, NativeAllreduceNeedsATransportThatHasOne) {
     w.transport(0).native_allreduce_sum(&x, 1);
     FAIL() << "native_allreduce_sum returned";
   } catch (const lab::ConfigError& e) {
-    EXPECT_STREQ(e.what(), "--allreduce mpi needs --comm mpi (a transport with its own allreduce)");
+    EXPECT_STREQ(e.what(), "the threads transport has no allreduce of its own");
+    EXPECT_EQ(e.hint(), "--allreduce mpi needs --comm mpi, --allreduce nccl needs --comm nccl");
   }
 }
 

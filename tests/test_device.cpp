@@ -62,15 +62,8 @@ class StagedCpuExecutor : public lab::ModelExecutor {
 
   void backward(const lab::Tensor& dlogits, const std::function<void(int)>& on_param_ready) override {
     const size_t count = m_host.size();
-    std::vector<int> first_param(count, 0);
-    size_t first_with_params = count;
-    int total = 0;
-    for (size_t i = 0; i < count; ++i) {
-      first_param[i] = total;
-      const int np = static_cast<int>(m_host.module(i).params().size());
-      if (np > 0 && first_with_params == count) first_with_params = i;
-      total += np;
-    }
+    const lab::Model::ParamLayout layout = m_host.param_layout();
+    const size_t first_with_params = layout.first_with_params;
     for (size_t i = count; i-- > first_with_params;) {
       const lab::Tensor& dy = i + 1 == count ? dlogits : m_grad[i];
       lab::Tensor* dx = i > first_with_params ? &m_grad[i - 1] : nullptr;
@@ -89,10 +82,8 @@ class StagedCpuExecutor : public lab::ModelExecutor {
           m_traffic.device_to_host_bytes += static_cast<uint64_t>(dp[p]->grad.numel()) * 4;
         }
       }
-      if (on_param_ready) {
-        const int np = static_cast<int>(m_host.module(i).params().size());
-        for (int p = np - 1; p >= 0; --p) on_param_ready(first_param[i] + p);
-      }
+      if (on_param_ready)
+        for (int p = layout.count[i] - 1; p >= 0; --p) on_param_ready(layout.first[i] + p);
     }
   }
 
@@ -188,19 +179,57 @@ TEST(Device, GpuSwitchesAreRefusedOnTheCpuAndRoundTripInConfig) {
   lab::RunConfig c;
   c.compute = o;
   c.compute.allow_tf32 = true;
+  c.compute.rank_devices = {1};
   const lab::RunConfig back = lab::config_from_toml(lab::to_toml(c, {}), "config.toml");
   EXPECT_EQ(back.compute.device, "cuda:1");
   EXPECT_TRUE(back.compute.allow_tf32);
   EXPECT_TRUE(back.compute.cudnn_deterministic);
   EXPECT_FALSE(back.compute.cudnn_benchmark);
+  EXPECT_EQ(back.compute.rank_devices, std::vector<int>{1});
   c.nondeterministic = true;  // the CPU's emulation of atomics
   EXPECT_THROW(lab::validate(c), lab::ConfigError);
+}
+
+TEST(Device, RankDeviceMapAndOneNcclRankPerGpu) {
+  lab::ComputeOptions o;
+  EXPECT_TRUE(lab::rank_device_map(o, 4, "threads").empty());  // the CPU
+  o.device = "cuda:1";
+  EXPECT_EQ(lab::rank_device_map(o, 3, "threads"), (std::vector<int>{1, 1, 1}));  // emulated ranks share it
+  EXPECT_EQ(lab::rank_device_map(o, 3, "nccl"), (std::vector<int>{1, 2, 3}));     // a GPU per NCCL rank
+  o.rank_devices = {3, 0};
+  EXPECT_EQ(lab::rank_device_map(o, 2, "nccl"), (std::vector<int>{3, 0}));
+  EXPECT_THROW(lab::rank_device_map(o, 3, "nccl"), lab::ConfigError);  // one per rank
+  EXPECT_NO_THROW(lab::check_one_rank_per_gpu({3, 0}));
+  try {
+    lab::check_one_rank_per_gpu({0, 1, 0});
+    ADD_FAILURE() << "two ranks on cuda:0 were accepted";
+  } catch (const lab::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("ranks 0 and 2 would both run on cuda:0"), std::string::npos) << e.what();
+  }
+}
+
+TEST(DeviceCli, NcclSettingsAreCheckedBeforeAnyGpuIsAsked) {
+  struct Case {
+    const char* args;
+    const char* says;
+  };
+  for (const Case k : {Case{"--comm nccl", "--comm nccl: NCCL moves GPU memory between GPUs: it needs --device cuda"},
+                       Case{"--comm nccl --device cuda --world-size 2 --rank-devices 0,0",
+                            "ranks 0 and 1 would both run on cuda:0, and NCCL refuses two ranks on one GPU"},
+                       Case{"--device cuda --world-size 2 --rank-devices 0", "--rank-devices gives 1 GPUs for 2 ranks"},
+                       Case{"--rank-devices 0", "--rank-devices places ranks on GPUs"},
+                       Case{"--allreduce nccl", "--allreduce nccl needs --comm nccl"}}) {
+    const testutil::CliResult r = testutil::run_cli(std::string("run --steps 1 ") + k.args);
+    EXPECT_EQ(r.exit_code, lab::kExitUsage) << k.args << ": " << r.out;
+    EXPECT_NE(r.out.find(k.says), std::string::npos) << k.args << ": " << r.out;
+  }
 }
 
 // ---- no GPU: a clear error at once ----
 
 TEST(DeviceCli, CudaWithoutAGpuFailsAtOnceWithItsExitCode) {
   if (!no_gpu_here()) GTEST_SKIP() << "this machine has a GPU: tests/gpu run --device cuda";
+  DTLAB_REQUIRE_DATASET();
   testutil::TempDir d;
   const std::string out = d.file("run");
   const testutil::CliResult r = testutil::run_cli("run --device cuda --steps 1 --limit-train 64 --out " + out);
@@ -213,6 +242,19 @@ TEST(DeviceCli, CudaWithoutAGpuFailsAtOnceWithItsExitCode) {
   EXPECT_EQ(b.exit_code, lab::kExitDevice) << b.out;
   EXPECT_NE(b.out.find("--device cuda:0: "), std::string::npos) << b.out;
   EXPECT_EQ(b.out.find("train_flops_per_sample"), std::string::npos) << "fails before any figure: " << b.out;
+
+  const testutil::CliResult n = testutil::run_cli("run --comm nccl --device cuda --steps 1 --limit-train 64");
+  EXPECT_EQ(n.exit_code, lab::kExitDevice) << n.out;
+  EXPECT_NE(n.out.find("--comm nccl"), std::string::npos) << n.out;
+
+  const std::string run = d.file("cpu-run");
+  ASSERT_EQ(testutil::run_cli("run --model mlp --steps 1 --limit-train 64 --limit-test 64 --out " + run).exit_code, 0);
+  const testutil::CliResult e = testutil::run_cli("eval --run " + run + " --device cuda");
+  EXPECT_EQ(e.exit_code, lab::kExitDevice) << e.out;
+  EXPECT_NE(e.out.find("--device cuda: "), std::string::npos) << e.out;
+  EXPECT_EQ(e.out.find("accuracy"), std::string::npos) << "fails before any figure: " << e.out;
+  const testutil::CliResult a = testutil::run_cli("eval --run " + run + " --device cuda --autocast bf16");
+  EXPECT_EQ(a.exit_code, lab::kExitUsage) << a.out;
 }
 
 TEST(DeviceCli, BadDeviceAndCpuWithGpuSwitchesAreUsageErrors) {

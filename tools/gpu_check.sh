@@ -9,8 +9,10 @@
 #   5. compute-sanitizer memcheck over every op test, racecheck over the hand-written kernels
 #   6. training through dtlab (when DIR/dtlab exists and the dataset is found: DTLAB_DATA_DIR or
 #      the Debian package's folder): the same short run with --device cpu and --device cuda (2
-#      emulated ranks on the GPU, SyncBN), their losses side by side, and bench train --device cuda
-#      at batch 32, 64, 256 for both models
+#      emulated ranks on the GPU, SyncBN), their losses side by side; its weights evaluated with
+#      --device cpu and cuda (top-1 agreement over the test set); --comm nccl with one rank
+#      (--allreduce nccl and ring); on a one-GPU machine, two NCCL ranks refused (exit 9); and bench
+#      train --device cuda at batch 32, 64, 256 for both models
 #   7. gpu_check.json: the GPU, driver, CUDA/cuDNN/NCCL versions, every test's result and time,
 #      the sanitizers' verdicts, the convolution algorithms cuDNN chose, the training figures
 #
@@ -65,6 +67,7 @@ if ! nvidia-smi -L 2>/dev/null | grep -q "^GPU "; then
   fail "no GPU on this machine: nvidia-smi lists none ($GPU_LINE)"
 fi
 say "GPU: $GPU_LINE"
+GPU_COUNT=$(nvidia-smi -L | grep -c "^GPU ")
 CC=$(echo "$GPU_LINE" | awk -F', ' '{print $3}' | tr -d '.')
 [[ "$CC" =~ ^[0-9]+$ ]] || CC="80;90"
 for tool in cmake python3; do command -v $tool >/dev/null || { echo "gpu_check: $tool is missing" >&2; exit 2; }; done
@@ -199,6 +202,24 @@ if [[ -x "$BUILD/dtlab" && -f "$DATA/train-images-idx3-ubyte.gz" ]]; then
     timeout "$(left)" "$BUILD/dtlab" run "${run_args[@]}" --device $dev --out "$WORK/run-$dev" \
       >"$WORK/run-$dev.log" 2>&1 || TRAIN_RC=1
   done
+  # the GPU-trained weights evaluated on both devices: accuracy and top-1 agreement, sample by sample
+  for dev in cpu cuda; do
+    timeout "$(left)" "$BUILD/dtlab" eval --run "$WORK/run-cuda" --device $dev --json "$WORK/eval-$dev.json" \
+      >"$WORK/eval-$dev.log" 2>&1 || TRAIN_RC=1
+  done
+  # NCCL with one rank: its own allreduce and the lab's ring over its send/recv; two NCCL ranks on
+  # this one GPU refused before NCCL is called (exit 9, saying why)
+  for algo in nccl ring; do
+    timeout "$(left)" "$BUILD/dtlab" run --model mlp --comm nccl --device cuda --world-size 1 --allreduce $algo \
+      --limit-train 2048 --limit-test 1000 --data-dir "$DATA" --timeout 60 --out "$WORK/run-nccl-$algo" \
+      >"$WORK/run-nccl-$algo.log" 2>&1 || TRAIN_RC=1
+  done
+  if ((GPU_COUNT == 1)); then
+    timeout "$(left)" "$BUILD/dtlab" run --model mlp --comm nccl --device cuda --world-size 2 --steps 1 \
+      --data-dir "$DATA" >"$WORK/run-nccl-two-on-one.log" 2>&1
+    rc=$?
+    ((rc == 9)) && grep -q "needs 2 GPUs" "$WORK/run-nccl-two-on-one.log" || { TRAIN_RC=1; say "two NCCL ranks on one GPU: rc $rc"; }
+  fi
   for model in cnn mlp; do
     timeout "$(left)" "$BUILD/dtlab" bench train --device cuda --model $model --batch-sizes 32,64,256 \
       --seconds 0.2 --rounds 3 --json "$WORK/bench-$model.json" >"$WORK/bench-$model.log" 2>&1 || TRAIN_RC=1
@@ -257,12 +278,19 @@ def san(tool, rc, secs):
 out["sanitizers"] = {"memcheck": san("memcheck", $MEM_RC, $MEM_S), "racecheck": san("racecheck", $RACE_RC, $RACE_S)}
 def training():
     t = {"exit_code": $TRAIN_RC, "seconds": $TRAIN_S, "ran": $TRAIN_RC != -1}
-    for dev in ("cpu", "cuda"):
+    for dev in ("cpu", "cuda", "nccl-nccl", "nccl-ring"):
         try:
             sm = json.load(open(f"{work}/run-{dev}/summary.json"))
             t[dev] = {k: sm.get(k) for k in ("test_eval_mode", "test_train_mode", "samples_per_s", "device")}
         except Exception as e:
             t[dev] = {"error": str(e)}
+    try:
+        ev = {d: json.load(open(f"{work}/eval-{d}.json")) for d in ("cpu", "cuda")}
+        a, b = ev["cpu"]["predictions"], ev["cuda"]["predictions"]
+        t["eval"] = {"cpu_accuracy": ev["cpu"]["accuracy"], "cuda_accuracy": ev["cuda"]["accuracy"],
+                     "top1_agreement": sum(x == y for x, y in zip(a, b)) / max(1, len(a)), "samples": len(a)}
+    except Exception as e:
+        t["eval"] = {"error": str(e)}
     for model in ("cnn", "mlp"):
         try:
             t[f"bench_{model}"] = json.load(open(f"{work}/bench-{model}.json"))

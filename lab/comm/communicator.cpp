@@ -97,12 +97,13 @@ const char* allreduce_algorithm_name(AllreduceAlgorithm a) {
 }
 
 AllreduceAlgorithm parse_allreduce_algorithm(const std::string& name) {
+  if (name == "nccl") return AllreduceAlgorithm::Native;  // NCCL's own (--comm nccl)
   for (AllreduceAlgorithm a : {AllreduceAlgorithm::Ring, AllreduceAlgorithm::Naive, AllreduceAlgorithm::Tree,
                                AllreduceAlgorithm::Native})
     if (name == allreduce_algorithm_name(a)) return a;
   throw ConfigError("--allreduce: unknown algorithm '" + name + "'",
-                    "choose ring, naive (gather to rank 0), tree (recursive halving-doubling) or mpi "
-                    "(the transport's own, with --comm mpi)");
+                    "choose ring, naive (gather to rank 0), tree (recursive halving-doubling), mpi or nccl "
+                    "(the transport's own, with --comm mpi or --comm nccl)");
 }
 
 void Communicator::allreduce_sum(float* data, size_t count, CollectiveInfo info) {

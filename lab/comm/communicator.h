@@ -29,10 +29,10 @@ enum class AllreduceAlgorithm {
   Ring,    // ring_allreduce.h: reduce-scatter then allgather round a ring (the default)
   Naive,   // naive_allreduce.h: gather to rank 0, sum in rank order, send back (parameter server)
   Tree,    // tree_allreduce.h: recursive halving-doubling
-  Native,  // the transport's own, Transport::native_allreduce_sum (MPI_Allreduce): a black box
+  Native,  // the transport's own, Transport::native_allreduce_sum (MPI_Allreduce, ncclAllReduce): a black box
 };
 
-// "ring", "naive", "tree", "mpi" (Native).
+// "ring", "naive", "tree", "mpi" (Native; parse_allreduce_algorithm also takes "nccl" for it).
 const char* allreduce_algorithm_name(AllreduceAlgorithm a);
 // The inverse of allreduce_algorithm_name; throws ConfigError naming the choices.
 AllreduceAlgorithm parse_allreduce_algorithm(const std::string& name);

@@ -12,7 +12,8 @@ void Transport::sendrecv_reduce(int dst, const float* sbuf, size_t scount, int s
 }
 
 void Transport::native_allreduce_sum(float*, size_t) {
-  throw ConfigError("--allreduce mpi needs --comm mpi (a transport with its own allreduce)");
+  throw ConfigError(std::string("the ") + name() + " transport has no allreduce of its own",
+                    "--allreduce mpi needs --comm mpi, --allreduce nccl needs --comm nccl");
 }
 
 int Transport::recv_any(const std::vector<int>&, void*, size_t, uint64_t) {

@@ -99,14 +99,26 @@ void validate(const RunConfig& c) {
   if (c.bn != "local" && c.bn != "sync")
     throw ConfigError("--bn: unknown mode '" + c.bn + "'", "local: per-rank statistics (DDP with BatchNorm); "
                                                            "sync: SyncBatchNorm (global statistics)");
-  if (c.comm != "threads" && c.comm != "mpi")
+  if (c.comm != "threads" && c.comm != "mpi" && c.comm != "nccl")
     throw ConfigError("--comm: unknown transport '" + c.comm + "'",
-                      "threads: emulated ranks in this process; mpi: one process per rank under mpirun");
-  if (c.allreduce != "ring" && c.allreduce != "naive" && c.allreduce != "tree" && c.allreduce != "mpi")
+                      "threads: emulated ranks in this process; mpi: one process per rank under mpirun; nccl: ranks "
+                      "as threads of this process, one GPU each (with --device cuda)");
+  if (c.allreduce != "ring" && c.allreduce != "naive" && c.allreduce != "tree" && c.allreduce != "mpi" &&
+      c.allreduce != "nccl")
     throw ConfigError("--allreduce: unknown algorithm '" + c.allreduce + "'",
-                      "choose ring, naive (gather to rank 0), tree (recursive halving-doubling) or mpi");
+                      "choose ring, naive (gather to rank 0), tree (recursive halving-doubling), mpi or nccl");
   if (c.allreduce == "mpi" && c.comm != "mpi")
     throw ConfigError("--allreduce mpi needs --comm mpi (a transport with its own allreduce)");
+  if (c.allreduce == "nccl" && c.comm != "nccl")
+    throw ConfigError("--allreduce nccl needs --comm nccl (NCCL's own allreduce)");
+  if (c.comm == "nccl") {
+    if (parse_device(c.compute.device).is_cpu())
+      throw ConfigError("--comm nccl: NCCL moves GPU memory between GPUs: it needs --device cuda",
+                        "add --device cuda, or use --comm threads for emulated ranks on the CPU");
+    if (c.mode == "async")
+      throw ConfigError("--mode async needs a transport that receives from whichever worker sends first: not --comm nccl",
+                        "use --comm threads");
+  }
   if (c.epochs < 1 && c.steps <= 0)
     throw ConfigError("--epochs must be at least 1, got " + std::to_string(c.epochs));
   if (c.steps < 0) throw ConfigError("--steps must be >= 0, got " + std::to_string(c.steps));
@@ -165,6 +177,8 @@ void validate(const RunConfig& c) {
     throw ConfigError("--nondeterministic adds in arrival order between emulated ranks and compute threads",
                       "use --comm threads (the default)");
   validate_compute_options(c.compute);
+  const std::vector<int> devices = rank_device_map(c.compute, c.world_size, c.comm);  // checks --rank-devices' length
+  if (c.comm == "nccl") check_one_rank_per_gpu(devices);
   if (!parse_device(c.compute.device).is_cpu() && c.nondeterministic)
     throw ConfigError("--nondeterministic is the CPU's emulation of atomic adds: not with --device " + c.compute.device,
                       "on a GPU, --cudnn-benchmark lets cuDNN pick its fastest algorithm, which may add with atomics");
@@ -254,6 +268,9 @@ std::string to_toml(const RunConfig& c, const std::vector<std::pair<std::string,
   o << "allow_tf32 = " << b(c.compute.allow_tf32) << "\n";
   o << "cudnn_benchmark = " << b(c.compute.cudnn_benchmark) << "\n";
   o << "cudnn_deterministic = " << b(c.compute.cudnn_deterministic) << "\n";
+  o << "rank_devices = [";
+  for (size_t i = 0; i < c.compute.rank_devices.size(); ++i) o << (i ? ", " : "") << c.compute.rank_devices[i];
+  o << "]\n";
   o << "\n[output]\n";
   o << "out_dir = " << q(c.out_dir) << "\n";
   o << "init = " << q(c.init) << "\n";
@@ -389,6 +406,15 @@ RunConfig config_from_table(const toml::table& t, const std::string& path) {
       else if (key == "compute.allow_tf32") bln(c.compute.allow_tf32);
       else if (key == "compute.cudnn_benchmark") bln(c.compute.cudnn_benchmark);
       else if (key == "compute.cudnn_deterministic") bln(c.compute.cudnn_deterministic);
+      else if (key == "compute.rank_devices") {
+        const toml::array* a = node.as_array();
+        if (!a) fail(key, "an array of GPU indices");
+        c.compute.rank_devices.clear();
+        for (const toml::node& e : *a) {
+          if (auto v = e.value<int64_t>()) c.compute.rank_devices.push_back(static_cast<int>(*v));
+          else fail(key, "an array of GPU indices");
+        }
+      }
       else if (key == "output.out_dir") str(c.out_dir);
       else if (key == "output.init") str(c.init);
       else if (key == "output.trace_steps") i64(c.trace_steps);

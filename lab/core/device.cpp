@@ -24,8 +24,38 @@ DeviceSpec parse_device(const std::string& text, const std::string& flag) {
   throw ConfigError(flag + " '" + text + "': expected cpu, cuda or cuda:N (N: the GPU's index, e.g. cuda:0)");
 }
 
+std::vector<int> rank_device_map(const ComputeOptions& opt, int world_size, const std::string& comm) {
+  const DeviceSpec d = parse_device(opt.device);
+  if (d.is_cpu()) return {};
+  if (!opt.rank_devices.empty()) {
+    if (static_cast<int>(opt.rank_devices.size()) != world_size)
+      throw ConfigError("--rank-devices gives " + std::to_string(opt.rank_devices.size()) + " GPUs for " +
+                            std::to_string(world_size) + " ranks",
+                        "give one GPU index per rank, e.g. --rank-devices 0,1 for --world-size 2");
+    return opt.rank_devices;
+  }
+  std::vector<int> map(static_cast<size_t>(world_size), d.index);
+  if (comm == "nccl")
+    for (int r = 0; r < world_size; ++r) map[static_cast<size_t>(r)] = d.index + r;
+  return map;
+}
+
+void check_one_rank_per_gpu(const std::vector<int>& map) {
+  for (size_t a = 0; a < map.size(); ++a)
+    for (size_t b = a + 1; b < map.size(); ++b)
+      if (map[a] == map[b])
+        throw ConfigError("--comm nccl: ranks " + std::to_string(a) + " and " + std::to_string(b) + " would both run on cuda:" +
+                              std::to_string(map[a]) + ", and NCCL refuses two ranks on one GPU",
+                          "give each NCCL rank its own GPU (--rank-devices, --world-size at most the number of GPUs), "
+                          "or use --comm threads: emulated ranks may share one GPU");
+}
+
 void validate_compute_options(const ComputeOptions& opt) {
   const DeviceSpec d = parse_device(opt.device);
+  for (int g : opt.rank_devices)
+    if (g < 0 || g > 9999) throw ConfigError("--rank-devices: GPU index " + std::to_string(g) + " is not a GPU index");
+  if (d.is_cpu() && !opt.rank_devices.empty())
+    throw ConfigError("--rank-devices places ranks on GPUs: it has no effect with --device cpu", "add --device cuda");
   if (!d.is_cpu()) return;
   const char* flag = opt.allow_tf32 ? "--allow-tf32"
                      : opt.cudnn_benchmark ? "--cudnn-benchmark"

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace lab {
 
@@ -12,6 +13,8 @@ struct ComputeOptions {
   bool allow_tf32 = false;           // torch.backends.cuda.matmul.allow_tf32 and cudnn.allow_tf32
   bool cudnn_benchmark = false;      // torch.backends.cudnn.benchmark
   bool cudnn_deterministic = false;  // torch.backends.cudnn.deterministic
+  // --rank-devices: the GPU index of each rank (empty: the default of rank_device_map)
+  std::vector<int> rank_devices;
 };
 
 struct DeviceSpec {
@@ -23,6 +26,15 @@ struct DeviceSpec {
 
 // "cpu", "cuda" (= cuda:0) or "cuda:N". Throws ConfigError naming `flag` and the value otherwise.
 DeviceSpec parse_device(const std::string& text, const std::string& flag = "--device");
+
+// The GPU index of each of world_size ranks: --rank-devices when given (one per rank, else a
+// ConfigError); otherwise, with --comm nccl, rank r on GPU r (NCCL wants a GPU per rank); otherwise
+// every rank on --device's GPU (emulated ranks, or MPI processes, sharing it). Empty on the CPU.
+std::vector<int> rank_device_map(const ComputeOptions& opt, int world_size, const std::string& comm);
+
+// NCCL refuses two ranks on one GPU: throws ConfigError naming the two ranks and the GPU when the
+// map puts two ranks on one, before NCCL is called. map: rank_device_map's.
+void check_one_rank_per_gpu(const std::vector<int>& map);
 
 // Checks the switches against the device: the cuDNN and TF32 switches mean nothing on the CPU, so
 // asking for them there is refused (ConfigError naming the flag), as is a malformed device.

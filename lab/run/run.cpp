@@ -409,7 +409,9 @@ Run::~Run() {
 std::vector<std::pair<std::string, std::string>> Run::backends() const {
   std::vector<std::pair<std::string, std::string>> b{
       {"sgemm", gemm_backend_name()}, {"transport", m_cfg.comm},
-      {"allreduce", allreduce_algorithm_name(parse_allreduce_algorithm(m_cfg.allreduce))}};
+      {"allreduce", parse_allreduce_algorithm(m_cfg.allreduce) == AllreduceAlgorithm::Native
+                        ? m_cfg.allreduce  // "mpi" or "nccl": the transport's own
+                        : allreduce_algorithm_name(parse_allreduce_algorithm(m_cfg.allreduce))}};
   if (!m_device_name.empty()) b.insert(b.begin(), {"device", m_device_name});
   return b;
 }

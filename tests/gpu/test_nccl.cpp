@@ -1,0 +1,355 @@
+// The NCCL transport (backends/nccl) on real GPUs, one rank per GPU, ranks as threads. Label
+// "gpu". Without a GPU every test reports SKIPPED with the probe's reason. With one GPU, the
+// world-1 tests run (ncclAllReduce of one rank, a sendrecv with itself, the lab's ring over it)
+// and so does NCCL's own refusal of two ranks on one GPU; the two-rank tests report SKIPPED,
+// saying they need two GPUs.
+//
+// Yardsticks: every comparison is bitwise. One rank's allreduce is a copy; two ranks' is one IEEE
+// addition per element (a + b == b + a, whatever NCCL's algorithm); the lab's ring over NCCL
+// adds the same operands in the same order as over the threads transport (the base class's
+// sendrecv_reduce adds in index order, as transport_threads does).
+//
+// Sections: helpers | one rank | two ranks on one GPU | two GPUs
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "communicator.h"
+#include "cuda_device.h"
+#include "errors.h"
+#include "events.h"
+#include "nccl/transport_nccl.h"
+#include "ring_allreduce.h"
+#include "threads/transport_threads.h"
+
+namespace {
+
+// ---- helpers ----
+
+const lab::cuda::CudaProbe& probe() {
+  static const lab::cuda::CudaProbe p = lab::cuda::cuda_devices();
+  return p;
+}
+
+#define SKIP_WITHOUT_GPU() \
+  if (!probe().ok()) GTEST_SKIP() << probe().reason
+
+#define SKIP_WITHOUT_TWO_GPUS()                                                                          \
+  if (!probe().ok()) GTEST_SKIP() << probe().reason;                                                     \
+  if (probe().devices.size() < 2)                                                                        \
+  GTEST_SKIP() << "needs 2 GPUs (NCCL refuses two ranks on one GPU); this machine has " << probe().devices.size()
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::vector<float> randn(size_t n, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(g);
+  return v;
+}
+
+std::vector<unsigned char> random_bytes(size_t n, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::vector<unsigned char> v(n);
+  for (unsigned char& b : v) b = static_cast<unsigned char>(g());
+  return v;
+}
+
+// Bitwise equality of two float arrays; names the first mismatch.
+::testing::AssertionResult same_bits(const std::vector<float>& got, const std::vector<float>& want) {
+  if (got.size() != want.size()) return ::testing::AssertionFailure() << "size " << got.size() << " != " << want.size();
+  for (size_t i = 0; i < got.size(); ++i)
+    if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0)
+      return ::testing::AssertionFailure() << "first difference at [" << i << "]: " << got[i] << " != " << want[i];
+  return ::testing::AssertionSuccess();
+}
+
+// Runs fn(rank) on one thread per rank, joins them all; errors[r] is what rank r threw.
+std::vector<std::exception_ptr> run_ranks(int n, const std::function<void(int)>& fn) {
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        fn(r);
+      } catch (...) {
+        errors[static_cast<size_t>(r)] = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+std::string message_of(const std::exception_ptr& p) {
+  if (!p) return "";
+  try {
+    std::rethrow_exception(p);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+}
+
+template <class E>
+bool throws_a(const std::exception_ptr& p) {
+  if (!p) return false;
+  try {
+    std::rethrow_exception(p);
+  } catch (const E&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+void expect_no_errors(const std::vector<std::exception_ptr>& errors) {
+  for (size_t r = 0; r < errors.size(); ++r) EXPECT_FALSE(errors[r]) << "rank " << r << ": " << message_of(errors[r]);
+}
+
+// The lab's rings over `world`: each rank's inputs[r] (count floats) reduced in place by
+// ring_allreduce, then by ring_allreduce_pipelined with 4 KB segments (many steps per chunk).
+std::vector<std::vector<float>> ring_over(lab::World& world, std::vector<std::vector<float>> data, bool pipelined) {
+  const int n = world.world_size();
+  std::vector<lab::EventLog> logs(static_cast<size_t>(n));
+  expect_no_errors(run_ranks(n, [&](int r) {
+    lab::Communicator comm(world.transport(r), &logs[static_cast<size_t>(r)]);
+    std::vector<float>& d = data[static_cast<size_t>(r)];
+    if (pipelined)
+      lab::ring_allreduce_pipelined(comm, d.data(), d.size(), {"test", 1}, 4096);
+    else
+      lab::ring_allreduce(comm, d.data(), d.size(), {"test", 0});
+  }));
+  return data;
+}
+
+const std::vector<size_t> kCounts = {0, 1, 3, 1000, (size_t{1} << 20) + 3};
+
+// ---- one rank ----
+
+TEST(NcclOneRank, WorldAndNativeAllreduceIsACopy) {
+  SKIP_WITHOUT_GPU();
+  lab::NcclWorld world({0}, 30.0);
+  EXPECT_EQ(world.world_size(), 1);
+  EXPECT_EQ(world.local_ranks(), std::vector<int>{0});
+  EXPECT_THROW(world.transport(1), lab::ConfigError);
+  lab::Transport& t = world.transport(0);
+  EXPECT_STREQ(t.name(), "nccl");
+  EXPECT_EQ(t.rank(), 0);
+  EXPECT_EQ(t.world_size(), 1);
+  EXPECT_DOUBLE_EQ(t.timeout(), 30.0);
+  for (size_t count : kCounts) {
+    const std::vector<float> in = randn(count, 11 + static_cast<uint32_t>(count));
+    std::vector<float> data = in;
+    t.native_allreduce_sum(data.data(), count);
+    EXPECT_TRUE(same_bits(data, in)) << "count " << count;
+  }
+  unsigned char byte = 0;
+  EXPECT_THROW(t.recv_any({0}, &byte, 1, 0), lab::ConfigError);
+  EXPECT_FALSE(t.aborted());
+}
+
+// A sendrecv with itself: NCCL runs the send and the receive of one group to its own rank.
+// Sizes go up and down, so the staging buffers grow and are reused.
+TEST(NcclOneRank, SendrecvWithItselfRoundtripsBytes) {
+  SKIP_WITHOUT_GPU();
+  lab::NcclWorld world({0}, 30.0);
+  lab::Transport& t = world.transport(0);
+  const std::vector<size_t> sizes = {0, 1, 7, 4096, (size_t{1} << 20) + 5, size_t{3} << 20, 100};
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const std::vector<unsigned char> in = random_bytes(sizes[i], 100 + static_cast<uint32_t>(i));
+    std::vector<unsigned char> out(in.size());
+    for (size_t k = 0; k < out.size(); ++k) out[k] = static_cast<unsigned char>(~in[k]);  // poison: every byte wrong
+    t.sendrecv(0, in.data(), in.size(), 0, out.data(), out.size(), i);
+    EXPECT_TRUE(out == in) << sizes[i] << " bytes";
+  }
+}
+
+// World 1: the ring sends nothing, and the Communicator's algorithms leave the data as it was.
+TEST(NcclOneRank, LabRingAndNativeThroughTheCommunicatorLeaveTheInput) {
+  SKIP_WITHOUT_GPU();
+  lab::NcclWorld world({0}, 30.0);
+  for (size_t count : kCounts) {
+    const std::vector<float> in = randn(count, 7 + static_cast<uint32_t>(count));
+    EXPECT_TRUE(same_bits(ring_over(world, {in}, false)[0], in)) << "ring, count " << count;
+    EXPECT_TRUE(same_bits(ring_over(world, {in}, true)[0], in)) << "pipelined ring, count " << count;
+    lab::EventLog log;
+    lab::Communicator comm(world.transport(0), &log);
+    comm.set_allreduce_algorithm(lab::AllreduceAlgorithm::Native);
+    std::vector<float> data = in;
+    comm.allreduce_sum(data.data(), count, {"test", 2});
+    EXPECT_TRUE(same_bits(data, in)) << "native through the Communicator, count " << count;
+  }
+}
+
+// ---- two ranks on one GPU ----
+
+// NCCL 2.28 refuses two ranks of one communicator on one GPU: the world must say so (DeviceError
+// with NCCL's "invalid usage"), not hang. The caller normally refuses such a map itself first.
+TEST(NcclTwoRanksOneGpu, RefusedWithDeviceError) {
+  SKIP_WITHOUT_GPU();
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    lab::NcclWorld world({0, 0}, 10.0);
+    FAIL() << "NCCL started two ranks on GPU 0";
+  } catch (const lab::DeviceError& e) {
+    const std::string msg = e.what();
+    std::printf("# two ranks on GPU 0: %s\n#   hint: %s\n", msg.c_str(), e.hint().c_str());
+    EXPECT_NE(msg.find("NCCL could not start 2 ranks on GPUs 0, 0"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("invalid usage"), std::string::npos) << "not NCCL's own refusal: " << msg;
+    EXPECT_FALSE(e.hint().empty());
+  }
+  EXPECT_LT(seconds_since(t0), 12.0);
+}
+
+// ---- two GPUs ----
+
+TEST(NcclTwoRanks, SendrecvAndSendRecvRoundtripBytes) {
+  SKIP_WITHOUT_TWO_GPUS();
+  lab::NcclWorld world({0, 1}, 30.0);
+  const std::vector<size_t> sizes = {0, 1, 4096, (size_t{1} << 20) + 5};
+  std::vector<std::vector<std::vector<unsigned char>>> got(2);  // got[rank][i]: from sendrecv, then send/recv
+  expect_no_errors(run_ranks(2, [&](int r) {
+    lab::Transport& t = world.transport(r);
+    const int peer = 1 - r;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      const std::vector<unsigned char> in = random_bytes(sizes[i], 10 * static_cast<uint32_t>(r) + i);
+      std::vector<unsigned char> out(sizes[i], 0);
+      t.sendrecv(peer, in.data(), in.size(), peer, out.data(), out.size(), i);
+      got[static_cast<size_t>(r)].push_back(out);
+      if (r == 0) t.send(1, in.data(), in.size(), 100 + i);
+      if (r == 1) t.recv(0, out.data(), out.size(), 100 + i);
+      got[static_cast<size_t>(r)].push_back(out);
+    }
+  }));
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const std::vector<unsigned char> from0 = random_bytes(sizes[i], static_cast<uint32_t>(i));
+    const std::vector<unsigned char> from1 = random_bytes(sizes[i], 10 + static_cast<uint32_t>(i));
+    EXPECT_TRUE(got[0][2 * i] == from1) << "rank 0 sendrecv, " << sizes[i] << " bytes";
+    EXPECT_TRUE(got[1][2 * i] == from0) << "rank 1 sendrecv, " << sizes[i] << " bytes";
+    EXPECT_TRUE(got[1][2 * i + 1] == from0) << "rank 1 recv, " << sizes[i] << " bytes";
+  }
+}
+
+TEST(NcclTwoRanks, NativeAllreduceIsTheSum) {
+  SKIP_WITHOUT_TWO_GPUS();
+  lab::NcclWorld world({0, 1}, 30.0);
+  for (size_t count : kCounts) {
+    const std::vector<float> a = randn(count, 1), b = randn(count, 2);
+    std::vector<float> want(count);
+    for (size_t i = 0; i < count; ++i) want[i] = a[i] + b[i];
+    std::vector<std::vector<float>> data = {a, b};
+    expect_no_errors(run_ranks(2, [&](int r) {
+      world.transport(r).native_allreduce_sum(data[static_cast<size_t>(r)].data(), count);
+    }));
+    EXPECT_TRUE(same_bits(data[0], want)) << "rank 0, count " << count;
+    EXPECT_TRUE(same_bits(data[1], want)) << "rank 1, count " << count;
+  }
+}
+
+TEST(NcclTwoRanks, LabRingBitwiseEqualsTheThreadsTransportsRing) {
+  SKIP_WITHOUT_TWO_GPUS();
+  lab::NcclWorld nccl({0, 1}, 30.0);
+  lab::ThreadsWorld threads(2);
+  for (size_t count : kCounts)
+    for (bool pipelined : {false, true}) {
+      const std::vector<std::vector<float>> in = {randn(count, 21), randn(count, 22)};
+      const auto want = ring_over(threads, in, pipelined);
+      const auto got = ring_over(nccl, in, pipelined);
+      for (int r = 0; r < 2; ++r)
+        EXPECT_TRUE(same_bits(got[static_cast<size_t>(r)], want[static_cast<size_t>(r)]))
+            << "rank " << r << ", count " << count << (pipelined ? ", pipelined" : "");
+    }
+}
+
+// Rank 1 fails while rank 0 waits in a recv from it: rank 0 stops at once with rank 1's reason.
+TEST(NcclTwoRanks, AnAbortOnRank1FailsRank0sPendingRecv) {
+  SKIP_WITHOUT_TWO_GPUS();
+  lab::NcclWorld world({0, 1}, 10.0);
+  double waited = 0;
+  const auto errors = run_ranks(2, [&](int r) {
+    lab::Transport& t = world.transport(r);
+    if (r == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      t.abort("injected failure");
+      return;
+    }
+    std::vector<unsigned char> buf(4096);
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      t.recv(1, buf.data(), buf.size(), 5);
+    } catch (...) {
+      waited = seconds_since(t0);
+      throw;
+    }
+  });
+  EXPECT_FALSE(errors[1]);
+  ASSERT_TRUE(throws_a<lab::CommError>(errors[0])) << message_of(errors[0]);
+  EXPECT_EQ(message_of(errors[0]), "rank 0: recv from rank 1 aborted: rank 1 failed: injected failure");
+  EXPECT_LT(waited, 10.0);
+  EXPECT_TRUE(world.transport(0).aborted());
+  EXPECT_EQ(world.transport(0).abort_reason(), "rank 1 failed: injected failure");
+  // Every later call fails at once with the same reason.
+  float x = 1.0f;
+  EXPECT_THROW(world.transport(1).native_allreduce_sum(&x, 1), lab::CommError);
+}
+
+// Rank 1 never sends: rank 0's recv times out after its timeout, naming rank 1, and fails the world.
+TEST(NcclTwoRanks, ATimeoutNamesTheRankThatNeverSent) {
+  SKIP_WITHOUT_TWO_GPUS();
+  lab::NcclWorld world({0, 1}, 30.0);
+  world.transport(0).set_timeout(1.0);
+  double waited = 0;
+  const auto errors = run_ranks(2, [&](int r) {
+    if (r == 1) return;
+    std::vector<unsigned char> buf(64);
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      world.transport(0).recv(1, buf.data(), buf.size(), 9);
+    } catch (...) {
+      waited = seconds_since(t0);
+      throw;
+    }
+  });
+  ASSERT_TRUE(throws_a<lab::CommError>(errors[0])) << message_of(errors[0]);
+  EXPECT_EQ(message_of(errors[0]),
+            "rank 0: timed out after 1 s waiting for rank 1 (recv from rank 1: ncclRecv of 64 bytes, tag 9)");
+  EXPECT_GE(waited, 1.0);
+  EXPECT_LT(waited, 3.0);
+  EXPECT_TRUE(world.transport(1).aborted());
+}
+
+// Time while the hold flag is set does not count: a recv held for 1.5 s with a 1 s timeout
+// completes when its sender comes.
+TEST(NcclTwoRanks, HeldTimeDoesNotCountTowardsTheTimeout) {
+  SKIP_WITHOUT_TWO_GPUS();
+  lab::NcclWorld world({0, 1}, 30.0);
+  std::atomic<bool> hold{true};
+  world.transport(0).set_timeout(1.0);
+  world.transport(0).set_hold_flag(&hold);
+  const std::vector<unsigned char> sent = random_bytes(256, 3);
+  std::vector<unsigned char> got(256, 0);
+  expect_no_errors(run_ranks(2, [&](int r) {
+    if (r == 0) {
+      world.transport(0).recv(1, got.data(), got.size(), 1);
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    hold = false;
+    world.transport(1).send(0, sent.data(), sent.size(), 1);
+  }));
+  EXPECT_TRUE(got == sent);
+}
+
+}  // namespace
