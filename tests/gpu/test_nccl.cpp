@@ -2,7 +2,8 @@
 // "gpu". Without a GPU every test reports SKIPPED with the probe's reason. With one GPU, the
 // world-1 tests run (ncclAllReduce of one rank, a sendrecv with itself, the lab's ring over it)
 // and so does NCCL's own refusal of two ranks on one GPU; the two-rank tests report SKIPPED,
-// saying they need two GPUs.
+// saying they need two GPUs. The same file also runs in CI against a CPU model of CUDA and NCCL
+// (nccl_model.cpp, label nccl-model), which checks the transport's logic without a GPU.
 //
 // Yardsticks: every comparison is bitwise. One rank's allreduce is a copy; two ranks' is one IEEE
 // addition per element (a + b == b + a, whatever NCCL's algorithm); the lab's ring over NCCL
