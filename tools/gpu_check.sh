@@ -12,7 +12,8 @@
 #      emulated ranks on the GPU, SyncBN), their losses side by side; its weights evaluated with
 #      --device cpu and cuda (top-1 agreement over the test set); --comm nccl with one rank
 #      (--allreduce nccl and ring); on a one-GPU machine, two NCCL ranks refused (exit 9); and bench
-#      train --device cuda at batch 32, 64, 256 for both models
+#      train --device cuda at batch 32, 64, 256 for both models next to PyTorch's eager and CUDA
+#      Graph steps on the same GPU (tools/torch/gpu_train_bench.py, when PyTorch has CUDA)
 #   7. gpu_check.json: the GPU, driver, CUDA/cuDNN/NCCL versions, every test's result and time,
 #      the sanitizers' verdicts, the convolution algorithms cuDNN chose, the training figures
 #
@@ -224,6 +225,13 @@ if [[ -x "$BUILD/dtlab" && -f "$DATA/train-images-idx3-ubyte.gz" ]]; then
     timeout "$(left)" "$BUILD/dtlab" bench train --device cuda --model $model --batch-sizes 32,64,256 \
       --seconds 0.2 --rounds 3 --json "$WORK/bench-$model.json" >"$WORK/bench-$model.log" 2>&1 || TRAIN_RC=1
   done
+  # PyTorch on the same GPU, the same steps (TF32 off), when it is installed with CUDA
+  if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+    timeout "$(left)" python3 tools/torch/gpu_train_bench.py --batch-sizes 32,64,256 --seconds 0.2 --rounds 3 \
+      --json "$WORK/torch-bench.json" >"$WORK/torch-bench.log" 2>&1 || TRAIN_RC=1
+  else
+    say "PyTorch with CUDA not found: no PyTorch timings"
+  fi
   TRAIN_S=$(($(date +%s) - t0))
   say "training through dtlab: rc $TRAIN_RC in ${TRAIN_S} s"
 else
@@ -296,6 +304,21 @@ def training():
             t[f"bench_{model}"] = json.load(open(f"{work}/bench-{model}.json"))
         except Exception as e:
             t[f"bench_{model}"] = {"error": str(e)}
+    # the timing table: dtlab's step against PyTorch eager and with a CUDA Graph, same GPU
+    try:
+        torch_bench = json.load(open(f"{work}/torch-bench.json"))
+        t["torch"] = {k: torch_bench[k] for k in ("torch", "device_name", "cudnn", "models_check")}
+        table = []
+        for row in torch_bench["rows"]:
+            ours = t.get(f"bench_{row['model']}", {}).get("sweep", [])
+            mine = next((r["step_ms"] for r in ours if r["batch_size"] == row["batch_size"]), None)
+            best = min(v for v in (row["eager_ms"], row["cuda_graph_ms"], row["compile_ms"]) if v is not None)
+            table.append({**row, "dtlab_ms": mine,
+                          "dtlab_over_torch_eager": mine / row["eager_ms"] if mine else None,
+                          "dtlab_over_torch_best": mine / best if mine else None})
+        t["timings"] = table
+    except Exception as e:
+        t["timings"] = {"error": str(e)}
     return t
 out["training"] = training()
 ok = counts["failed"] == 0 and counts["skipped"] == 0 and counts["passed"] > 0 and $TESTS_RC == 0 \
