@@ -20,6 +20,7 @@
 #include "executor.h"
 #include "model.h"
 #include "run.h"
+#include "run_data.h"
 #include "safetensors.h"
 #include "test_util.h"
 
@@ -38,6 +39,10 @@ class StagedCpuExecutor : public lab::ModelExecutor {
   }
   std::string describe() const override { return "staged-cpu (test)"; }
   lab::StagingTraffic traffic() const override { return m_traffic; }
+  std::string report_json() const override {
+    return R"({"conv_algorithms": [{"layer": "conv k3 p1", "pass": "forward", "algo": "im2col + sgemm",
+               "how": "the only one", "deterministic": true, "math": "FMA"}]})";
+  }
 
   const lab::Tensor& forward(const lab::Tensor& x, lab::Mode mode) override {
     ++forwards;
@@ -345,5 +350,15 @@ TEST(DeviceSeam, RunThroughAStagedExecutorEqualsTheCpuRun) {
     EXPECT_GT(s["device"]["staging"]["host_to_device_bytes"].get<uint64_t>(), 0u) << what;
     EXPECT_EQ(cs["device"]["device"], "cpu") << what;
     EXPECT_NE(testutil::read_file(dev_dir.file("config.toml")).find("device = \"cuda\""), std::string::npos) << what;
+    // the app shows which device computed and what cuDNN chose (the controls panel's "device")
+    const viz::RunData v = viz::load_run_dir(dev_dir.path());
+    EXPECT_EQ(v.cfg.compute.device, "cuda") << what;
+    EXPECT_EQ(v.summary.device_name, "staged-cpu (test)") << what;
+    EXPECT_EQ(v.summary.staged_bytes, s["device"]["staging"]["host_to_device_bytes"].get<uint64_t>() +
+                                          s["device"]["staging"]["device_to_host_bytes"].get<uint64_t>())
+        << what;
+    EXPECT_EQ(v.summary.conv_algorithms, std::vector<std::string>{"forward conv k3 p1: im2col + sgemm (the only one, FMA)"})
+        << what;
+    EXPECT_TRUE(viz::load_run_dir(cpu_dir.path()).summary.device_name.empty()) << what;
   }
 }

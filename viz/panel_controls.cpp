@@ -395,6 +395,15 @@ void draw_controls_panel(const RunData& d, ControlsState& st, bool compare_bn, d
     text_wrapped_colored(col::kError, d.error);
     if (!d.error_hint.empty()) text_wrapped_colored(col::kWarn, "hint: " + d.error_hint);
   }
+  if (d.cfg.compute.device != "cpu") {
+    std::string why = "--device " + d.cfg.compute.device +
+                      ": every rank's forward and backward ran on the GPU (cuBLAS, cuDNN, the lab's kernels), "
+                      "host-staged: parameters up and gradients down every step";
+    if (d.summary.staged_bytes > 0) why += fmt(", %.1f MB in all", static_cast<double>(d.summary.staged_bytes) / 1e6);
+    why += ".";
+    for (const std::string& a : d.summary.conv_algorithms) why += "\n" + a;
+    labeled_value("device", d.summary.device_name.empty() ? d.cfg.compute.device : d.summary.device_name, why);
+  }
   if (d.summary.valid) {
     labeled_value("final test acc", fmt("%.4f eval / %.4f train mode", d.summary.eval_acc, d.summary.train_acc),
                   "Rank 0's final model on the whole test set: eval mode (running statistics) and train mode (batch "

@@ -25,6 +25,12 @@ struct RunSummaryView {
   double eval_acc = 0, eval_loss = 0, train_acc = 0, train_loss = 0;  // rank 0's final model
   int64_t steps = 0;
   double samples_per_s = 0, train_seconds = 0;
+  // summary.json's "device" (a run with --device cuda): the GPU, the bytes the host-staged executor
+  // moved, and rank 0's cuDNN algorithm per convolution pass ("forward conv (64, 1, 28, 28) k3 p1 ->
+  // 32: CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM (heuristic, FMA)"). Empty on the CPU.
+  std::string device_name;
+  uint64_t staged_bytes = 0;
+  std::vector<std::string> conv_algorithms;
 };
 
 class RunData {

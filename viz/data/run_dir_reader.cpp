@@ -269,6 +269,18 @@ void read_summary(const std::string& path, RunData& d) {
       s.train_acc = j["test_train_mode"].value("accuracy", 0.0);
       s.train_loss = j["test_train_mode"].value("loss", 0.0);
     }
+    if (j.contains("device") && j["device"].is_object() && j["device"].contains("name")) {
+      const nlohmann::json& dev = j["device"];
+      s.device_name = dev["name"].get<std::string>();
+      if (dev.contains("staging"))
+        s.staged_bytes = dev["staging"].value("host_to_device_bytes", uint64_t{0}) +
+                         dev["staging"].value("device_to_host_bytes", uint64_t{0});
+      if (dev.contains("rank0") && dev["rank0"].contains("conv_algorithms"))
+        for (const nlohmann::json& a : dev["rank0"]["conv_algorithms"])
+          s.conv_algorithms.push_back(a.value("pass", "") + " " + a.value("layer", "") + ": " + a.value("algo", "") +
+                                      " (" + a.value("how", "") + ", " + a.value("math", "") +
+                                      (a.value("deterministic", true) ? "" : ", non-deterministic") + ")");
+    }
     s.steps = int_value(j, "steps", int64_t{0});
     s.samples_per_s = j.value("samples_per_s", 0.0);
     s.train_seconds = j.value("train_seconds", 0.0);
