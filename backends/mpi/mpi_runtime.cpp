@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "errors.h"
+#include "events.h"
 
 namespace lab {
 
@@ -30,15 +31,6 @@ constexpr size_t kMaxAbortTextBytes = 3000;
 
 MpiRuntime* g_current = nullptr;  // MPI is per process; so is its runtime
 
-double wall_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-std::string fmt_seconds(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", s);
-  return buf;
-}
 
 std::optional<long> env_long(const char* name) {
   const char* v = std::getenv(name);
@@ -82,13 +74,13 @@ MpiRuntime::MpiRuntime(double timeout_s) : m_timeout(timeout_s) {
   for (MPI_Comm* c : comms) {
     MPI_Request req;
     check(MPI_Comm_idup(MPI_COMM_WORLD, c, &req), "MPI_Comm_idup");
-    const double start = wall_seconds();
+    const double start = now_seconds();
     for (int done = 0; !done;) {
       check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test (MPI_Comm_idup)");
       if (done) break;
-      if (wall_seconds() - start > m_timeout)
+      if (now_seconds() - start > m_timeout)
         throw CommError("rank " + std::to_string(m_rank) + ": setting up MPI communicators took longer than " +
-                            fmt_seconds(m_timeout) + " s: not every process of the job got there",
+                            seconds_text(m_timeout) + " s: not every process of the job got there",
                         "every process must run `dtlab run --comm mpi` with the same flags");
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
@@ -245,14 +237,14 @@ std::optional<int> MpiRuntime::query_waiting_for(int peer, double seconds) {
     std::memcpy(payload.data(), &m_query_id, sizeof(int32_t));
     send_control_locked(peer, kTagQuery, std::move(payload));
   }
-  const double start = wall_seconds();
+  const double start = now_seconds();
   for (;;) {
     service_control();
     {
       std::lock_guard<std::mutex> lock(m_mu);
       if (m_answer) return m_answer;
     }
-    if (m_aborted.load(std::memory_order_acquire) || wall_seconds() - start > seconds) return std::nullopt;
+    if (m_aborted.load(std::memory_order_acquire) || now_seconds() - start > seconds) return std::nullopt;
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
 }
@@ -268,7 +260,7 @@ void MpiRuntime::poison(const std::string& why) {
 }
 
 bool MpiRuntime::wait_control(MPI_Request& req, double seconds) {
-  const double start = wall_seconds();
+  const double start = now_seconds();
   for (;;) {
     {
       std::lock_guard<std::mutex> lock(m_mu);
@@ -276,7 +268,7 @@ bool MpiRuntime::wait_control(MPI_Request& req, double seconds) {
       if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || done) return true;
       service_locked();
     }
-    if (wall_seconds() - start > seconds) return false;
+    if (now_seconds() - start > seconds) return false;
     // Sleep, not spin: on success rank 0 is still computing on these cores.
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
@@ -297,7 +289,7 @@ CommRuntime::ShutdownResult MpiRuntime::shutdown(int exit_code, const std::strin
   }
   if (!wait_control(barrier, grace))
     return {false, "rank " + std::to_string(m_rank) + ": not every process reached the end of the run within " +
-                       fmt_seconds(grace) + " s; stopping the job (MPI_Abort)"};
+                       seconds_text(grace) + " s; stopping the job (MPI_Abort)"};
   service_control();  // what arrived before the barrier completed
   std::lock_guard<std::mutex> lock(m_mu);
   if (!m_poisoned.empty())

@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "errors.h"
+#include "events.h"
 
 namespace lab {
 
@@ -39,15 +40,6 @@ constexpr double kQuerySeconds = 0.5;
 // How long a call that gives up waits for its cancelled receives.
 constexpr double kCancelSeconds = 1.0;
 
-double wall_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-std::string fmt_seconds(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", s);
-  return buf;
-}
 
 // What a blocked call is waiting for, for error messages: "sendrecv to rank 2".
 struct WaitSite {
@@ -295,7 +287,7 @@ class TransportMpi final : public Transport {
       const Op& first = first_pending(ops, n);
       WaitMark mark(m_rt, first.site.peer >= 0 ? first.site.peer : MpiRuntime::kInCollective);
       double waited = 0;  // seconds of waiting that count towards the timeout
-      const double start = wall_seconds();
+      const double start = now_seconds();
       double last = start;
       for (int spins = 0;;) {
         if (test_ops(ops, n)) return;
@@ -306,7 +298,7 @@ class TransportMpi final : public Transport {
           ++spins;
           continue;
         }
-        const double now = wall_seconds();
+        const double now = now_seconds();
         const bool held = m_hold && m_hold->load(std::memory_order_relaxed);
         if (!held) waited += now - last;  // a paused run does not advance the deadline
         last = now;
@@ -332,7 +324,7 @@ class TransportMpi final : public Transport {
         MPI_Cancel(&op.req);
       }
       if (op.kind == OpKind::Recv) {
-        const double start = wall_seconds();
+        const double start = now_seconds();
         for (;;) {
           int flag = 0;
           {
@@ -341,7 +333,7 @@ class TransportMpi final : public Transport {
           }
           if (flag) break;
           m_rt.service_control();
-          if (wall_seconds() - start > kCancelSeconds) {
+          if (now_seconds() - start > kCancelSeconds) {
             m_rt.poison("a receive from rank " + std::to_string(op.site.peer) +
                         " could be neither cancelled nor completed");
             break;
@@ -404,10 +396,10 @@ class TransportMpi final : public Transport {
     const std::string chain = site.peer >= 0 ? wait_chain(site.peer) : collective_chain();
     throw_if_aborted(site);  // another rank failed meanwhile: report that cause instead
     const std::string msg =
-        site.peer >= 0 ? me() + ": timed out after " + fmt_seconds(m_timeout) + " s waiting for rank " +
+        site.peer >= 0 ? me() + ": timed out after " + seconds_text(m_timeout) + " s waiting for rank " +
                              std::to_string(site.peer) + " (" + site_text(site) + ", tag " +
                              std::to_string(site.tag) + ")" + chain
-                       : me() + ": timed out after " + fmt_seconds(m_timeout) + " s in " + site.call + chain;
+                       : me() + ": timed out after " + seconds_text(m_timeout) + " s in " + site.call + chain;
     m_rt.abort_world(msg);
     throw CommError(msg,
                     "a rank that never reaches a collective (it finished early, is stuck, or runs a "

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "errors.h"
+#include "events.h"
 
 namespace lab {
 
@@ -42,15 +43,6 @@ constexpr std::chrono::microseconds kSleep{50};
 // share an allocation.
 constexpr size_t kStagingGrain = size_t{64} << 10;
 
-double wall_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-std::string fmt_seconds(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", s);
-  return buf;
-}
 
 // ---- errors ----
 
@@ -358,14 +350,14 @@ class TransportNccl final : public Transport {
   // Polls progress() until done; each round also looks at the world's abort flag and the
   // timeout (time while *m_hold is set does not count).
   void wait_done(const Site& site) {
-    const double start = wall_seconds();
+    const double start = now_seconds();
     double last = start;
     double waited = 0;  // seconds that count towards the timeout
     for (;;) {
       const Progress p = progress();
       if (p == Progress::Done) return;
       if (p == Progress::Aborted || aborted()) give_up_aborted(site);
-      const double now = wall_seconds();
+      const double now = now_seconds();
       if (!(m_hold && m_hold->load(std::memory_order_relaxed))) waited += now - last;
       last = now;
       if (waited > m_timeout) throw_timeout(site);
@@ -396,7 +388,7 @@ class TransportNccl final : public Transport {
   // still waiting fail at once with the same cause instead of timing out one after another.
   [[noreturn]] void throw_timeout(const Site& site) {
     if (aborted()) give_up_aborted(site);  // another rank failed meanwhile: that is the cause
-    const std::string msg = me() + ": timed out after " + fmt_seconds(m_timeout) + " s waiting for " + site.waits +
+    const std::string msg = me() + ": timed out after " + seconds_text(m_timeout) + " s waiting for " + site.waits +
                             " (" + site.what + ": " + site.detail + ")";
     abort(msg);
     throw CommError(msg,
@@ -442,7 +434,7 @@ NcclWorldState::~NcclWorldState() {
     healthy = nccl_ok(ncclGroupStart());
     for (ncclComm_t c : comms) healthy = nccl_ok(ncclCommFinalize(c)) && healthy;
     healthy = nccl_ok(ncclGroupEnd()) && healthy;
-    const double deadline = wall_seconds() + timeout_s;
+    const double deadline = now_seconds() + timeout_s;
     for (bool pending = healthy; pending;) {
       pending = false;
       for (ncclComm_t c : comms) {
@@ -450,7 +442,7 @@ NcclWorldState::~NcclWorldState() {
         if (ncclCommGetAsyncError(c, &state) != ncclSuccess || !nccl_ok(state)) healthy = false;
         pending = pending || state == ncclInProgress;
       }
-      if (!healthy || (pending && wall_seconds() > deadline)) {
+      if (!healthy || (pending && now_seconds() > deadline)) {
         healthy = false;
         break;
       }
@@ -505,7 +497,7 @@ NcclWorld::NcclWorld(const std::vector<int>& devices, double timeout_s) : m_stat
   for (int k = 0; k < n; ++k) s.transports[static_cast<size_t>(k)]->set_comm(comms[static_cast<size_t>(k)]);
 
   // Poll every rank's communicator until none is ncclInProgress.
-  const double deadline = wall_seconds() + timeout_s;
+  const double deadline = now_seconds() + timeout_s;
   for (bool pending = nccl_ok(failed); pending && nccl_ok(failed);) {
     pending = false;
     for (int k = 0; k < n && nccl_ok(failed); ++k) {
@@ -515,8 +507,8 @@ NcclWorld::NcclWorld(const std::vector<int>& devices, double timeout_s) : m_stat
       failed_rank = k;
       pending = pending || state == ncclInProgress;
     }
-    if (pending && nccl_ok(failed) && wall_seconds() > deadline)
-      throw DeviceError(where + "NCCL's initialization did not finish within " + fmt_seconds(timeout_s) + " s",
+    if (pending && nccl_ok(failed) && now_seconds() > deadline)
+      throw DeviceError(where + "NCCL's initialization did not finish within " + seconds_text(timeout_s) + " s",
                         "NCCL_DEBUG=INFO shows where it stops (a GPU that another process holds, or peer-to-peer "
                         "access that hangs); raise --timeout if the machine is merely slow");
     if (pending) std::this_thread::sleep_for(std::chrono::milliseconds(1));

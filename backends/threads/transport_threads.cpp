@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "errors.h"
+#include "events.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -171,15 +172,6 @@ int current_cpu() {
 #endif
 }
 
-double wall_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-std::string fmt_seconds(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", s);
-  return buf;
-}
 
 }  // namespace
 
@@ -381,7 +373,7 @@ class TransportThreads final : public Transport {
     me.cpu.store(cpu, std::memory_order_relaxed);
     WaitMark mark(me.waiting_for, site.peer);
     double waited = 0;  // seconds of waiting that count towards the timeout
-    double last = wall_seconds();
+    double last = now_seconds();
     const double spin_end = last + m_spin_seconds;
     const std::atomic<int>& peer_cpu = m_w.ranks[site.peer].cpu;
     bool spinning = m_spin_seconds > 0;
@@ -391,10 +383,10 @@ class TransportThreads final : public Transport {
       if (spinning) {  // look at the clock and the peer's CPU every kSpinBetweenClock pauses only
         cpu_relax();
         if (++spins % kSpinBetweenClock != 0) continue;
-        if (wall_seconds() < spin_end && (cpu < 0 || peer_cpu.load(std::memory_order_relaxed) != cpu)) continue;
+        if (now_seconds() < spin_end && (cpu < 0 || peer_cpu.load(std::memory_order_relaxed) != cpu)) continue;
         spinning = false;
       }
-      const double now = wall_seconds();
+      const double now = now_seconds();
       const bool held = m_hold && m_hold->load(std::memory_order_relaxed);
       if (!held) waited += now - last;  // a paused run does not advance the deadline
       last = now;
@@ -447,7 +439,7 @@ class TransportThreads final : public Transport {
     // If another rank failed meanwhile (it aborts before clearing its waiting_for, so a chain
     // that read it as "not waiting" sees its abort here), report that cause instead.
     throw_if_aborted(site);
-    const std::string msg = "rank " + std::to_string(m_rank) + ": timed out after " + fmt_seconds(m_timeout) +
+    const std::string msg = "rank " + std::to_string(m_rank) + ": timed out after " + seconds_text(m_timeout) +
                             " s waiting for rank " + std::to_string(site.peer) + " (" + site.call + " " +
                             site.dir + " rank " + std::to_string(site.peer) + ", tag " +
                             std::to_string(site.tag) + ")" + chain;

@@ -1,5 +1,7 @@
 #include "transport.h"
 
+#include <cstdio>
+
 #include "errors.h"
 
 namespace lab {
@@ -9,6 +11,12 @@ void Transport::sendrecv_reduce(int dst, const float* sbuf, size_t scount, int s
   if (m_scratch.size() < rcount) m_scratch.resize(rcount);
   sendrecv(dst, sbuf, scount * sizeof(float), src, m_scratch.data(), rcount * sizeof(float), tag);
   for (size_t i = 0; i < rcount; ++i) acc[i] += m_scratch[i];
+}
+
+std::string seconds_text(double seconds) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", seconds);
+  return buf;
 }
 
 void Transport::native_allreduce_sum(float*, size_t) {

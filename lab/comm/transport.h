@@ -17,6 +17,9 @@
 
 namespace lab {
 
+// "%g" of a number of seconds, as the transports' timeout messages print it: "0.5", "60".
+std::string seconds_text(double seconds);
+
 class Transport {
  public:
   virtual ~Transport() = default;

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "cuda_device.h"
+#include "gpu_test_util.h"
 #include "cuda_executor.h"
 #include "errors.h"
 #include "maxpool2d.h"
@@ -39,13 +40,7 @@ namespace {
 
 // ---- helpers ----
 
-const lab::cuda::CudaProbe& probe() {
-  static const lab::cuda::CudaProbe p = lab::cuda::cuda_devices();
-  return p;
-}
-
-#define SKIP_WITHOUT_GPU() \
-  if (!probe().ok()) GTEST_SKIP() << probe().reason
+using gputest::probe;
 
 constexpr double kTolMlp = 1e-4;
 constexpr double kTolCnn = 1e-3;

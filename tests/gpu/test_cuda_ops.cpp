@@ -40,6 +40,7 @@
 #include "cuda_context.h"
 #include "cuda_conv.h"
 #include "cuda_device.h"
+#include "gpu_test_util.h"
 #include "cuda_gemm.h"
 #include "cuda_ops.h"
 #include "device_buffer.h"
@@ -58,24 +59,11 @@ namespace {
 
 // ---- helpers ----
 
-const lab::cuda::CudaProbe& probe() {
-  static const lab::cuda::CudaProbe p = lab::cuda::cuda_devices();
-  return p;
-}
-
-#define SKIP_WITHOUT_GPU() \
-  if (!probe().ok()) GTEST_SKIP() << probe().reason
+using gputest::probe;
+using gputest::randn;
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
-
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(g);
-  return v;
-}
 
 // Values from a small set, so that windows hold ties (and, with nan_every > 0, NaNs).
 std::vector<float> quantized(size_t n, uint32_t seed, int nan_every = 0) {

@@ -27,6 +27,7 @@
 
 #include "communicator.h"
 #include "cuda_device.h"
+#include "gpu_test_util.h"
 #include "errors.h"
 #include "events.h"
 #include "nccl/transport_nccl.h"
@@ -37,13 +38,10 @@ namespace {
 
 // ---- helpers ----
 
-const lab::cuda::CudaProbe& probe() {
-  static const lab::cuda::CudaProbe p = lab::cuda::cuda_devices();
-  return p;
-}
-
-#define SKIP_WITHOUT_GPU() \
-  if (!probe().ok()) GTEST_SKIP() << probe().reason
+using gputest::message_of;
+using gputest::probe;
+using gputest::run_ranks;
+using gputest::randn;
 
 #define SKIP_WITHOUT_TWO_GPUS()                                                                          \
   if (!probe().ok()) GTEST_SKIP() << probe().reason;                                                     \
@@ -52,14 +50,6 @@ const lab::cuda::CudaProbe& probe() {
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-std::vector<float> randn(size_t n, uint32_t seed) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(g);
-  return v;
 }
 
 std::vector<unsigned char> random_bytes(size_t n, uint32_t seed) {
@@ -76,31 +66,6 @@ std::vector<unsigned char> random_bytes(size_t n, uint32_t seed) {
     if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0)
       return ::testing::AssertionFailure() << "first difference at [" << i << "]: " << got[i] << " != " << want[i];
   return ::testing::AssertionSuccess();
-}
-
-// Runs fn(rank) on one thread per rank, joins them all; errors[r] is what rank r threw.
-std::vector<std::exception_ptr> run_ranks(int n, const std::function<void(int)>& fn) {
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        fn(r);
-      } catch (...) {
-        errors[static_cast<size_t>(r)] = std::current_exception();
-      }
-    });
-  for (auto& t : threads) t.join();
-  return errors;
-}
-
-std::string message_of(const std::exception_ptr& p) {
-  if (!p) return "";
-  try {
-    std::rethrow_exception(p);
-  } catch (const std::exception& e) {
-    return e.what();
-  }
 }
 
 template <class E>

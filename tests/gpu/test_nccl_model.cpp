@@ -14,44 +14,16 @@
 
 #include "communicator.h"
 #include "errors.h"
+#include "gpu_test_util.h"
 #include "events.h"
 #include "nccl/transport_nccl.h"
 #include "threads/transport_threads.h"
 
 namespace {
 
-std::vector<float> randn(size_t n, uint32_t seed) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d;
-  std::vector<float> v(n);
-  for (float& x : v) x = d(g);
-  return v;
-}
-
-// Runs fn(rank) on n threads; the exception of each rank (null: none).
-std::vector<std::exception_ptr> on_ranks(int n, const std::function<void(int)>& fn) {
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        fn(r);
-      } catch (...) {
-        errors[static_cast<size_t>(r)] = std::current_exception();
-      }
-    });
-  for (std::thread& t : threads) t.join();
-  return errors;
-}
-
-std::string message(const std::exception_ptr& p) {
-  if (!p) return "";
-  try {
-    std::rethrow_exception(p);
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-}
+using gputest::message_of;
+using gputest::randn;
+using gputest::run_ranks;
 
 // Every rank: allreduce of its own random values with `algo`, an allgather and a broadcast from
 // rank 2 (checked here); returns each rank's allreduce result.
@@ -60,7 +32,7 @@ std::vector<std::vector<float>> collectives(lab::World& w, lab::AllreduceAlgorit
   std::vector<std::vector<float>> data(static_cast<size_t>(n));
   std::vector<lab::EventLog> logs(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) data[static_cast<size_t>(r)] = randn(count, 100 + static_cast<uint32_t>(r));
-  const auto errors = on_ranks(n, [&](int r) {
+  const auto errors = run_ranks(n, [&](int r) {
     lab::Communicator c(w.transport(r), &logs[static_cast<size_t>(r)]);
     c.set_allreduce_algorithm(algo);
     c.allreduce_sum(data[static_cast<size_t>(r)].data(), count, {"x", 0});
@@ -72,7 +44,7 @@ std::vector<std::vector<float>> collectives(lab::World& w, lab::AllreduceAlgorit
     c.broadcast(b.data(), b.size(), 2, {"b", 0});
     if (b.back() != 2) throw std::runtime_error("broadcast: not rank 2's bytes");
   });
-  for (int r = 0; r < n; ++r) EXPECT_FALSE(errors[static_cast<size_t>(r)]) << message(errors[static_cast<size_t>(r)]);
+  for (int r = 0; r < n; ++r) EXPECT_FALSE(errors[static_cast<size_t>(r)]) << message_of(errors[static_cast<size_t>(r)]);
   return data;
 }
 
@@ -101,41 +73,41 @@ TEST(NcclModel, AnAbortFromAnotherThreadStopsEveryRank) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     for (int r = 0; r < 3; ++r) w.transport(r).abort("the run was destroyed");
   });
-  const auto errors = on_ranks(3, [&](int r) {
+  const auto errors = run_ranks(3, [&](int r) {
     std::vector<char> b(1000);
     ++waiting;
     w.transport(r).recv((r + 1) % 3, b.data(), b.size(), 0);  // every rank waits, none sends
   });
   killer.join();
   for (int r = 0; r < 3; ++r)
-    EXPECT_NE(message(errors[static_cast<size_t>(r)]).find("aborted: rank 0 failed: the run was destroyed"),
+    EXPECT_NE(message_of(errors[static_cast<size_t>(r)]).find("aborted: rank 0 failed: the run was destroyed"),
               std::string::npos)
-        << message(errors[static_cast<size_t>(r)]);
+        << message_of(errors[static_cast<size_t>(r)]);
 }
 
 TEST(NcclModel, ATimeoutOnOneRankFailsTheOthersAtOnce) {
   lab::NcclWorld w({0, 1, 2}, 20);
   w.transport(0).set_timeout(0.5);
   const auto t0 = std::chrono::steady_clock::now();
-  const auto errors = on_ranks(3, [&](int r) {
+  const auto errors = run_ranks(3, [&](int r) {
     std::vector<char> b(10);
     if (r == 0) w.transport(0).recv(2, b.data(), 10, 1);  // rank 2 never sends
     if (r == 1) w.transport(1).recv(0, b.data(), 10, 1);  // rank 0 never sends either
   });
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.5);
-  EXPECT_NE(message(errors[0]).find("rank 0: timed out after 0.5 s waiting for rank 2"), std::string::npos)
-      << message(errors[0]);
-  EXPECT_NE(message(errors[1]).find("rank 1: recv from rank 0 aborted: rank 0: timed out"), std::string::npos)
-      << message(errors[1]);
+  EXPECT_NE(message_of(errors[0]).find("rank 0: timed out after 0.5 s waiting for rank 2"), std::string::npos)
+      << message_of(errors[0]);
+  EXPECT_NE(message_of(errors[1]).find("rank 1: recv from rank 0 aborted: rank 0: timed out"), std::string::npos)
+      << message_of(errors[1]);
 }
 
 TEST(NcclModel, BadPeersEmptyMessagesAndBadWorlds) {
   {
     lab::NcclWorld w({0, 1}, 5);
     EXPECT_THROW(w.transport(0).send(2, nullptr, 0, 0), lab::CommError);
-    const auto errors = on_ranks(2, [&](int r) { w.transport(r).sendrecv(1 - r, nullptr, 0, 1 - r, nullptr, 0, 0); });
-    EXPECT_FALSE(errors[0]) << message(errors[0]);
-    EXPECT_FALSE(errors[1]) << message(errors[1]);
+    const auto errors = run_ranks(2, [&](int r) { w.transport(r).sendrecv(1 - r, nullptr, 0, 1 - r, nullptr, 0, 0); });
+    EXPECT_FALSE(errors[0]) << message_of(errors[0]);
+    EXPECT_FALSE(errors[1]) << message_of(errors[1]);
   }
   EXPECT_THROW(lab::NcclWorld({}, 1), lab::ConfigError);
   EXPECT_THROW(lab::NcclWorld({0, 7}, 1), lab::DeviceError);  // no GPU 7

@@ -1,0 +1,57 @@
+// Helpers shared by the GPU backend's tests (tests/gpu): the device probe and the skip it decides,
+// random inputs, and running one function per rank on threads.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cuda_device.h"
+#include "rank_threads.h"
+
+namespace gputest {
+
+// What this process sees (cached): no GPU makes every GPU test SKIPPED with the probe's reason.
+inline const lab::cuda::CudaProbe& probe() {
+  static const lab::cuda::CudaProbe p = lab::cuda::cuda_devices();
+  return p;
+}
+
+// n values from N(0, scale^2), the same for the same seed.
+inline std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(g);
+  return v;
+}
+
+// Runs fn(rank) on one thread per rank and joins them all; errors[r] is what rank r threw.
+inline std::vector<std::exception_ptr> run_ranks(int n, const std::function<void(int)>& fn) {
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        fn(r);
+      } catch (...) {
+        errors[static_cast<size_t>(r)] = std::current_exception();
+      }
+    });
+  for (std::thread& t : threads) t.join();
+  return errors;
+}
+
+// The message of an exception ("" for none): tests/rank_threads.h's.
+using labtest::message_of;
+
+}  // namespace gputest
+
+#define SKIP_WITHOUT_GPU() \
+  if (!gputest::probe().ok()) GTEST_SKIP() << gputest::probe().reason
