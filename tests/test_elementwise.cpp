@@ -13,41 +13,19 @@
 
 #include "batchnorm.h"
 #include "elementwise.h"
+#include "float_compare.h"
 #include "maxpool2d.h"
 #include "optim.h"
 #include "relu.h"
 
 namespace {
 
-uint32_t bits(float v) {
-  uint32_t u;
-  std::memcpy(&u, &v, sizeof u);
-  return u;
-}
-
-// Bitwise equality of two float arrays; prints the first mismatches.
-::testing::AssertionResult same_bits(const std::vector<float>& got, const std::vector<float>& want) {
-  if (got.size() != want.size())
-    return ::testing::AssertionFailure() << "size " << got.size() << " != " << want.size();
-  int bad = 0;
-  std::string first;
-  for (size_t i = 0; i < got.size(); ++i)
-    if (bits(got[i]) != bits(want[i]) && bad++ < 5)
-      first += "\n  [" + std::to_string(i) + "] " + std::to_string(got[i]) + " != " + std::to_string(want[i]);
-  if (bad == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << bad << " of " << got.size() << " values differ:" << first;
-}
+using testutil::bits;
+using testutil::randn;
+using testutil::same_bits;
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
-
-std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(g);
-  return v;
-}
 
 }  // namespace
 

@@ -83,6 +83,29 @@ Choice pick(const std::vector<Candidate>& cands, const CudaContextOptions& opt, 
   return {};
 }
 
+// One pass's choice: `forced` (>= 0) as given, with `forced_deterministic` from cuDNN's header; else
+// the first candidate pick() accepts among list(max, &got, perf) (cudnnFind* when benchmarking,
+// the heuristics otherwise; max from max_count(&max)). The pass's three cuDNN functions are the
+// lambdas, which check their own calls; Choice::algo < 0: none qualifies.
+template <class Perf, class WorkspaceOf, class MaxCount, class List>
+Choice choose_pass(int forced, bool forced_deterministic, cudnnConvolutionDescriptor_t conv,
+                   const CudaContextOptions& opt, WorkspaceOf workspace_of, MaxCount max_count, List list) {
+  if (forced >= 0) {
+    Choice ch;
+    ch.algo = forced;
+    ch.math = opt.conv_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+    ch.deterministic = forced_deterministic;
+    DTLAB_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, ch.math));
+    DTLAB_CUDNN_CHECK(workspace_of(ch.algo, &ch.workspace));
+    return ch;
+  }
+  int max = 0, got = 0;
+  max_count(&max);
+  std::vector<Perf> perf(static_cast<size_t>(max));
+  list(max, &got, perf.data());
+  return pick(candidates_of(perf, got), opt, conv, opt.cudnn_benchmark, workspace_of);
+}
+
 }  // namespace
 
 std::string cudnn_fwd_algo_name(int algo) { return algo_name("CUDNN_CONVOLUTION_FWD_ALGO_", kFwdNames, algo); }
@@ -148,94 +171,73 @@ void CudnnConv2d::choose(const ConvAlgoForce& force) {
     m_ctx.record_conv_algorithm(rec);
   };
 
-  // ---- forward ----
+  // ---- forward ---- (every forward algorithm is deterministic)
   {
-    auto ws_of = [&](int algo, size_t* bytes) {
-      return cudnnGetConvolutionForwardWorkspaceSize(h, m_x, m_w, m_fwd_conv, m_y,
-                                                     static_cast<cudnnConvolutionFwdAlgo_t>(algo), bytes);
-    };
-    Choice ch;
-    if (force.forward >= 0) {
-      ch.algo = force.forward;
-      ch.math = opt.conv_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
-      DTLAB_CUDNN_CHECK(cudnnSetConvolutionMathType(m_fwd_conv, ch.math));
-      DTLAB_CUDNN_CHECK(ws_of(ch.algo, &ch.workspace));
-    } else {
-      int max = 0, got = 0;
-      DTLAB_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &max));
-      std::vector<cudnnConvolutionFwdAlgoPerf_t> perf(static_cast<size_t>(max));
-      if (opt.cudnn_benchmark)
-        DTLAB_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithm(h, m_x, m_w, m_fwd_conv, m_y, max, &got, perf.data()));
-      else
-        DTLAB_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, m_x, m_w, m_fwd_conv, m_y, max, &got, perf.data()));
-      ch = pick(candidates_of(perf, got), opt, m_fwd_conv, opt.cudnn_benchmark, ws_of);
-      if (ch.algo < 0) throw DeviceError("forward of " + layer + none, hint);
-    }
+    const Choice ch = choose_pass<cudnnConvolutionFwdAlgoPerf_t>(
+        force.forward, true, m_fwd_conv, opt,
+        [&](int algo, size_t* bytes) {
+          return cudnnGetConvolutionForwardWorkspaceSize(h, m_x, m_w, m_fwd_conv, m_y,
+                                                         static_cast<cudnnConvolutionFwdAlgo_t>(algo), bytes);
+        },
+        [&](int* max) { DTLAB_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(h, max)); },
+        [&](int max, int* got, cudnnConvolutionFwdAlgoPerf_t* perf) {
+          if (opt.cudnn_benchmark)
+            DTLAB_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithm(h, m_x, m_w, m_fwd_conv, m_y, max, got, perf));
+          else
+            DTLAB_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, m_x, m_w, m_fwd_conv, m_y, max, got, perf));
+        });
+    if (ch.algo < 0) throw DeviceError("forward of " + layer + none, hint);
     m_fwd_algo = static_cast<cudnnConvolutionFwdAlgo_t>(ch.algo);
     m_fwd_ws = ch.workspace;
     record(m_fwd_rec, "forward", cudnn_fwd_algo_name(ch.algo), force.forward >= 0 ? "forced" : how, true, ch.math,
            ch.workspace, ch.time_ms);
   }
 
-  // ---- backward data ----
+  // ---- backward data ---- (cuDNN's header marks ALGO_0 non-deterministic: it adds with atomics)
   {
-    auto ws_of = [&](int algo, size_t* bytes) {
-      return cudnnGetConvolutionBackwardDataWorkspaceSize(h, m_w, m_y, m_bwd_data_conv, m_x,
-                                                          static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), bytes);
-    };
-    Choice ch;
-    if (force.backward_data >= 0) {
-      ch.algo = force.backward_data;
-      ch.math = opt.conv_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
-      ch.deterministic = ch.algo != CUDNN_CONVOLUTION_BWD_DATA_ALGO_0;
-      DTLAB_CUDNN_CHECK(cudnnSetConvolutionMathType(m_bwd_data_conv, ch.math));
-      DTLAB_CUDNN_CHECK(ws_of(ch.algo, &ch.workspace));
-    } else {
-      int max = 0, got = 0;
-      DTLAB_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &max));
-      std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perf(static_cast<size_t>(max));
-      if (opt.cudnn_benchmark)
-        DTLAB_CUDNN_CHECK(
-            cudnnFindConvolutionBackwardDataAlgorithm(h, m_w, m_y, m_bwd_data_conv, m_x, max, &got, perf.data()));
-      else
-        DTLAB_CUDNN_CHECK(
-            cudnnGetConvolutionBackwardDataAlgorithm_v7(h, m_w, m_y, m_bwd_data_conv, m_x, max, &got, perf.data()));
-      ch = pick(candidates_of(perf, got), opt, m_bwd_data_conv, opt.cudnn_benchmark, ws_of);
-      if (ch.algo < 0) throw DeviceError("backward data of " + layer + none, hint);
-    }
+    const Choice ch = choose_pass<cudnnConvolutionBwdDataAlgoPerf_t>(
+        force.backward_data, force.backward_data != CUDNN_CONVOLUTION_BWD_DATA_ALGO_0, m_bwd_data_conv, opt,
+        [&](int algo, size_t* bytes) {
+          return cudnnGetConvolutionBackwardDataWorkspaceSize(h, m_w, m_y, m_bwd_data_conv, m_x,
+                                                              static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), bytes);
+        },
+        [&](int* max) { DTLAB_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, max)); },
+        [&](int max, int* got, cudnnConvolutionBwdDataAlgoPerf_t* perf) {
+          if (opt.cudnn_benchmark)
+            DTLAB_CUDNN_CHECK(
+                cudnnFindConvolutionBackwardDataAlgorithm(h, m_w, m_y, m_bwd_data_conv, m_x, max, got, perf));
+          else
+            DTLAB_CUDNN_CHECK(
+                cudnnGetConvolutionBackwardDataAlgorithm_v7(h, m_w, m_y, m_bwd_data_conv, m_x, max, got, perf));
+        });
+    if (ch.algo < 0) throw DeviceError("backward data of " + layer + none, hint);
     m_bwd_data_algo = static_cast<cudnnConvolutionBwdDataAlgo_t>(ch.algo);
     m_bwd_data_ws = ch.workspace;
     record(m_bwd_data_rec, "backward_data", cudnn_bwd_data_algo_name(ch.algo),
            force.backward_data >= 0 ? "forced" : how, ch.deterministic, ch.math, ch.workspace, ch.time_ms);
   }
 
-  // ---- backward filter ----
+  // ---- backward filter ---- (ALGO_0 and ALGO_3 are the non-deterministic ones)
   {
-    auto ws_of = [&](int algo, size_t* bytes) {
-      return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, m_x, m_y, m_bwd_filter_conv, m_w,
-                                                            static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), bytes);
-    };
-    Choice ch;
-    if (force.backward_filter >= 0) {
-      ch.algo = force.backward_filter;
-      ch.math = opt.conv_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
-      ch.deterministic =
-          ch.algo != CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 && ch.algo != CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3;
-      DTLAB_CUDNN_CHECK(cudnnSetConvolutionMathType(m_bwd_filter_conv, ch.math));
-      DTLAB_CUDNN_CHECK(ws_of(ch.algo, &ch.workspace));
-    } else {
-      int max = 0, got = 0;
-      DTLAB_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &max));
-      std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perf(static_cast<size_t>(max));
-      if (opt.cudnn_benchmark)
-        DTLAB_CUDNN_CHECK(
-            cudnnFindConvolutionBackwardFilterAlgorithm(h, m_x, m_y, m_bwd_filter_conv, m_w, max, &got, perf.data()));
-      else
-        DTLAB_CUDNN_CHECK(
-            cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, m_x, m_y, m_bwd_filter_conv, m_w, max, &got, perf.data()));
-      ch = pick(candidates_of(perf, got), opt, m_bwd_filter_conv, opt.cudnn_benchmark, ws_of);
-      if (ch.algo < 0) throw DeviceError("backward filter of " + layer + none, hint);
-    }
+    const Choice ch = choose_pass<cudnnConvolutionBwdFilterAlgoPerf_t>(
+        force.backward_filter,
+        force.backward_filter != CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 &&
+            force.backward_filter != CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3,
+        m_bwd_filter_conv, opt,
+        [&](int algo, size_t* bytes) {
+          return cudnnGetConvolutionBackwardFilterWorkspaceSize(
+              h, m_x, m_y, m_bwd_filter_conv, m_w, static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), bytes);
+        },
+        [&](int* max) { DTLAB_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, max)); },
+        [&](int max, int* got, cudnnConvolutionBwdFilterAlgoPerf_t* perf) {
+          if (opt.cudnn_benchmark)
+            DTLAB_CUDNN_CHECK(
+                cudnnFindConvolutionBackwardFilterAlgorithm(h, m_x, m_y, m_bwd_filter_conv, m_w, max, got, perf));
+          else
+            DTLAB_CUDNN_CHECK(
+                cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, m_x, m_y, m_bwd_filter_conv, m_w, max, got, perf));
+        });
+    if (ch.algo < 0) throw DeviceError("backward filter of " + layer + none, hint);
     m_bwd_filter_algo = static_cast<cudnnConvolutionBwdFilterAlgo_t>(ch.algo);
     m_bwd_filter_ws = ch.workspace;
     record(m_bwd_filter_rec, "backward_filter", cudnn_bwd_filter_algo_name(ch.algo),

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cuda_device.h"
+#include "float_compare.h"
 #include "rank_threads.h"
 
 namespace gputest {
@@ -21,15 +22,6 @@ namespace gputest {
 inline const lab::cuda::CudaProbe& probe() {
   static const lab::cuda::CudaProbe p = lab::cuda::cuda_devices();
   return p;
-}
-
-// n values from N(0, scale^2), the same for the same seed.
-inline std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(g);
-  return v;
 }
 
 // Runs fn(rank) on one thread per rank and joins them all; errors[r] is what rank r threw.
@@ -47,6 +39,9 @@ inline std::vector<std::exception_ptr> run_ranks(int n, const std::function<void
   for (std::thread& t : threads) t.join();
   return errors;
 }
+
+// Random inputs: tests/float_compare.h's.
+using testutil::randn;
 
 // The message of an exception ("" for none): tests/rank_threads.h's.
 using labtest::message_of;

@@ -61,6 +61,8 @@ namespace {
 
 using gputest::probe;
 using gputest::randn;
+using testutil::bits;
+using testutil::same_bits;
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
@@ -92,24 +94,6 @@ DeviceBuffer<T> poisoned(CudaContext& ctx, size_t n) {
   DeviceBuffer<T> d(n);
   d.fill_bytes(0xFF, ctx.stream());
   return d;
-}
-
-uint32_t bits(float v) {
-  uint32_t u;
-  std::memcpy(&u, &v, sizeof u);
-  return u;
-}
-
-// Bitwise equality (a NaN equals only the same NaN); prints the first mismatches.
-::testing::AssertionResult same_bits(const std::vector<float>& got, const std::vector<float>& want) {
-  if (got.size() != want.size()) return ::testing::AssertionFailure() << "size " << got.size() << " != " << want.size();
-  int64_t bad = 0;
-  std::string first;
-  for (size_t i = 0; i < got.size(); ++i)
-    if (bits(got[i]) != bits(want[i]) && bad++ < 5)
-      first += "\n  [" + std::to_string(i) + "] gpu " + std::to_string(got[i]) + " cpu " + std::to_string(want[i]);
-  if (bad == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << bad << " of " << got.size() << " values differ bitwise:" << first;
 }
 
 // err_i = |got_i - want_i| <= tol * scale_i for every i (scale: the same computation over absolute

@@ -42,6 +42,7 @@ using gputest::message_of;
 using gputest::probe;
 using gputest::run_ranks;
 using gputest::randn;
+using testutil::same_bits;
 
 #define SKIP_WITHOUT_TWO_GPUS()                                                                          \
   if (!probe().ok()) GTEST_SKIP() << probe().reason;                                                     \
@@ -57,15 +58,6 @@ std::vector<unsigned char> random_bytes(size_t n, uint32_t seed) {
   std::vector<unsigned char> v(n);
   for (unsigned char& b : v) b = static_cast<unsigned char>(g());
   return v;
-}
-
-// Bitwise equality of two float arrays; names the first mismatch.
-::testing::AssertionResult same_bits(const std::vector<float>& got, const std::vector<float>& want) {
-  if (got.size() != want.size()) return ::testing::AssertionFailure() << "size " << got.size() << " != " << want.size();
-  for (size_t i = 0; i < got.size(); ++i)
-    if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0)
-      return ::testing::AssertionFailure() << "first difference at [" << i << "]: " << got[i] << " != " << want[i];
-  return ::testing::AssertionSuccess();
 }
 
 template <class E>
