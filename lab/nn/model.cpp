@@ -33,6 +33,12 @@ size_t Model::forward_step(size_t i, const Tensor& in, Mode mode) {
   return i;
 }
 
+void Model::set_executor(std::unique_ptr<ModelExecutor> exec) {
+  if (exec && m_autocast != Autocast::None)
+    throw ConfigError("autocast bf16 is the CPU's emulation: it cannot run on " + exec->describe());
+  m_exec = std::move(exec);
+}
+
 void Model::set_autocast(Autocast a) {
   if (m_exec && a != Autocast::None)
     throw ConfigError("autocast bf16 is the CPU's emulation: it cannot run on " + m_exec->describe());
@@ -45,12 +51,6 @@ void Model::set_autocast(Autocast a) {
 // here. A fused BatchNorm -> ReLU -> MaxPool2d run is rounded once, at its end: rounding is
 // monotonic (and keeps 0 and NaN), so it commutes with ReLU and with max, and one rounding of the
 // pooled output equals rounding after each of the three modules, bit for bit.
-void Model::set_executor(std::unique_ptr<ModelExecutor> exec) {
-  if (exec && m_autocast != Autocast::None)
-    throw ConfigError("autocast bf16 is the CPU's emulation: it cannot run on " + exec->describe());
-  m_exec = std::move(exec);
-}
-
 const Tensor& Model::forward(const Tensor& x, Mode mode) {
   assert(!m_modules.empty());
   if (m_exec) return m_exec->forward(x, mode);

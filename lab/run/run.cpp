@@ -407,11 +407,9 @@ Run::~Run() {
 }
 
 std::vector<std::pair<std::string, std::string>> Run::backends() const {
+  // validate() accepted m_cfg.allreduce: ring, naive, tree, or mpi / nccl (the transport's own)
   std::vector<std::pair<std::string, std::string>> b{
-      {"sgemm", gemm_backend_name()}, {"transport", m_cfg.comm},
-      {"allreduce", parse_allreduce_algorithm(m_cfg.allreduce) == AllreduceAlgorithm::Native
-                        ? m_cfg.allreduce  // "mpi" or "nccl": the transport's own
-                        : allreduce_algorithm_name(parse_allreduce_algorithm(m_cfg.allreduce))}};
+      {"sgemm", gemm_backend_name()}, {"transport", m_cfg.comm}, {"allreduce", m_cfg.allreduce}};
   if (!m_device_name.empty()) b.insert(b.begin(), {"device", m_device_name});
   return b;
 }
