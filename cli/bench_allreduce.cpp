@@ -224,10 +224,14 @@ int bench_allreduce(const BenchAllreduceOptions& opt) {
   if (opt.comm != "threads")
     throw ConfigError("--comm: bench allreduce supports the threads transport in this build, got '" + opt.comm + "'");
   if (opt.world_sizes.empty()) throw ConfigError("--world-sizes: give at least one world size");
-  for (int n : opt.world_sizes)
-    if (n < 1 || n > kMaxWorldSize)
-      throw ConfigError("--world-sizes: each must be in 1.." + std::to_string(kMaxWorldSize) + ", got " +
+  for (int n : opt.world_sizes) {
+    if (n == 1)
+      throw ConfigError("--world-sizes 1: an allreduce over one rank moves no bytes, so there is nothing to time",
+                        "give world sizes of 2 or more, e.g. --world-sizes 2,4,8");
+    if (n < 2 || n > kMaxWorldSize)
+      throw ConfigError("--world-sizes: each must be in 2.." + std::to_string(kMaxWorldSize) + ", got " +
                         std::to_string(n));
+  }
   AllreduceBenchPlan plan;
   std::vector<std::string> names;
   for (const std::string& a : opt.algorithms) {

@@ -24,7 +24,7 @@ void add_mode_flags(CLI::App& app, lab::RunConfig& c) {
       ->capture_default_str();
   app.add_option("--warmup-steps", c.warmup_steps, "local-sgd: first allreduce gradients every step for W steps")
       ->capture_default_str();
-  app.add_flag("!--no-overlap", c.overlap,
+  app.add_flag_callback("--no-overlap", [&c] { c.overlap = false; },
                "ddp: launch the bucket allreduces after the whole backward instead of overlapping it");
   app.add_option("--no-sync-steps", c.no_sync_steps,
                  "ddp: K backward passes under no_sync (gradients accumulate) before each synchronized step")
@@ -44,7 +44,7 @@ void add_mode_flags(CLI::App& app, lab::RunConfig& c) {
 
 }  // namespace
 
-void add_compute_flags(CLI::App& app, lab::ComputeOptions& o) {
+void add_compute_flags(CLI::App& app, lab::ComputeOptions& o, bool has_comm) {
   app.add_option("--device", o.device,
                  "where the model computes: cpu (the reference), cuda or cuda:N (cuBLAS and cuDNN; needs a build "
                  "with the GPU backend and a GPU)")
@@ -57,8 +57,9 @@ void add_compute_flags(CLI::App& app, lab::ComputeOptions& o) {
   app.add_flag("--cudnn-deterministic", o.cudnn_deterministic,
                "--device cuda: only deterministic cuDNN algorithms (torch.backends.cudnn.deterministic)");
   app.add_option("--rank-devices", o.rank_devices,
-                 "--device cuda: the GPU of each rank, e.g. 0,1 (default: every rank on --device's GPU; with --comm "
-                 "nccl, rank r on GPU r, as NCCL refuses two ranks on one GPU)")
+                 has_comm ? "--device cuda: the GPU of each rank, e.g. 0,1 (default: every rank on --device's GPU; with "
+                            "--comm nccl, rank r on GPU r, as NCCL refuses two ranks on one GPU)"
+                          : "--device cuda: the GPU of each rank, e.g. 0,1 (default: every rank on --device's GPU)")
       ->delimiter(',')
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
 }
@@ -72,8 +73,13 @@ void add_run_flags(CLI::App& app, lab::RunConfig& c, std::string& bn_momentum) {
       ->capture_default_str();
   app.add_option("--batch-size", c.batch_size, "per-rank batch size (the global batch is world_size x batch_size)")
       ->capture_default_str();
-  app.add_option("--epochs", c.epochs, "passes over the training set")->capture_default_str();
-  app.add_option("--steps", c.steps, "stop after this many iterations (0: run all epochs)")->capture_default_str();
+  app.add_option("--epochs", c.epochs,
+                 "passes over the training set (with --steps, the run ends at whichever limit it reaches first)")
+      ->capture_default_str();
+  app.add_option("--steps", c.steps,
+                 "stop after this many iterations (0: no limit). Alone, it runs as many epochs as it takes; with "
+                 "--epochs, the first limit reached ends the run")
+      ->capture_default_str();
   app.add_option("--lr", c.lr, "SGD learning rate")->capture_default_str();
   app.add_option("--momentum", c.momentum, "SGD momentum")->capture_default_str();
   app.add_option("--weight-decay", c.weight_decay, "SGD weight decay (L2, added to the gradient)")->capture_default_str();
@@ -92,12 +98,12 @@ void add_run_flags(CLI::App& app, lab::RunConfig& c, std::string& bn_momentum) {
   app.add_option("--bn-momentum", bn_momentum, "BatchNorm momentum (weight of the new batch) or 'none' (cumulative average)")
       ->capture_default_str();
   app.add_option("--bn-eps", c.bn_eps, "BatchNorm eps")->capture_default_str();
-  app.add_flag("!--no-track-running-stats", c.track_running_stats,
+  app.add_flag_callback("--no-track-running-stats", [&c] { c.track_running_stats = false; },
                "BatchNorm track_running_stats=False: batch statistics in train and eval mode");
-  app.add_flag("!--no-broadcast-buffers", c.broadcast_buffers,
+  app.add_flag_callback("--no-broadcast-buffers", [&c] { c.broadcast_buffers = false; },
                "DDP broadcast_buffers=False: every rank keeps its own BatchNorm running statistics");
   app.add_option("--bucket-cap-mb", c.bucket_cap_mb, "DDP bucket_cap_mb (the first bucket is 1 MiB)")->capture_default_str();
-  app.add_flag("!--no-shuffle", c.shuffle, "DistributedSampler shuffle=False: indices in order");
+  app.add_flag_callback("--no-shuffle", [&c] { c.shuffle = false; }, "DistributedSampler shuffle=False: indices in order");
   app.add_flag("--drop-last", c.drop_last, "DataLoader drop_last=True: drop each rank's last incomplete batch");
   app.add_flag("--sampler-drop-last", c.sampler_drop_last,
                "DistributedSampler drop_last=True: cut the tail instead of padding with repeated samples");
@@ -120,7 +126,12 @@ void add_run_flags(CLI::App& app, lab::RunConfig& c, std::string& bn_momentum) {
                  "allreduce algorithm: ring, naive (gather to rank 0 and back), tree (recursive halving-doubling), "
                  "mpi or nccl (the transport's own, with --comm mpi or --comm nccl)")
       ->capture_default_str();
-  app.add_option("--out", c.out_dir, "run directory to write (config, metrics, trace, weights, summary)");
+  app.add_option("--out", c.out_dir,
+                 "run directory to write (config, metrics, trace, weights, summary): a new or empty folder; an "
+                 "earlier run there is refused (continue it with --resume, or replace it with --overwrite)");
+  app.add_flag("--overwrite", c.overwrite,
+               "replace the run already in --out (only the files a run writes: a folder that is not a run "
+               "directory is never written into)");
   app.add_option("--init", c.init, "start from these weights (safetensors with PyTorch state_dict names)");
   app.add_option("--checkpoint-every", c.checkpoint_every,
                  "write a checkpoint into the run directory every N iterations (0: off); --resume continues from it")
@@ -151,6 +162,10 @@ void add_run_flags(CLI::App& app, lab::RunConfig& c, std::string& bn_momentum) {
   add_mode_flags(app, c);
 }
 
+void apply_steps_rule(const CLI::App& app, lab::RunConfig& c) {
+  if (app.count("--steps") && c.steps > 0 && !app.count("--epochs")) c.epochs = 0;  // as many as --steps takes
+}
+
 std::optional<double> parse_bn_momentum(const std::string& s) {
   if (s == "none" || s == "None") return std::nullopt;
   try {
@@ -169,7 +184,7 @@ void add_bench_train_flags(CLI::App& app, lab::BenchTrainOptions& o) {
   app.add_option("--batch-size", o.batch_size, "per-rank batch size")->capture_default_str();
   app.add_option("--world-size", o.world_size, "emulated ranks (DDP with ring allreduce)")->capture_default_str();
   app.add_option("--threads", o.threads, "BLAS threads for one rank (ranks use one each)")->capture_default_str();
-  add_compute_flags(app, o.compute);
+  add_compute_flags(app, o.compute, false);
   app.add_option("--seconds", o.seconds, "target seconds per timing round")->capture_default_str();
   app.add_option("--rounds", o.rounds, "timing rounds (the median is reported)")->capture_default_str();
   app.add_option("--batch-sizes", o.batch_sizes,
@@ -183,7 +198,7 @@ void add_bench_train_flags(CLI::App& app, lab::BenchTrainOptions& o) {
                  "--per-sample's BatchNorm: frozen (eval mode, running statistics) or train (each sample's own "
                  "statistics; the mlp's BatchNorm1d refuses a batch of one)")
       ->capture_default_str();
-  app.add_flag("!--no-batchnorm", o.batchnorm,
+  app.add_flag_callback("--no-batchnorm", [&o] { o.batchnorm = false; },
                "build the model without its BatchNorm layers (the same other layers and initial weights)");
   app.add_option("--json", o.json_out, "also write the figures to this file as JSON");
 }
@@ -249,10 +264,12 @@ void add_eval_flags(CLI::App& app, lab::EvalCommandOptions& o) {
                                          "(each test batch's own statistics)")
       ->capture_default_str();
   app.add_option("--batch-size", o.batch_size, "test samples per forward pass")->capture_default_str();
-  app.add_option("--limit-test", o.limit_test, "use only the first N test samples (0: all)")->capture_default_str();
+  app.add_option("--limit-test", o.limit_test, "use only the first N test samples (0: all; default: with --run, the "
+                                               "run's own --limit-test, else all)");
   app.add_option("--data-dir", o.data_dir, "directory of the Fashion-MNIST .gz files (default: the run's, else the "
                                            "Debian package's)");
-  app.add_option("--probe", o.probe, "report the softmax outputs of the first K test samples")->capture_default_str();
+  app.add_option("--probe", o.probe, "print (and with --json, write) the softmax outputs of the first K test samples")
+      ->capture_default_str();
   app.add_option("--autocast", o.autocast,
                  "none or bf16: evaluate as under torch.autocast(\"cpu\", dtype=torch.bfloat16), beside float32 "
                  "(accuracy, agreement, speedup)")
@@ -268,31 +285,74 @@ const std::vector<std::string>& lesson_commands() {
   return k;
 }
 
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::string closest(const std::string& name, const std::vector<std::string>& known, size_t max_distance) {
+  std::string best;
+  size_t best_d = max_distance + 1;
+  for (const std::string& k : known) {
+    const size_t d = edit_distance(name, k);
+    // a prefix counts as close too ("bench all" for "bench allreduce")
+    if (d < best_d || (best.empty() && k.rfind(name, 0) == 0 && name.size() >= 2)) {
+      best_d = std::min(d, best_d);
+      best = k;
+    }
+  }
+  return best;
+}
+
 std::string unknown_flag_message(const CLI::App& app, const std::vector<std::string>& args) {
   for (const std::string& a : args) {
     if (a.rfind("--", 0) != 0) continue;
     const std::string name = a.substr(0, a.find('='));
     if (app.get_option_no_throw(name)) continue;
-    std::string best;
-    size_t best_d = 4;
-    for (const CLI::Option* o : app.get_options()) {
-      for (const std::string& known : o->get_lnames()) {
-        const std::string k = "--" + known;
-        std::vector<size_t> prev(k.size() + 1), cur(k.size() + 1);
-        for (size_t j = 0; j <= k.size(); ++j) prev[j] = j;
-        for (size_t i = 1; i <= name.size(); ++i) {
-          cur[0] = i;
-          for (size_t j = 1; j <= k.size(); ++j)
-            cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (name[i - 1] == k[j - 1] ? 0 : 1)});
-          std::swap(prev, cur);
-        }
-        if (prev[k.size()] < best_d) {
-          best_d = prev[k.size()];
-          best = k;
-        }
-      }
-    }
+    std::vector<std::string> known;
+    for (const CLI::Option* o : app.get_options())
+      for (const std::string& n : o->get_lnames()) known.push_back("--" + n);
+    const std::string best = closest(name, known, 3);
     return "unknown flag " + name + (best.empty() ? "" : " (did you mean " + best + "?)");
+  }
+  return "";
+}
+
+std::string unknown_command_message(const CLI::App& app, const std::vector<std::string>& args) {
+  const CLI::App* cur = &app;
+  std::string path = app.get_name();
+  for (const std::string& a : args) {
+    if (a.empty() || a[0] == '-') return "";  // flags belong to the command named so far
+    const std::vector<const CLI::App*> subs = cur->get_subcommands([](const CLI::App*) { return true; });
+    if (subs.empty()) return "";  // a command's own arguments
+    const CLI::App* next = nullptr;
+    std::vector<std::string> names;
+    for (const CLI::App* s : subs) {
+      names.push_back(s->get_name());
+      if (s->get_name() == a) next = s;
+    }
+    if (!next) {
+      const std::string best = closest(a, names, 2);
+      std::string list;
+      for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
+      return "unknown command '" + path + " " + a + "'" + (best.empty() ? "" : " (did you mean " + path + " " + best + "?)") +
+             "; the commands are: " + list;
+    }
+    cur = next;
+    path += " " + a;
+  }
+  if (cur != &app && cur->get_require_subcommand_min() > 0) {  // "dtlab bench" alone
+    std::string list;
+    for (const CLI::App* sub : cur->get_subcommands([](const CLI::App*) { return true; }))
+      list += (list.empty() ? "" : ", ") + sub->get_name();
+    return "'" + path + "' needs a command: " + list;
   }
   return "";
 }
@@ -300,7 +360,7 @@ std::string unknown_flag_message(const CLI::App& app, const std::vector<std::str
 lab::RunConfig resume_config(const CLI::App& app, const lab::RunConfig& given, const lab::RunConfig* stand_in) {
   static const std::set<std::string> may_change = {"--resume",     "--out",      "--timeout",          "--threads",
                                                    "--comm",       "--world-size", "--data-dir",       "--checkpoint-every",
-                                                   "--checkpoint-every-epoch"};
+                                                   "--checkpoint-every-epoch", "--overwrite"};
   std::set<std::string> run_flags;  // the flags of dtlab run (an app may have more of its own)
   {
     CLI::App probe;
@@ -328,6 +388,7 @@ lab::RunConfig resume_config(const CLI::App& app, const lab::RunConfig& given, c
   }
   c.resume = given.resume;
   c.out_dir = app.count("--out") ? given.out_dir : given.resume;
+  c.overwrite = given.overwrite;
   if (app.count("--timeout")) c.timeout_s = given.timeout_s;
   if (app.count("--threads")) c.threads = given.threads;
   if (app.count("--comm")) c.comm = given.comm;
@@ -372,6 +433,7 @@ CommandSpec parse_command(const std::string& command, const std::vector<std::str
   }
   if (command == "run") {
     spec.run.bn_momentum = parse_bn_momentum(bn_momentum);
+    apply_steps_rule(app, spec.run);
     spec.world_size_given = app.count("--world-size") > 0;
     if (!spec.run.resume.empty())
       spec.run = resume_config(app, spec.run, resume_stand_in ? resume_stand_in(spec.run.resume) : nullptr);

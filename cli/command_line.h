@@ -21,11 +21,15 @@
 namespace cli {
 
 // --device, --allow-tf32, --cudnn-benchmark, --cudnn-deterministic (device.h), for run and bench train.
-void add_compute_flags(CLI::App& app, lab::ComputeOptions& o);
+// has_comm: the command has --comm (run, gui), so --rank-devices may mention NCCL.
+void add_compute_flags(CLI::App& app, lab::ComputeOptions& o, bool has_comm = true);
 // `dtlab run` (and `dtlab gui`, whose starting configuration they are). bn_momentum is parsed
 // after the command line by parse_bn_momentum ("none" or a number).
 void add_run_flags(CLI::App& app, lab::RunConfig& c, std::string& bn_momentum);
 std::optional<double> parse_bn_momentum(const std::string& s);
+// --steps without --epochs: as many epochs as the steps take (epochs 0). With both, the run ends
+// at whichever limit it reaches first (Run).
+void apply_steps_rule(const CLI::App& app, lab::RunConfig& c);
 // `dtlab run --resume DIR`: the configuration of DIR's newest committed checkpoint, with the
 // flags a resumed run may change taken from `given` (--out, --timeout, --threads, --comm,
 // --world-size, --data-dir, --checkpoint-every, --checkpoint-every-epoch). Any other flag on
@@ -69,6 +73,12 @@ CommandSpec parse_command(const std::string& command, const std::vector<std::str
 // "unknown flag --no-sync-step (did you mean --no-sync-steps?)" for the first word of args that
 // looks like a flag app does not have; "" when there is none.
 std::string unknown_flag_message(const CLI::App& app, const std::vector<std::string>& args);
+// "unknown command 'dtlab rn' (did you mean dtlab run?); the commands are: run, bench, ..." for
+// the first word of args (the words after the program's name) that is not a subcommand where one
+// is expected; "" when every command word is known.
+std::string unknown_command_message(const CLI::App& app, const std::vector<std::string>& args);
+// The closest of `known` to `name` within max_distance edits (or a word name begins), else "".
+std::string closest(const std::string& name, const std::vector<std::string>& known, size_t max_distance);
 
 // The command as one shell line (words with spaces or quotes are quoted): "dtlab run --model mlp".
 std::string command_line(const std::string& command, const std::vector<std::string>& args);

@@ -47,7 +47,7 @@ int eval_command(const EvalCommandOptions& opt) {
                       "eval: model.eval() (running statistics); train: model.train() (batch statistics)");
   if (opt.batch_size <= 0)
     throw ConfigError("batch_size should be a positive integer value, but got batch_size=" + std::to_string(opt.batch_size));
-  if (opt.limit_test < 0) throw ConfigError("--limit-test must be >= 0");
+  if (opt.limit_test < -1) throw ConfigError("--limit-test must be >= 0 (0: every test sample)");
   if (opt.probe < 0) throw ConfigError("--probe must be >= 0");
   if (opt.threads < 0) throw ConfigError("--threads must be >= 0 (0: one per core)");
   if (opt.autocast != "none" && opt.autocast != "bf16")
@@ -104,7 +104,10 @@ int eval_command(const EvalCommandOptions& opt) {
     model->set_executor(make(*model, opt.compute, 0));
     device_echo = " device=" + model->executor()->describe();
   }
-  const Dataset test = load_fashion_mnist(cfg.data_dir, false, opt.limit_test);
+  // The test samples: --limit-test when given; with --run, the run's own subset (what its summary
+  // reports), else all of them.
+  const int64_t limit_test = opt.limit_test >= 0 ? opt.limit_test : opt.run_dir.empty() ? 0 : cfg.limit_test;
+  const Dataset test = load_fashion_mnist(cfg.data_dir, false, limit_test);
   const int threads = opt.threads > 0 ? opt.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   set_compute_threads(threads);
 
@@ -115,6 +118,17 @@ int eval_command(const EvalCommandOptions& opt) {
               static_cast<long long>(opt.batch_size), static_cast<long long>(test.size), threads, gemm_backend_name(),
               device_echo.c_str());
   for (const std::string& s : sources) std::fprintf(out, "  weights: %s\n", s.c_str());
+  if (opt.limit_test < 0 && limit_test > 0)
+    std::fprintf(out, "  test set: the run's first %lld test samples (its --limit-test; --limit-test 0 takes all)\n",
+                 static_cast<long long>(test.size));
+  else if (opt.limit_test < 0 && !opt.run_dir.empty())
+    std::fprintf(out, "  test set: all %lld test samples, as the run used\n", static_cast<long long>(test.size));
+  else if (!opt.run_dir.empty() && limit_test != cfg.limit_test)
+    std::fprintf(out, "  test set: %s%lld test samples (--limit-test %lld); the run itself used %s, so its summary's "
+                 "accuracy is over a different set\n",
+                 limit_test > 0 ? "the first " : "all ", static_cast<long long>(test.size),
+                 static_cast<long long>(limit_test),
+                 cfg.limit_test > 0 ? ("the first " + std::to_string(cfg.limit_test)).c_str() : "all of them");
   std::fflush(out);
 
   std::vector<int> predictions;
@@ -176,7 +190,7 @@ int eval_command(const EvalCommandOptions& opt) {
     std::fprintf(out, "speedup %.2fx (bf16 / fp32 samples per second, measured in this command)\n", speedup);
   }
   const int64_t probe = static_cast<int64_t>(probs.size() / 10);
-  for (int64_t i = 0; i < std::min<int64_t>(probe, 3); ++i) {
+  for (int64_t i = 0; i < probe; ++i) {
     const float* p = probs.data() + i * 10;
     const int64_t top = std::max_element(p, p + 10) - p;
     std::fprintf(out, "  test sample %lld (label %d): predicted %lld with p=%.6f\n", static_cast<long long>(i),

@@ -33,9 +33,9 @@ struct EvalCommandOptions {
   std::string model;            // mlp | cnn (default with --run: the run's)
   std::string bn_mode = "eval"; // eval: model.eval(); train: model.train() (batch statistics)
   int64_t batch_size = 1000;
-  int64_t limit_test = 0;       // the first N test samples (0: all)
+  int64_t limit_test = -1;      // the first N test samples (0: all; -1: the run's --limit-test with --run, else all)
   std::string data_dir;         // default with --run: the run's; else the Debian package's
-  int64_t probe = 10;           // softmax outputs of the first `probe` test samples are reported
+  int64_t probe = 3;            // softmax outputs of the first `probe` test samples are reported
   int threads = 0;              // compute threads (0: one per core)
   std::string json_out;         // also write every figure as JSON
   std::string autocast = "none";  // none | bf16: torch.autocast("cpu", dtype=torch.bfloat16), beside fp32

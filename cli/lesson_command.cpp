@@ -399,6 +399,7 @@ int cmd_run(const LessonCommandOptions& o) {
   if (!prepared.empty() && !fs::is_directory(prepared))
     throw lab::IoError("--prepared: " + prepared + " does not exist", "dtlab lesson prepare " + lesson.id + " makes it");
   const std::string out = !o.out_dir.empty() ? o.out_dir : new_session_dir(lesson.id);
+  prepare_lesson_dir(out, lesson, o.overwrite, "--out");
   fs::create_directories(out);
   // replaying: the runs are read where they were prepared; the record goes to `out`
   Session s(lesson, prepared.empty() ? out : prepared);
@@ -489,6 +490,7 @@ int cmd_prepare(const LessonCommandOptions& o) {
     }
   }
   const std::string dir = o.out_dir.empty() ? prepared_dir(lesson.id) : o.out_dir;
+  prepare_lesson_dir(dir, lesson, o.overwrite, o.out_dir.empty() ? "the prepared folder" : "--out");
   fs::create_directories(dir);
   Session s(lesson, dir);
   std::printf("preparing lesson %s into %s\n", lesson.id.c_str(), dir.c_str());
@@ -529,6 +531,7 @@ CLI::App* add_lesson_command(CLI::App& app, LessonCommandOptions& o) {
   run->add_option("--why", o.why, "the reason for an answer, ID=text,... (kept in the record)");
   run->add_option("--out", o.out_dir, "where the runs and record.json go (default: a new folder under the user's data "
                                       "directory, ~/.local/share/dtlab/lessons/runs)");
+  run->add_flag("--overwrite", o.overwrite, "replace an earlier session of this lesson in --out (its record and runs)");
   run->add_option("--prepared", o.prepared, "replay the runs prepared by `dtlab lesson prepare` instead of training "
                                             "(default folder: give 'default')");
   run->add_option("--part", o.part, "only this part: main or a variation's id");
@@ -540,6 +543,7 @@ CLI::App* add_lesson_command(CLI::App& app, LessonCommandOptions& o) {
   CLI::App* prepare = lesson->add_subcommand("prepare", "run a lesson's runs ahead of class; the app then replays them");
   prepare->add_option("lesson", o.lesson, "lesson id or .toml file")->required();
   prepare->add_option("--out", o.out_dir, "folder (default: ~/.local/share/dtlab/lessons/prepared/ID)");
+  prepare->add_flag("--overwrite", o.overwrite, "prepare again over this lesson's earlier prepared runs");
   return lesson;
 }
 

@@ -30,6 +30,7 @@ struct LessonCommandOptions {
   std::string csv = "lesson-report.csv";
   bool include_auto = false;          // report: also records answered automatically (tests)
   bool teacher = false;               // show: teacher notes too
+  bool overwrite = false;             // run, prepare: replace an earlier folder of this lesson in --out
 };
 
 // Adds `lesson` and its subcommands to app; returns the `lesson` subcommand.

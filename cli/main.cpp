@@ -13,6 +13,7 @@
 //   dtlab version
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
@@ -36,10 +37,16 @@
 #include "lesson_command.h"
 #include "cpu/openblas_env.h"
 #include "run.h"
+#include "run_progress.h"
 
 namespace {
 
 volatile std::sig_atomic_t g_interrupted = 0;  // the signal's number
+
+// "1 epoch", "3 epochs"
+std::string plural(int64_t n, const std::string& word) {
+  return std::to_string(n) + " " + word + (n == 1 ? "" : "s");
+}
 void on_sigint(int sig) { g_interrupted = sig; }
 
 void print_mode_header(const lab::RunConfig& c) {
@@ -66,6 +73,32 @@ void print_mode_header(const lab::RunConfig& c) {
   std::printf("\n");
 }
 
+// Bytes moved during training: the total, what each rank sent, and the share of the bytes that had
+// rank 0 (DataParallel: device 0) at one end of their message, the master bottleneck's measure.
+std::string traffic_text(const lab::RunConfig& c, const lab::TrafficStats& t) {
+  const char* who = c.mode == "dp" ? "device" : "rank";
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "traffic: %.2f MB moved during training; sent per %s (MB):",
+                static_cast<double>(t.bytes_moved) / 1e6, who);
+  std::string out = buf;
+  if (t.sent.size() <= 8) {
+    for (size_t r = 0; r < t.sent.size(); ++r) {
+      std::snprintf(buf, sizeof buf, " %.2f", static_cast<double>(t.sent[r]) / 1e6);
+      out += buf;
+    }
+  } else if (!t.sent.empty()) {
+    const auto [lo, hi] = std::minmax_element(t.sent.begin(), t.sent.end());
+    std::snprintf(buf, sizeof buf, " %.2f to %.2f", static_cast<double>(*lo) / 1e6, static_cast<double>(*hi) / 1e6);
+    out += buf;
+  }
+  const std::string reason = c.mode == "dp" ? "DataParallel sends every byte to or from device 0"
+                             : c.world_size == 2 ? "with 2 ranks every message has rank 0 at one end"
+                                                 : "";
+  std::snprintf(buf, sizeof buf, "\n  %.1f%% of the bytes were in messages to or from %s 0%s%s%s\n", 100.0 * t.rank0_share,
+                who, reason.empty() ? "" : " (", reason.c_str(), reason.empty() ? "" : ")");
+  return out + buf;
+}
+
 // Communication figures after a run: time in collectives, how much was hidden behind backward,
 // bytes moved and rank 0's share; local SGD's drift.
 void print_mode_summary(const lab::RunConfig& c, const lab::RunSummary& s) {
@@ -74,11 +107,7 @@ void print_mode_summary(const lab::RunConfig& c, const lab::RunSummary& s) {
   const double n = static_cast<double>(c.world_size);
   std::printf("communication: %.3f s per rank in collectives, %.3f s of it hidden behind backward (%.1f%%)\n",
               o.comm_seconds_total / n, o.hidden_seconds_total / n, 100.0 * o.hidden_fraction);
-  const lab::TrafficStats& t = s.traffic;
-  const char* who = c.mode == "dp" ? "device 0" : "rank 0";
-  std::printf("traffic: %.2f MB moved; %s sent %.2f MB and received %.2f MB: %.1f%% of all bytes moved\n",
-              static_cast<double>(t.bytes_moved) / 1e6, who, t.sent.empty() ? 0.0 : static_cast<double>(t.sent[0]) / 1e6,
-              t.received.empty() ? 0.0 : static_cast<double>(t.received[0]) / 1e6, 100.0 * t.rank0_share);
+  std::printf("%s", traffic_text(c, s.traffic).c_str());
   if (c.mode == "local-sgd")
     std::printf("local SGD: %zu averagings; replica drift before averaging (L2 to the average): max %.4g, mean %.4g\n",
                 s.drift.size(), s.drift_max, s.drift_mean);
@@ -105,7 +134,7 @@ void print_header(const lab::Run& run) {
   std::printf("  shuffle=%s drop_last=%s sampler_drop_last=%s seed=%llu epochs=%lld steps=%lld (%lld per epoch) "
               "bucket_cap_mb=%g timeout=%gs\n",
               c.shuffle ? "on" : "off", c.drop_last ? "on" : "off", c.sampler_drop_last ? "on" : "off",
-              static_cast<unsigned long long>(c.seed), static_cast<long long>(c.epochs),
+              static_cast<unsigned long long>(c.seed), static_cast<long long>(run.epochs_total()),
               static_cast<long long>(run.steps_total()), static_cast<long long>(run.steps_per_epoch()), c.bucket_cap_mb,
               c.timeout_s);
   std::printf("  data=%s (train %lld, test %lld)", c.data_dir.c_str(), static_cast<long long>(run.train_set().size),
@@ -118,12 +147,9 @@ void print_header(const lab::Run& run) {
 
 class Progress {
  public:
-  explicit Progress(const lab::Run& run) : m_run(run), m_tty(isatty(STDOUT_FILENO)) {}
-  // The epochs the run will touch: --steps may end before the last epoch or go past --epochs.
-  int64_t epochs_total() const {
-    const int64_t spe = m_run.steps_per_epoch();
-    return spe > 0 ? (m_run.steps_total() + spe - 1) / spe : m_run.config().epochs;
-  }
+  Progress(const lab::Run& run, const lab::CommRuntime& runtime)
+      : m_run(run), m_runtime(runtime), m_tty(isatty(STDOUT_FILENO)) {}
+  int64_t epochs_total() const { return m_run.epochs_total(); }
   void operator()(const lab::Snapshot& s) {
     while (m_epochs_printed < s.epochs.size()) {
       const lab::EpochRecord& e = s.epochs[m_epochs_printed++];
@@ -132,20 +158,8 @@ class Progress {
                   static_cast<long long>(e.epoch + 1), static_cast<long long>(epochs_total()), e.train_loss,
                   e.train_acc, e.test_loss, e.test_acc, e.seconds, e.samples_per_s);
     }
-    if (m_tty && !s.latest.empty()) {
-      const lab::StepRecord& r = s.latest[0];
-      const int64_t done = r.batch_size ? r.step + 1 : 0;
-      const int width = 30;
-      const int fill = s.steps_total ? static_cast<int>(width * done / s.steps_total) : 0;
-      std::string bar(static_cast<size_t>(fill), '#');
-      bar.resize(width, '.');
-      const long long epochs = s.steps_per_epoch ? (s.steps_total + s.steps_per_epoch - 1) / s.steps_per_epoch : 1;
-      std::printf("\r\033[K[%s] epoch %lld/%lld step %lld/%lld  loss %.4f  acc %.3f  %.0f samples/s", bar.c_str(),
-                  static_cast<long long>(r.epoch + 1), epochs, static_cast<long long>(done),
-                  static_cast<long long>(s.steps_total), r.loss,
-                  r.batch_size ? static_cast<double>(r.correct) / static_cast<double>(r.batch_size) : 0.0,
-                  s.samples_per_s);
-    }
+    if (m_tty && !s.latest.empty())
+      std::printf("\r\033[K%s", m_line.line(s, lab::now_seconds(), m_runtime.waiting_for(), m_run.config().timeout_s).c_str());
     std::fflush(stdout);
   }
   void done() {
@@ -154,8 +168,10 @@ class Progress {
 
  private:
   const lab::Run& m_run;
+  const lab::CommRuntime& m_runtime;
   bool m_tty;
   size_t m_epochs_printed = 0;
+  cli::ProgressLine m_line;
 };
 
 int cmd_run(lab::RunConfig& c, const lab::CommRuntime& runtime) {
@@ -164,7 +180,7 @@ int cmd_run(lab::RunConfig& c, const lab::CommRuntime& runtime) {
   // print only their own errors.
   const bool report = run.is_local(0);
   if (report) print_header(run);
-  Progress progress(run);
+  Progress progress(run, runtime);
   for (const std::string& n : run.notes()) std::fprintf(stderr, "dtlab: %s\n", n.c_str());
   if (report && run.resumed_from() >= 0)
     std::printf("resuming at iteration %lld of %lld\n", static_cast<long long>(run.resumed_from()),
@@ -212,14 +228,11 @@ int cmd_run(lab::RunConfig& c, const lab::CommRuntime& runtime) {
   }
   if (g_interrupted && !stopping) {
     progress.done();
-    std::fprintf(stderr, "dtlab: interrupted; %s\n",
-                 c.out_dir.empty() ? "no run directory to keep it in (--out DIR; with it, Ctrl-C writes a checkpoint)"
-                                   : "the run directory holds what was finished (no checkpoint: checkpoints cover "
-                                     "--mode ddp, dp and local-sgd without --uneven-data or --join)");
     try {
       run.finish();
     } catch (const std::exception&) {
     }
+    std::fprintf(stderr, "dtlab: interrupted; %s\n", cli::what_the_run_directory_keeps(c).c_str());
     return lab::kExitInterrupted;
   }
   const lab::RunSummary* finished = nullptr;
@@ -239,8 +252,10 @@ int cmd_run(lab::RunConfig& c, const lab::CommRuntime& runtime) {
   const lab::RunSummary& s = finished ? *finished : run.finish();
   if (!report) return lab::kExitOk;
   progress.done();
-  std::printf("done: %lld steps, %lld epochs, %.1f s training, %.0f samples/s\n", static_cast<long long>(s.steps),
-              static_cast<long long>(s.epochs_completed), s.train_seconds, s.samples_per_s);
+  const bool cut = run.steps_per_epoch() > 0 && s.steps % run.steps_per_epoch() != 0 && s.epochs_completed > 0;
+  std::printf("done: %s, %s%s, %.1f s training, %.0f samples/s\n", plural(s.steps, "step").c_str(),
+              plural(s.epochs_completed, "epoch").c_str(), cut ? " (the last one cut short by --steps)" : "",
+              s.train_seconds, s.samples_per_s);
   std::printf("test accuracy: %.4f eval mode (running statistics), %.4f train mode (batch statistics); loss %.4f / %.4f\n",
               s.eval_mode.acc, s.train_mode.acc, s.eval_mode.loss, s.train_mode.loss);
   if (!s.eval_mode_per_rank.empty()) {
@@ -274,12 +289,19 @@ int main(int argc, char** argv) {
   lab::ensure_openblas_coretype(argc, argv);
   lab::set_executor_factory(lab::make_executor);  // --device cuda (backends/devices.h)
   CLI::App app{"dtlab: the Distributed Training Lab. Data-parallel training, exactly as PyTorch does it, made visible.\n"
-               "Exit codes: 0 ok, 1 internal error, 2 bad flag or value, 3 dataset problem, 4 file I/O,\n"
-               "5 training error (e.g. BatchNorm batch of one), 6 communication failure or timeout,\n"
-               "7 no display for `dtlab gui` (or a build without the GUI), 8 a lesson's check failed,\n"
-               "9 --device cuda without a GPU or GPU backend, or a GPU library (CUDA, cuBLAS, cuDNN, NCCL)\n"
-               "failed, 77 a lesson's requirement (e.g. MPI)\n"
-               "is missing, 130 interrupted.",
+               "Exit codes:\n"
+               "    0  ok\n"
+               "    1  internal error\n"
+               "    2  bad flag or value\n"
+               "    3  dataset problem\n"
+               "    4  file I/O (e.g. --out already holds a run)\n"
+               "    5  training error (e.g. a BatchNorm batch of one)\n"
+               "    6  communication failure or timeout\n"
+               "    7  no display for `dtlab gui`, or a build without the GUI\n"
+               "    8  a lesson's check failed\n"
+               "    9  --device cuda without a GPU or GPU backend, or a GPU library failed\n"
+               "   77  a lesson's requirement (e.g. MPI) is missing\n"
+               "  130  interrupted (Ctrl-C)",
                "dtlab"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "show help for every command");
@@ -325,10 +347,17 @@ int main(int argc, char** argv) {
   add_gui_flags(*gui_cmd, gui_opt);
 
   if (argc == 1 && gui_available()) return cmd_gui(gui_cfg, gui_opt);
-  if (argc == 1) {
+  if (argc == 1) {  // no display: what dtlab is and how to start (as --help does; nothing went wrong)
     std::printf("%s\nRun `dtlab run --help` for the training flags, `dtlab --help-all` for everything.\n",
                 app.help().c_str());
-    return lab::kExitUsage;
+    return lab::kExitOk;
+  }
+  {
+    const std::string m = cli::unknown_command_message(app, std::vector<std::string>(argv + 1, argv + argc));
+    if (!m.empty()) {
+      std::fprintf(stderr, "dtlab: error: %s\n", m.c_str());
+      return lab::kExitUsage;
+    }
   }
   std::unique_ptr<lab::CommRuntime> runtime;
   int code = lab::kExitOk;
@@ -361,6 +390,7 @@ int main(int argc, char** argv) {
     }
     if (run_cmd->parsed()) {
       cfg.bn_momentum = cli::parse_bn_momentum(bn_momentum);
+      cli::apply_steps_rule(*run_cmd, cfg);
       if (!cfg.resume.empty()) cfg = cli::resume_config(*run_cmd, cfg);  // the checkpoint's configuration
       start_runtime(runtime, cfg, run_cmd->count("--world-size") > 0);
       code = cmd_run(cfg, *runtime);
@@ -378,6 +408,7 @@ int main(int argc, char** argv) {
       code = run_lesson_command(*lesson_cmd, lopt);
     } else if (gui_cmd->parsed()) {
       gui_cfg.bn_momentum = cli::parse_bn_momentum(gui_bn_momentum);
+      cli::apply_steps_rule(*gui_cmd, gui_cfg);
       if (!gui_cfg.resume.empty()) gui_cfg = cli::resume_config(*gui_cmd, gui_cfg);  // the checkpoint's configuration
       code = cmd_gui(gui_cfg, gui_opt);
     }

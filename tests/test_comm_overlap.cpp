@@ -83,6 +83,7 @@ void expect_overlap_changes_nothing(const std::string& model, const std::string&
   auto ca = small(model, 3, a.path());
   ca.bn = bn;
   ca.steps = 3;
+  ca.epochs = 0;  // --steps alone: as many epochs as it takes
   ca.limit_test = 16;
   ca.bucket_cap_mb = 0.1;  // several buckets
   auto cb = ca;
@@ -211,6 +212,7 @@ TEST(LinkModel, OverlapHidesCommunicationBehindBackward) {
   auto c = small("cnn", 2, a.path());
   c.batch_size = 32;
   c.steps = 3;
+  c.epochs = 0;  // --steps alone: as many epochs as it takes
   c.limit_test = 16;
   c.link_latency_us = 200;
   c.link_gbps = 2;

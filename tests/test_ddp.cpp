@@ -105,6 +105,7 @@ lab::RunConfig config_for(const nlohmann::json& fx, const nlohmann::json& c, con
   cfg.limit_train = c["limit_train"];
   cfg.limit_test = c["limit_test"];
   cfg.steps = c["steps"];
+  cfg.epochs = 0;  // --steps alone: as many epochs as it takes
   cfg.broadcast_buffers = c["broadcast_buffers"];
   cfg.lr = fx["lr"];
   cfg.momentum = fx["momentum"];

@@ -502,3 +502,40 @@ TEST(LessonFile, TomlThatTheTomlLibraryMishandlesIsAnErrorAtItsLine) {
                                 "lessons/tiny.toml");
   EXPECT_EQ(l.title, "A tiny lesson: \xc3\xa9, \xcf\x83, \xc3\x97");
 }
+
+// "How many buckets?": a summary or result quantity counts the array (or object) at its pointer.
+TEST(LessonFile, SummaryQuantitiesTakeReduceCountOnly) {
+  const std::string with = replace(kGood, "twice = { expr", "buckets = { run = \"dropped\", summary = \"/ddp/buckets\", reduce = \"count\" }\ntwice = { expr");
+  EXPECT_NO_THROW(parse_lesson(with, "lessons/tiny.toml"));
+  const auto p = problems(replace(with, "reduce = \"count\"", "reduce = \"mean\""));
+  ASSERT_FALSE(p.empty());
+  EXPECT_TRUE(contains(p[0].message, "takes only reduce = \"count\"")) << p[0].message;
+}
+
+TEST(LessonQuantity, CountsAnArrayOfObjects) {
+  testutil::TempDir d;
+  testutil::write_file(d.file("summary.json"),
+                       R"({"ddp": {"buckets": [{"index": 0, "bytes": 1024}, {"index": 1, "bytes": 512}, {"index": 2, "bytes": 8}]}})");
+  RunOutcome o;
+  o.name = "r";
+  o.dir = d.path();
+  QuantitySpec q;
+  q.name = "buckets";
+  q.source = "summary";
+  q.path = "/ddp/buckets";
+  RunFiles files;
+  try {  // without reduce: the error says how to count them
+    files.read(q, o);
+    ADD_FAILURE() << "an array of objects became a value";
+  } catch (const QuantityError& e) {
+    EXPECT_TRUE(contains(e.what(), "reduce = \"count\" counts them")) << e.what();
+  }
+  q.reduce = "count";
+  const Value v = files.read(q, o);
+  ASSERT_TRUE(v.is_number());
+  EXPECT_EQ(v.number, 3);
+  q.path = "/ddp";  // an object: its keys
+  EXPECT_EQ(files.read(q, o).number, 1);
+  q.path = "/ddp/buckets/0/bytes";  // a number has no count
+  EXPECT_THROW(files.read(q, o), QuantityError);
+}

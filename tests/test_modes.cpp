@@ -130,6 +130,7 @@ TEST(DataParallel, AChunkOfOneRaisesOnThatReplica) {
   cfg.limit_train = 40;
   cfg.limit_test = 20;
   cfg.steps = 2;
+  cfg.epochs = 0;  // --steps alone: as many epochs as it takes
   cfg.threads = 1;
   cfg.timeout_s = 10;
   try {
@@ -162,6 +163,7 @@ TEST(DataParallel, DeviceZeroCarriesEveryByte) {
   cfg.limit_train = 60;
   cfg.limit_test = 20;
   cfg.steps = 2;
+  cfg.epochs = 0;  // --steps alone: as many epochs as it takes
   cfg.threads = 1;
   cfg.out_dir = tmp.path();
   lab::Run run(cfg, lab::make_world);

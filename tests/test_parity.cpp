@@ -48,6 +48,7 @@ lab::RunConfig config_for(const nlohmann::json& s, const std::string& out) {
   c.limit_train = s.at("limit_train");
   c.limit_test = s.at("limit_test");
   c.steps = s.at("steps");
+  c.epochs = 0;  // --steps alone: as many epochs as it takes
   c.mode = s.at("mode");
   c.bn = s.at("bn");
   c.shuffle = s.at("shuffle");

@@ -109,6 +109,7 @@ TEST(Run, GradientAllreduceTrafficFollowsTheRingRule) {
   const int world = 4;
   auto c = small("cnn", world, "");
   c.steps = 2;
+  c.epochs = 0;  // --steps alone: as many epochs as it takes
   lab::Run run(c, lab::make_world);
   run.run();
   std::map<uint64_t, uint64_t> total, bucket_bytes;  // op_seq -> bytes over all ranks / bucket size
@@ -230,6 +231,7 @@ TEST(Run, PauseAndStepOneRingStepAtATime) {
   const int world = 3;
   auto c = small("mlp", world, "");
   c.steps = 2;
+  c.epochs = 0;  // --steps alone: as many epochs as it takes
   c.timeout_s = 2;  // paused time must not count towards it
   lab::Run run(c, lab::make_world);
   run.control().pause();
@@ -271,10 +273,12 @@ TEST(Run, InitLoadsWeightsOnRankZeroAndBroadcastsThem) {
   auto c = small("mlp", 1, a.path());
   c.seed = 7;
   c.steps = 1;
+  c.epochs = 0;  // --steps alone: as many epochs as it takes
   lab::Run(c, lab::make_world).run();
   auto d = small("mlp", 2, b.path());
   d.seed = 0;
   d.steps = 1;
+  d.epochs = 0;  // --steps alone: as many epochs as it takes
   d.init = a.file("init.safetensors");
   lab::Run run(d, lab::make_world);
   run.run();
@@ -322,6 +326,7 @@ TEST(Run, BatchNormStatisticsFileHoldsWhatTheRecordsHeld) {
   testutil::TempDir e, o;
   auto ce = small("mlp", 2, e.path());
   ce.steps = 10;
+  ce.epochs = 0;  // --steps alone: as many epochs as it takes
   ce.record_bn = "4";
   lab::Run(ce, lab::make_world).run();
   const lab::BnStatsFile fe = lab::read_bn_stats(e.file("bn_stats.bin"));

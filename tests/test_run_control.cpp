@@ -21,6 +21,7 @@ lab::RunConfig tiny(int world) {
   c.limit_train = 320;
   c.limit_test = 64;
   c.steps = 8;
+  c.epochs = 0;  // --steps alone: as many epochs as it takes
   c.threads = 1;
   c.timeout_s = 20;
   return c;
@@ -75,6 +76,7 @@ TEST(RunControl, DelaySlowsEveryGate) {
   DTLAB_REQUIRE_DATASET();
   auto c = tiny(2);
   c.steps = 2;
+  c.epochs = 0;  // --steps alone: as many epochs as it takes
   lab::Run run(c, lab::make_world);
   run.control().set_delay(0.05);
   EXPECT_DOUBLE_EQ(run.control().delay(), 0.05);

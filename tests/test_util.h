@@ -103,6 +103,7 @@ inline lab::RunConfig small_run(const std::string& model, int world, const std::
   c.limit_train = 256;
   c.limit_test = 64;
   c.steps = steps;
+  c.epochs = 0;  // --steps alone: as many epochs as it takes
   c.threads = 1;
   c.out_dir = out;
   c.timeout_s = 20;

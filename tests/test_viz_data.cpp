@@ -521,6 +521,7 @@ TEST(VizRunHost, EveryThreadOfTheRunHasTheNiceValueAskedFor) {
   c.limit_train = 480;
   c.limit_test = 64;
   c.steps = 6;
+  c.epochs = 0;  // --steps alone: as many epochs as it takes
   c.threads = 1;
   c.timeout_s = 20;
   auto threads = [] {
@@ -558,6 +559,7 @@ TEST(VizRunHost, StepsOneIterationOneAllreduceThenFinishes) {
   c.limit_train = 480;  // 160 per rank: 10 iterations per epoch
   c.limit_test = 64;
   c.steps = 6;
+  c.epochs = 0;  // --steps alone: as many epochs as it takes
   c.threads = 1;
   c.timeout_s = 20;
   viz::RunHost host(c, /*start_paused=*/true);

@@ -95,8 +95,9 @@ inline lab::RunConfig config_for(const nlohmann::json& fx, const nlohmann::json&
   cfg.batch_size = c["batch_size"];
   cfg.limit_train = c["limit_train"];
   cfg.limit_test = c.value("limit_test", int64_t{64});
-  cfg.epochs = c.value("epochs", int64_t{1});
   cfg.steps = c["steps"];
+  // a case without epochs trains its steps (as --steps alone does); with both, the first limit wins
+  cfg.epochs = c.value("epochs", cfg.steps > 0 ? int64_t{0} : int64_t{1});
   cfg.broadcast_buffers = c.value("broadcast_buffers", true);
   cfg.lr = fx["lr"];
   cfg.momentum = fx["momentum"];

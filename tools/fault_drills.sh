@@ -97,6 +97,12 @@ drill "corrupt lesson" 2 "broken.toml:2" "exit 2, file:line of the problem" "not
 # unwritable run directory, and a disk that fills up (a 64 KiB file size limit)
 drill "unwritable --out" 4 "cannot create run directory" "exit 4 before training, names the directory" "nothing: nothing started" \
   "$DTLAB" run $SMALL --out /proc/dtlab-drill
+# the same command typed again over a finished run, and over an interrupted one: refused, nothing replaced
+sum_before=$(md5sum <"$WORK/ref/final.safetensors")
+drill "rerun over a finished run" 4 "already holds a finished run .*does not replace a run unasked" \
+  "exit 4 before training, says what is there, offers --overwrite" "nothing: the earlier run is intact" \
+  "$DTLAB" run $SMALL --out "$WORK/ref"
+[ "$(md5sum <"$WORK/ref/final.safetensors")" = "$sum_before" ] || row "rerun over a finished run: files" "unchanged" "final.safetensors changed" "-" "the earlier run" "no"
 drill "disk full" 4 "cannot write .*(metrics.jsonl|bn_stats.bin|safetensors|trace.json)" "exit 4, names the file that could not be written" "the run (the directory says how far it got)" \
   bash -c "ulimit -f 64; trap '' XFSZ; exec \"$DTLAB\" run $SMALL --out \"$WORK/full\""
 
@@ -109,6 +115,13 @@ kill -INT $pid
 wait $pid
 rc=$?
 t1=$(date +%s.%N)
+# the same command again instead of --resume: refused, pointing at --resume; the checkpoint stays
+run_timed "$WORK/int-again.txt" "$DTLAB" run $LONG --out "$WORK/int"
+ok=no
+grep -q "already holds an interrupted run .*with checkpoints up to step" "$WORK/int-again.txt" &&
+  grep -q "dtlab run --resume $WORK/int" "$WORK/int-again.txt" && [ "$RC" = 4 ] && ok=yes
+row "rerun over an interrupted run" "exit 4, names the checkpoint, gives the --resume command" \
+  "exit $RC: $(said "$WORK/int-again.txt" 'already holds')" "$SECS" "nothing: the checkpoint is intact (resumed below)" "$ok"
 "$DTLAB" run --resume "$WORK/int" >/dev/null 2>&1
 lost="nothing: resumed = uninterrupted"
 same_final "$WORK/ref-long" "$WORK/int" || lost="final weights differ"
@@ -124,7 +137,7 @@ for lines in 30 70 110 150; do
   if [ -d "$WORK/kill/checkpoints" ] && ls "$WORK/kill/checkpoints" | grep -q '^step-'; then
     args=(--resume "$WORK/kill")
   else
-    args=($LONG --checkpoint-every 1 --out "$WORK/kill")
+    args=($LONG --checkpoint-every 1 --out "$WORK/kill" --overwrite)  # (a kill before the first checkpoint)
   fi
   "$DTLAB" run "${args[@]}" >/dev/null 2>&1 &
   pid=$!

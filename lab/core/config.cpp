@@ -19,6 +19,13 @@ std::string bn_momentum_str(const std::optional<double>& m) {
 
 namespace {
 
+// A number as the user typed it: -1, 0.05, 1e-05 (not std::to_string's -1.000000).
+std::string num(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
 // --mode and the communication flags, and which combinations PyTorch itself supports.
 void validate_modes(const RunConfig& c) {
   if (c.mode != "ddp" && c.mode != "dp" && c.mode != "local-sgd" && c.mode != "async")
@@ -122,9 +129,12 @@ void validate(const RunConfig& c) {
   if (c.epochs < 1 && c.steps <= 0)
     throw ConfigError("--epochs must be at least 1, got " + std::to_string(c.epochs));
   if (c.steps < 0) throw ConfigError("--steps must be >= 0, got " + std::to_string(c.steps));
-  if (!(c.lr >= 0) || !std::isfinite(c.lr)) throw ConfigError("Invalid learning rate: " + std::to_string(c.lr));
-  if (!(c.momentum >= 0)) throw ConfigError("Invalid momentum value: " + std::to_string(c.momentum));
-  if (!(c.weight_decay >= 0)) throw ConfigError("Invalid weight_decay value: " + std::to_string(c.weight_decay));
+  // PyTorch's wording (torch.optim.SGD), after the flag's name
+  if (!(c.lr >= 0) || !std::isfinite(c.lr)) throw ConfigError("--lr " + num(c.lr) + ": Invalid learning rate: " + num(c.lr));
+  if (!(c.momentum >= 0) || !std::isfinite(c.momentum))
+    throw ConfigError("--momentum " + num(c.momentum) + ": Invalid momentum value: " + num(c.momentum));
+  if (!(c.weight_decay >= 0) || !std::isfinite(c.weight_decay))
+    throw ConfigError("--weight-decay " + num(c.weight_decay) + ": Invalid weight_decay value: " + num(c.weight_decay));
   if (c.lr_schedule != "constant" && c.lr_schedule != "cosine" && c.lr_schedule != "step")
     throw ConfigError("--lr-schedule: unknown schedule '" + c.lr_schedule + "'", "choose constant, cosine or step");
   if (c.lr_t_max < 0) throw ConfigError("--lr-t-max must be at least 1 (or 0: the run's epochs), got " + std::to_string(c.lr_t_max));

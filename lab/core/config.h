@@ -66,6 +66,7 @@ struct RunConfig {
   bool nondeterministic = false;
   // outputs
   std::string out_dir;                 // empty: no run directory
+  bool overwrite = false;              // replace an earlier run in out_dir (an action, not in config.toml)
   std::string init;                    // safetensors file to start from
   int64_t trace_steps = 100;           // steps written to trace.json; -1: all
   std::string record_bn = "auto";      // BatchNorm statistics in bn_stats.bin: auto, all, off or every N-th step

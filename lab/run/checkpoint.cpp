@@ -369,6 +369,10 @@ FoundCheckpoint find_checkpoint(const std::string& run_dir) {
   const std::string root = run_dir + "/checkpoints";
   std::vector<std::string> names;
   std::error_code ec;
+  if (!fs::exists(run_dir, ec))
+    throw IoError("--resume: " + run_dir + " does not exist", "give the run directory of a run written with --out DIR "
+                                                                "and checkpoints (--checkpoint-every N)");
+  if (!fs::is_directory(run_dir, ec)) throw IoError("--resume: " + run_dir + " is not a folder (a run directory is)");
   for (const auto& e : fs::directory_iterator(root, ec))
     if (e.path().filename().string().rfind("step-", 0) == 0) names.push_back(e.path().filename().string());
   if (ec || names.empty())

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <numeric>
 #include <sstream>
 
@@ -235,13 +236,26 @@ std::string nonfinite_kind(const Tensor& t) {
 }
 }  // namespace
 
-// What BatchNorm's batch-of-one error adds: which batch it was and how to avoid it.
+// What BatchNorm's batch-of-one error adds: which batch it was, why it had one sample, and what
+// avoids it. Only two things give a rank a batch of one: --batch-size 1 (every batch), or an
+// epoch whose samples per rank leave 1 after the full batches (its last batch; --drop-last drops it).
 std::string batch_of_one_hint(const RunConfig& c, int rank, size_t batch, int64_t epoch, int64_t samples_per_rank) {
-  return "rank " + std::to_string(rank) + " got a batch of one sample: batch " + std::to_string(batch) + " of epoch " +
-         std::to_string(epoch) + " is the last, incomplete batch (" + std::to_string(samples_per_rank) +
-         " samples per rank mod batch size " + std::to_string(c.batch_size) +
-         " = 1). Use --drop-last, or a batch size that does not leave one sample" +
-         (c.bn == "local" && c.world_size > 1 && c.mode != "async" ? ", or --bn sync (statistics over the global batch)" : "");
+  std::string s = "rank " + std::to_string(rank) + " got a batch of one sample (batch " + std::to_string(batch) +
+                  " of epoch " + std::to_string(epoch) + ")";
+  std::string fixes;
+  if (c.batch_size == 1) {
+    s += ": --batch-size 1 gives every batch a single sample, and BatchNorm in training needs more than one value "
+         "per channel";
+    fixes = "use --batch-size 2 or more";
+  } else {
+    s += ": it is the epoch's last, incomplete batch (" + std::to_string(samples_per_rank) +
+         " samples per rank mod batch size " + std::to_string(c.batch_size) + " = 1)";
+    fixes = "use --drop-last (DataLoader drop_last=True drops that batch), or a batch size that does not leave one sample";
+  }
+  if (c.bn == "local" && c.world_size > 1 && c.mode != "async")
+    fixes += ", or --bn sync (SyncBatchNorm: the statistics of every rank's samples of the step, " +
+             std::to_string(c.world_size) + " values per channel or more)";
+  return s + ". To avoid it, " + fixes;
 }
 
 // The configuration's schedule; cosine's T_max defaults to the epochs this run trains.
@@ -309,6 +323,13 @@ Run::Run(const RunConfig& cfg, const WorldFactory& make_world) : m_cfg(cfg) {
   std::sort(m_local.begin(), m_local.end());
   m_is_local.assign(static_cast<size_t>(m_cfg.world_size), 0);
   for (int r : m_local) m_is_local[static_cast<size_t>(r)] = 1;
+  // A run is never written over another unasked (run_dir.h); a resumed run continues its own
+  // directory, or a copy in a new one (--out elsewhere).
+  if (!m_cfg.out_dir.empty() && is_local(0)) {
+    std::error_code ec;
+    const bool continues_in_place = !m_cfg.resume.empty() && std::filesystem::equivalent(m_cfg.resume, m_cfg.out_dir, ec);
+    if (!continues_in_place) prepare_out_dir(m_cfg.out_dir, m_cfg.overwrite);
+  }
   const std::string dir = m_cfg.data_dir.empty() ? kDefaultDataDir : m_cfg.data_dir;
   m_cfg.data_dir = dir;
   // Every input is checked before any training starts: data, init weights, run directory.
@@ -325,8 +346,15 @@ Run::Run(const RunConfig& cfg, const WorldFactory& make_world) : m_cfg(cfg) {
     throw ConfigError("no training step: each rank gets " + std::to_string(probe.num_samples()) +
                           " samples, fewer than --batch-size " + std::to_string(m_cfg.batch_size) + " with --drop-last",
                       "lower --batch-size or drop --drop-last");
-  m_steps_total = m_steps_per_epoch * m_cfg.epochs;
-  if (m_cfg.steps > 0) m_steps_total = m_cfg.steps;
+  // --epochs and --steps: whichever limit is reached first ends the run (Lightning's max_epochs and
+  // max_steps); --steps alone (epochs 0) runs as many epochs as it takes.
+  m_steps_total = m_cfg.epochs > 0 ? m_steps_per_epoch * m_cfg.epochs : m_cfg.steps;
+  if (m_cfg.steps > 0 && m_cfg.steps < m_steps_total) m_steps_total = m_cfg.steps;
+  if (m_cfg.steps > m_steps_total)
+    m_notes.push_back("--steps " + std::to_string(m_cfg.steps) + " is more than --epochs " + std::to_string(m_cfg.epochs) +
+                      " holds (" + std::to_string(m_steps_per_epoch) + " iterations per epoch): the run stops after " +
+                      std::to_string(m_steps_total) + " iterations, at the end of epoch " + std::to_string(m_cfg.epochs) +
+                      " (the first limit reached)");
   // --uneven-data: rank r drops the last r batches of its shard every epoch; all must keep one.
   if (m_cfg.uneven_data && m_steps_per_epoch < world)
     throw ConfigError("--uneven-data: rank " + std::to_string(world - 1) + " would drop its last " +
@@ -468,7 +496,7 @@ void Run::rank_main(int rank) {
     so.weight_decay = c.weight_decay;
     so.nesterov = c.nesterov;
     Sgd opt(model.params(), so);
-    const int64_t epochs = c.steps > 0 ? (c.steps + m_steps_per_epoch - 1) / m_steps_per_epoch : c.epochs;
+    const int64_t epochs = epochs_total();
     LrSchedule schedule(lr_schedule_options(c, epochs));
     DistributedSampler sampler({m_train.size, world, rank, c.shuffle, c.seed, c.sampler_drop_last});
     // ---- parallelism modes: DataParallel (data_parallel.h), local SGD (local_sgd.h), join (join.h) ----
@@ -965,8 +993,9 @@ const RunSummary& Run::finish() {
       std::string e = m_errors[r];
       const size_t cut = e.find(" aborted: ");
       if (cut != std::string::npos) e = e.substr(0, cut) + " aborted";
-      const std::string self = "rank " + std::to_string(r) + ": ";
+      const std::string self = "rank " + std::to_string(r) + ": ", self_failed = "rank " + std::to_string(r) + " failed: ";
       if (e.rfind(self, 0) == 0) e = e.substr(self.size());
+      else if (e.rfind(self_failed, 0) == 0) e = "failed: " + e.substr(self_failed.size());
       msg << "\n  rank " << r << ": " << (e.empty() ? "stopped" : e);
     }
     throw_error(m_root_code, msg.str(), m_root_hint);

@@ -226,6 +226,8 @@ class Run {
   const Dataset& test_set() const { return m_test; }
   int64_t steps_per_epoch() const { return m_steps_per_epoch; }
   int64_t steps_total() const { return m_steps_total; }
+  // The epochs the run touches: the last one may be cut short by --steps.
+  int64_t epochs_total() const { return (m_steps_total + m_steps_per_epoch - 1) / m_steps_per_epoch; }
   // Ctrl-C: with a run directory and every rank in this process, the ranks stop at the next
   // iteration boundary after writing a checkpoint there (true); otherwise false (stop instead).
   bool interrupt();

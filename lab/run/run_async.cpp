@@ -33,7 +33,7 @@ void Run::rank_main_async(int rank) {
     const uint64_t state = client.bytes();
     std::vector<BatchNorm*> bns = model.batchnorms();
     std::vector<int> bn_index = model.batchnorm_module_index();
-    const int64_t epochs = c.steps > 0 ? (c.steps + m_steps_per_epoch - 1) / m_steps_per_epoch : c.epochs;
+    const int64_t epochs = epochs_total();
     DistributedSampler sampler({m_train.size, workers, rank, c.shuffle, c.seed, c.sampler_drop_last});
     // A transfer of the protocol, as the timeline and the traffic figures see it.
     auto transfer = [&](const char* op, const char* what, int32_t tag, int src, int dst, double t0) {
@@ -133,7 +133,7 @@ void Run::server_main() {
     so.weight_decay = c.weight_decay;
     so.nesterov = c.nesterov;
     Sgd opt(model.params(), so);
-    const int64_t epochs = c.steps > 0 ? (c.steps + m_steps_per_epoch - 1) / m_steps_per_epoch : c.epochs;
+    const int64_t epochs = epochs_total();
     LrSchedule schedule(lr_schedule_options(c, epochs));
     // one epoch of the server: every worker's batches of one epoch (the last one may be cut by --steps)
     const int64_t per_epoch = m_steps_per_epoch * workers;

@@ -270,7 +270,7 @@ void Run::vote_on_stop(int rank, int64_t step) {
 void Run::load_resume() {
   auto rs = std::make_unique<ResumeState>();
   rs->found = find_checkpoint(m_cfg.resume);
-  m_notes = rs->found.notes;
+  m_notes.insert(m_notes.end(), rs->found.notes.begin(), rs->found.notes.end());
   rs->state = read_checkpoint_state(rs->found.dir);
   const CheckpointState& st = rs->state;
   if (st.world_size != m_cfg.world_size)

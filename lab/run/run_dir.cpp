@@ -1,12 +1,17 @@
 #include "run_dir.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <iterator>
 
 #include "bn_stats.h"
+#include "checkpoint.h"
+#include "config.h"
 #include "errors.h"
 #include "run.h"
 
@@ -39,6 +44,122 @@ RunDir::RunDir(const std::string& path, const RunDirSizes* keep) : m_path(path) 
     m_metrics.open(file("metrics.jsonl"), std::ios::trunc);
   }
   if (!m_metrics) throw IoError("cannot write " + file("metrics.jsonl") + ": " + std::strerror(errno));
+}
+
+bool is_run_dir_entry(const std::string& name) {
+  static const char* const kFiles[] = {"config.toml",      "metrics.jsonl", "bn_stats.bin", "trace.json",
+                                       "summary.json",     "checkpoints",   "init.safetensors", ".write-test"};
+  for (const char* f : kFiles)
+    if (name == f) return true;
+  // final.safetensors, final.rank<R>.safetensors, final.rank<R>.buffers.safetensors
+  const std::string ext = ".safetensors";
+  return name.rfind("final.", 0) == 0 && name.size() > ext.size() &&
+         name.compare(name.size() - ext.size(), ext.size(), ext) == 0;
+}
+
+namespace {
+
+std::string read_text(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+std::string fixed4(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4f", v);
+  return buf;
+}
+
+}  // namespace
+
+OutDirContents inspect_out_dir(const std::string& path) {
+  OutDirContents out;
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return out;
+  if (!fs::is_directory(path, ec)) {
+    out.kind = OutDirContents::Kind::Other;
+    out.what = "a file, not a folder";
+    return out;
+  }
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(path, ec)) names.push_back(e.path().filename().string());
+  if (ec) {
+    out.kind = OutDirContents::Kind::Other;
+    out.what = "a folder that cannot be read (" + ec.message() + ")";
+    return out;
+  }
+  if (names.empty()) return out;
+  std::sort(names.begin(), names.end());
+  const auto has = [&](const std::string& n) { return std::find(names.begin(), names.end(), n) != names.end(); };
+  const bool dtlab_config = has("config.toml") && read_text(path + "/config.toml").rfind("# dtlab run configuration", 0) == 0;
+  if (!dtlab_config && !has("metrics.jsonl") && !has("checkpoints")) {
+    out.kind = OutDirContents::Kind::Other;
+    std::string examples;
+    for (size_t i = 0; i < names.size() && i < 3; ++i) examples += (i ? ", " : "") + names[i];
+    out.what = std::to_string(names.size()) + (names.size() == 1 ? " file or folder" : " files or folders") +
+               " that are not a run directory (" + examples + (names.size() > 3 ? ", ..." : "") + ")";
+    return out;
+  }
+  out.kind = OutDirContents::Kind::Run;
+  try {
+    out.checkpoint_step = find_checkpoint(path).step;
+  } catch (const std::exception&) {
+  }
+  nlohmann::json summary;
+  try {
+    summary = nlohmann::json::parse(read_text(path + "/summary.json"));
+  } catch (const std::exception&) {
+  }
+  std::string model;
+  if (summary.is_object() && summary.contains("model") && summary["model"].is_object())
+    model = summary["model"].value("name", "");
+  if (model.empty() && dtlab_config) {
+    try {
+      model = config_from_toml_file(path + "/config.toml").model;
+    } catch (const std::exception&) {
+    }
+  }
+  const std::string of = model.empty() ? "" : " (" + model;
+  const bool interrupted = summary.is_object() && summary.contains("interrupted");
+  if (summary.is_object() && !interrupted && summary.contains("steps")) {
+    out.finished = true;
+    std::string acc;
+    if (summary.contains("test_eval_mode") && summary["test_eval_mode"].is_object() &&
+        summary["test_eval_mode"].contains("accuracy") && summary["test_eval_mode"]["accuracy"].is_number())
+      acc = ", test accuracy " + fixed4(summary["test_eval_mode"]["accuracy"].get<double>());
+    const std::string steps = summary["steps"].is_number_integer() ? std::to_string(summary["steps"].get<int64_t>()) : "?";
+    out.what = "a finished run" + (of.empty() ? " (" : of + ", ") + steps + " steps" + acc + ")";
+  } else if (out.checkpoint_step >= 0) {
+    out.what = "an interrupted run" + (of.empty() ? std::string() : of + ")") + " with checkpoints up to step " +
+               std::to_string(out.checkpoint_step);
+  } else {
+    out.what = "a run that did not finish" + (of.empty() ? std::string() : of + ")") + ", with no checkpoint to continue";
+  }
+  return out;
+}
+
+void prepare_out_dir(const std::string& path, bool overwrite, const std::string& flag) {
+  const OutDirContents c = inspect_out_dir(path);
+  if (c.kind == OutDirContents::Kind::Empty) return;
+  if (c.kind == OutDirContents::Kind::Other)
+    throw IoError(flag + " " + path + " is not a run directory and not empty: it holds " + c.what,
+                  "choose a new or empty folder for " + flag + " (dtlab writes a run only there, or replaces an "
+                  "earlier run of its own with --overwrite; it never deletes files it did not write)");
+  if (!overwrite) {
+    std::string hint = c.checkpoint_step >= 0
+                           ? "continue it with `dtlab run --resume " + path + "`, choose a new " + flag +
+                                 ", or pass --overwrite to start it again"
+                           : "choose a new " + flag + ", or pass --overwrite to replace it";
+    throw IoError(flag + " " + path + " already holds " + c.what + ": dtlab does not replace a run unasked", hint);
+  }
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(path, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!is_run_dir_entry(name)) continue;  // the user's own files stay
+    fs::remove_all(e.path(), ec);
+    if (ec) throw IoError("--overwrite: cannot remove " + e.path().string() + ": " + ec.message());
+  }
+  if (ec) throw IoError("--overwrite: cannot read " + path + ": " + ec.message());
 }
 
 void RunDir::write_text(const std::string& name, const std::string& text) {

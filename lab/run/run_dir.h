@@ -91,6 +91,28 @@ class RunDir {
   std::vector<StepRecord> m_bn_pending;  // the records of the step being collected
 };
 
+// What a folder already holds, before a run writes into it (--out): nothing (missing or empty), a
+// run directory (finished, interrupted with a checkpoint, or ended without one), or files that
+// are not a run.
+struct OutDirContents {
+  enum class Kind { Empty, Run, Other };
+  Kind kind = Kind::Empty;
+  std::string what;             // "a finished run (cnn, 120 steps, test accuracy 0.8123)"
+  int64_t checkpoint_step = -1; // the newest usable checkpoint (a run that can be resumed), or -1
+  bool finished = false;        // summary.json without "interrupted"
+};
+OutDirContents inspect_out_dir(const std::string& path);
+
+// Makes `path` ready for a new run. A run is never replaced unasked: a folder that holds
+// anything is refused (IoError, exit 4, saying what is there and how to continue it), unless
+// `overwrite` and it is a run directory, whose files (and only those) are then removed. A folder
+// that is not a run directory is refused even with `overwrite`: dtlab deletes only what it wrote.
+// `flag` names the option in messages ("--out").
+void prepare_out_dir(const std::string& path, bool overwrite, const std::string& flag = "--out");
+
+// The files and folders a run writes into its run directory (what --overwrite removes).
+bool is_run_dir_entry(const std::string& name);
+
 // One metrics.jsonl line (no newline), with or without the BatchNorm arrays, and the same as a JSON
 // value (with them).
 std::string step_record_line(const StepRecord& r, bool with_bn);

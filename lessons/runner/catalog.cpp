@@ -6,8 +6,11 @@
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <set>
 #include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "errors.h"
 
@@ -123,6 +126,52 @@ std::string new_session_dir(const std::string& id) {
   std::error_code ec;
   for (int n = 2; fs::exists(dir, ec); ++n) dir = base + "-" + std::to_string(n);
   return dir;
+}
+
+void prepare_lesson_dir(const std::string& dir, const Lesson& lesson, bool overwrite, const std::string& flag) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) return;
+  if (!fs::is_directory(dir, ec)) throw lab::IoError(flag + " " + dir + " exists and is not a folder");
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir, ec)) names.push_back(e.path().filename().string());
+  if (names.empty()) return;
+  const auto has = [&](const std::string& n) { return std::find(names.begin(), names.end(), n) != names.end(); };
+  std::string kind;  // what the folder holds, from its own files
+  for (const char* f : {"prepared.json", "record.json"}) {
+    if (!has(f)) continue;
+    try {
+      std::ifstream in(dir + "/" + f);
+      const nlohmann::json j = nlohmann::json::parse(in);
+      const std::string id = j.contains("lesson") && j["lesson"].is_object() ? j["lesson"].value("id", "")
+                                                                               : j.value("lesson", "");
+      const std::string when = j.value(std::string(f) == "prepared.json" ? "prepared" : "finished", "");
+      kind = std::string(std::string(f) == "prepared.json" ? "the prepared runs" : "a session") + " of lesson '" + id + "'" +
+             (when.empty() ? "" : " (" + when + ")");
+      if (id != lesson.id)
+        throw lab::IoError(flag + " " + dir + " holds " + kind + ", not of '" + lesson.id + "'",
+                           "choose a new or empty folder for " + flag);
+    } catch (const nlohmann::json::exception&) {
+      kind = "a lesson folder with an unreadable " + std::string(f);
+    }
+    break;
+  }
+  if (kind.empty()) {
+    std::string examples;
+    for (size_t i = 0; i < names.size() && i < 3; ++i) examples += (i ? ", " : "") + names[i];
+    throw lab::IoError(flag + " " + dir + " is not empty and is not a lesson folder: it holds " + examples +
+                           (names.size() > 3 ? ", ..." : ""),
+                       "choose a new or empty folder for " + flag + " (dtlab never deletes files it did not write)");
+  }
+  if (!overwrite)
+    throw lab::IoError(flag + " " + dir + " already holds " + kind + ": dtlab does not replace it unasked",
+                       "choose a new " + flag + ", or pass --overwrite to replace it");
+  std::vector<std::string> ours = {"record.json", "prepared.json"};
+  for (const Part* p : lesson.parts())
+    for (const RunSpec& r : p->runs) ours.push_back(r.name);
+  for (const std::string& n : ours) {
+    fs::remove_all(dir + "/" + n, ec);
+    if (ec) throw lab::IoError("--overwrite: cannot remove " + dir + "/" + n + ": " + ec.message());
+  }
 }
 
 std::string learner_name() {

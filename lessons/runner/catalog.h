@@ -35,6 +35,12 @@ std::string user_data_dir();
 std::string prepared_dir(const std::string& id);
 // A fresh session directory <data>/lessons/runs/<id>-<UTC time>[-n].
 std::string new_session_dir(const std::string& id);
+// A folder for a lesson's runs and record (`lesson run --out`, `lesson prepare`), by the rule of
+// run directories (lab/run/run_dir.h): a new or empty folder is used; an earlier folder of this
+// lesson (record.json or prepared.json) is refused, saying what it holds, unless `overwrite`,
+// which removes its record, prepared.json and the lesson's run folders (nothing else); any other
+// folder is refused. Throws lab::IoError (exit 4). `flag` names the option in messages.
+void prepare_lesson_dir(const std::string& dir, const Lesson& lesson, bool overwrite, const std::string& flag);
 // <data>/lessons/records
 std::string records_dir();
 // Who the learner is, for records: $DTLAB_LEARNER, else $USER, else "learner".

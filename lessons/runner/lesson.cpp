@@ -349,9 +349,16 @@ void read_quantities(Reader& rd, const toml::table& t, const std::string& where,
     }
     // filters: which apply to which source
     const bool metrics = q.source == "metrics", tensor = q.source == "tensor";
+    const bool json_source = q.source == "summary" || q.source == "result";
     for (const char* key : {"kind", "step", "epoch", "layer", "channel", "reduce"})
-      if (qt->get(key) && !metrics)
+      if (qt->get(key) && !metrics && !(json_source && std::string(key) == "reduce"))
         rd.error(rd.pos(*qt, key), w + ": '" + std::string(key) + "' filters metrics quantities, not " + q.source);
+    if (json_source && qt->get("reduce")) {
+      q.reduce = rd.str(*qt, "reduce", w, false).value_or("");
+      if (q.reduce != "count")
+        rd.error(rd.pos(*qt, "reduce"), w + ": a " + q.source + " quantity takes only reduce = \"count\" (the number of "
+                                         "elements of an array, or keys of an object, at the pointer), got '" + q.reduce + "'");
+    }
     if (qt->get("file") && !tensor) rd.error(rd.pos(*qt, "file"), w + ": 'file' names the weights file of a tensor quantity");
     if (qt->get("rank") && !metrics && !tensor)
       rd.error(rd.pos(*qt, "rank"), w + ": 'rank' applies to metrics and tensor quantities");

@@ -77,7 +77,9 @@ void flatten(const nlohmann::json& j, std::vector<double>& out, const std::strin
   } else if (j.is_boolean()) {
     out.push_back(j.get<bool>() ? 1.0 : 0.0);
   } else {
-    throw QuantityError(where + ": an array that holds " + std::string(j.type_name()) + " values, not numbers");
+    throw QuantityError(where + ": an array that holds " + std::string(j.type_name()) + " values, not numbers" +
+                        (j.is_object() ? " (reduce = \"count\" counts them; or point at one field, e.g. .../0/bytes)"
+                                       : ""));
   }
 }
 
@@ -329,7 +331,14 @@ Value RunFiles::read(const QuantitySpec& q, const RunOutcome& o) {
     const std::string file = q.source == "summary" ? "summary.json" : "result.json";
     const std::string path = o.dir + "/" + file;
     if (!is_file(path)) throw QuantityError(where + ": " + missing(o, file));
-    return json_to_value(at_pointer(json_file(path), q.path, path), where + ": " + file + q.path);
+    const nlohmann::json& j = at_pointer(json_file(path), q.path, path);
+    if (q.reduce == "count") {  // how many: array elements or object keys (e.g. /ddp/buckets)
+      if (!j.is_array() && !j.is_object())
+        throw QuantityError(where + ": " + file + q.path + " is a " + j.type_name() + "; reduce = \"count\" counts the "
+                            "elements of an array or the keys of an object");
+      return Value::num(static_cast<double>(j.size()));
+    }
+    return json_to_value(j, where + ": " + file + q.path);
   }
   if (q.source == "config") {
     const std::string path = o.dir + "/config.toml";

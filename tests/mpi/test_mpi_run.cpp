@@ -180,7 +180,7 @@ TEST(MpiRun, AHungRankIsNamedWithinTheLabTimeout) {
 // where the uninterrupted emulated run does.
 TEST(MpiRun, ResumedFromACheckpointEqualsTheUninterruptedRun) {
   DTLAB_REQUIRE_DATASET();
-  testutil::TempDir emu, mpi, mpi_copy, emu_ck, emu_to_mpi;
+  testutil::TempDir emu, mpi, mpi_copy, emu_ck, emu_to_mpi, other;
   const std::string flags = common_flags("cnn", "sync") + " --momentum 0.9";
   const std::string emulated = std::string(DTLAB_BINARY) + " run --world-size 2 " + flags;
   ASSERT_EQ(run_shell(emulated + " --out " + emu.path()).exit_code, 0);
@@ -207,7 +207,7 @@ TEST(MpiRun, ResumedFromACheckpointEqualsTheUninterruptedRun) {
     EXPECT_EQ(traffic(emu.file("summary.json")), traffic(d + "/summary.json")) << d;
   }
   // a job of another size is refused, naming both sizes
-  r = run_shell(mpirun(3) + DTLAB_BINARY + " run --comm mpi --resume " + mpi.path() + " --out " + mpi_copy.path());
+  r = run_shell(mpirun(3) + DTLAB_BINARY + " run --comm mpi --resume " + mpi.path() + " --out " + other.path());
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_NE(r.out.find("was written by 2 ranks, this run has 3"), std::string::npos) << r.out;
 }

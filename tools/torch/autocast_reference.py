@@ -94,7 +94,7 @@ def check(dtlab, work):
     for model, limit in [("mlp", 8192), ("cnn", 8192)]:
         run_dir = os.path.join(work, model)
         r = subprocess.run([dtlab, "run", "--model", model, "--epochs", "1", "--limit-train", str(limit),
-                            "--out", run_dir], capture_output=True, text=True)
+                            "--out", run_dir, "--overwrite"], capture_output=True, text=True)
         if r.returncode != 0:
             print(r.stdout, r.stderr)
             return 1

@@ -49,7 +49,7 @@ def run(*args):
 for model in ["mlp", "cnn"]:
     a = os.path.join(work, model + "-a")
     run("--model", model, "--seed", "5", "--steps", "3", "--batch-size", "16", "--limit-train", "256",
-        "--limit-test", "64", "--out", a)
+        "--limit-test", "64", "--out", a, "--overwrite")  # (the work folder is reused from run to run)
     # 1. dtlab -> torch, and dtlab's init is torch's init
     m = peers.MODELS[model]()
     missing = m.load_state_dict(st.load_file(os.path.join(a, "init.safetensors")), strict=True)
@@ -71,7 +71,7 @@ for model in ["mlp", "cnn"]:
     st.save_file(t.state_dict(), src, {"format": "pt"})
     b = os.path.join(work, model + "-b")
     run("--model", model, "--init", src, "--steps", "1", "--batch-size", "16", "--limit-train", "64",
-        "--limit-test", "16", "--out", b)
+        "--limit-test", "16", "--out", b, "--overwrite")
     back = st.load_file(os.path.join(b, "init.safetensors"))
     same = list(back) == list(t.state_dict()) and all(torch.equal(back[k], v) for k, v in t.state_dict().items())
     check(same, f"{model}: torch state_dict -> dtlab --init -> init.safetensors is bit-exact (incl. num_batches_tracked)")

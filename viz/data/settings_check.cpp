@@ -142,7 +142,8 @@ std::vector<SettingCheck> check_settings(const lab::RunConfig& c, int64_t datase
     out.push_back({Severity::Note, "drop_last",
                    "the loader drops each rank's last " + std::to_string(l.loader_dropped) + " sample(s) every epoch"});
   if (c.mode == "local-sgd" && c.world_size > 1) {
-    const int64_t total = c.steps > 0 ? c.steps : l.steps * c.epochs;
+    const int64_t by_epochs = c.epochs > 0 ? l.steps * c.epochs : c.steps;  // the first limit reached (run.h)
+    const int64_t total = c.steps > 0 ? std::min(c.steps, by_epochs) : by_epochs;
     if (c.warmup_steps >= total)
       out.push_back({Severity::Note, "warmup_steps",
                      "warmup_steps " + std::to_string(c.warmup_steps) + " covers all " + std::to_string(total) +
