@@ -27,6 +27,7 @@
 #include "run_host.h"
 #include "settings_check.h"
 #include "test_util.h"
+#include "train_eval_series.h"
 
 namespace {
 
@@ -53,6 +54,38 @@ bool wait_for(F&& ok, double seconds) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return true;
+}
+
+// A run of `steps` iterations on 2 ranks, `per_epoch` to an epoch, with an epoch record where each
+// epoch ended, as load_run_dir (opened) or a live run's snapshot (live) leaves it.
+viz::RunData run_with_epochs(bool opened, int64_t steps, int64_t per_epoch) {
+  viz::RunData d;
+  d.cfg.world_size = 2;
+  d.live = !opened;
+  d.phase = opened ? viz::RunPhase::Opened : viz::RunPhase::Running;
+  d.source = opened ? "/runs/r1" : "live";
+  d.steps_per_epoch = per_epoch;
+  d.test_size = 500;
+  std::vector<lab::StepRecord> recs;
+  for (int64_t s = 0; s < steps; ++s)
+    for (int r = 0; r < 2; ++r) {
+      lab::StepRecord rec;
+      rec.rank = r;
+      rec.step = s;
+      rec.epoch = s / per_epoch;
+      rec.batch = s % per_epoch;
+      recs.push_back(rec);
+    }
+  d.add_steps(recs);
+  for (int64_t e = 0; (e + 1) * per_epoch <= steps; ++e) {
+    lab::EpochRecord r;
+    r.epoch = e;
+    r.steps = (e + 1) * per_epoch;
+    r.test_acc = 0.7 + 0.1 * static_cast<double>(e);
+    r.test_loss = 0.6 - 0.1 * static_cast<double>(e);
+    d.epochs.push_back(r);
+  }
+  return d;
 }
 
 }  // namespace
@@ -727,4 +760,117 @@ TEST(VizRunDir, DamagedFilesAreErrorsNamingTheFile) {
       EXPECT_NE(std::string(e.what()).find(k.says), std::string::npos) << e.what();
     }
   }
+}
+
+// What the controls say instead of the run buttons for a run opened from its directory, and what
+// the views say when they have nothing: a live run has nothing yet; a directory never will.
+TEST(VizRunData, AnOpenedRunSaysWhatItIs) {
+  viz::RunData d = run_with_epochs(true, 64, 32);
+  EXPECT_TRUE(d.opened());
+  EXPECT_EQ(d.opened_description(), "unfinished run (no summary.json: it failed or was stopped), opened from "
+                                    "/runs/r1: 64 iterations, 2 epochs of 32 iterations");
+  d.summary.valid = true;
+  EXPECT_EQ(d.opened_description(), "finished run, opened from /runs/r1: 64 iterations, 2 epochs of 32 iterations");
+  EXPECT_EQ(d.state_text(), "finished run, from its run directory");
+  EXPECT_EQ(viz::nothing_recorded(d, "collectives", "Press Play."),
+            "This run directory holds no collectives: the run stopped before any, or its trace.json is missing.");
+  d.events.assign(2, {});
+  d.events[1].push_back(lab::Event{});
+  EXPECT_EQ(viz::nothing_recorded(d, "collectives", "Press Play."),
+            "This run directory's trace holds none of the collectives chosen here.");
+
+  const viz::RunData live = run_with_epochs(false, 10, 32);
+  EXPECT_FALSE(live.opened());
+  EXPECT_EQ(live.opened_description(), "");
+  EXPECT_EQ(live.state_text(), "running");
+  EXPECT_EQ(viz::nothing_recorded(live, "collectives", "Press Play."), "No collectives recorded yet. Press Play.");
+}
+
+// A run without --eval-every has its epoch ends (eval mode) and its end (both modes): the view
+// draws them where they were taken, and says what --eval-every would add.
+TEST(VizTrainEval, WithoutEvalEveryTheEpochEndsAtTheirIterations) {
+  viz::RunData d = run_with_epochs(true, 64, 32);
+  d.summary.valid = true;
+  d.summary.steps = 64;
+  d.summary.eval_acc = 0.8;
+  d.summary.train_acc = 0.79;
+  d.summary.train_loss = 0.55;
+  viz::TrainEvalSeries t = viz::train_eval_series(d);
+  EXPECT_TRUE(t.x.empty());
+  EXPECT_EQ(t.epoch_x, (std::vector<float>{32, 64}));
+  EXPECT_FLOAT_EQ(t.epoch_acc[1], 0.8f);
+  EXPECT_FLOAT_EQ(t.epoch_loss[0], 0.6f);
+  EXPECT_TRUE(t.final_eval_x.empty()) << "the last epoch's evaluation is the end of the run's";
+  EXPECT_EQ(t.final_train_x, (std::vector<float>{64}));
+  EXPECT_FLOAT_EQ(t.final_train_acc[0], 0.79f);
+  EXPECT_NE(t.note.find("was tested only where each epoch ended (white dots: eval mode, on all 500 test samples), "
+                        "and at its end in train mode too"),
+            std::string::npos)
+      << t.note;
+  EXPECT_NE(t.note.find("--eval-every N"), std::string::npos) << t.note;
+
+  // --steps ending mid-epoch: no epoch ended at the last iteration, so its eval mode point is drawn too
+  d.summary.steps = 70;
+  t = viz::train_eval_series(d);
+  EXPECT_EQ(t.final_eval_x, (std::vector<float>{70}));
+  EXPECT_FLOAT_EQ(t.final_eval_acc[0], 0.8f);
+  // no epoch ended at all: only the end of the run
+  d.epochs.clear();
+  t = viz::train_eval_series(d);
+  EXPECT_NE(t.note.find("was tested only at its end, on all 500 test samples"), std::string::npos) << t.note;
+
+  // periodic evaluations: the curves, nothing to add
+  lab::EvalPoint p;
+  p.steps = 1;
+  d.evals.push_back(p);
+  t = viz::train_eval_series(d);
+  EXPECT_EQ(t.x, (std::vector<float>{1}));
+  EXPECT_EQ(t.note, "");
+}
+
+// Before any evaluation: when the first point will come (live), or that there is none (opened).
+TEST(VizTrainEval, NothingYetSaysWhenTheFirstPointComes) {
+  viz::RunData live = run_with_epochs(false, 10, 32);
+  viz::TrainEvalSeries t = viz::train_eval_series(live);
+  EXPECT_TRUE(t.empty());
+  EXPECT_NE(t.note.find("Periodic evaluation is off (--eval-every 0): the first point comes where epoch 1 ends, after "
+                        "iteration 32"),
+            std::string::npos)
+      << t.note;
+  live.cfg.eval_every = 50;
+  EXPECT_EQ(viz::train_eval_series(live).note,
+            "The first evaluation comes after iteration 1 (then 2, 4, 8, ... and every 50), in eval and train mode.");
+  const viz::RunData opened = run_with_epochs(true, 10, 32);
+  EXPECT_NE(viz::train_eval_series(opened).note.find("This run directory holds no evaluation"), std::string::npos);
+}
+
+// A run directory of a run without --eval-every: its epoch ends read back at the iterations they
+// ended at; an epoch record without "steps" (0) is placed after its epoch's last iteration.
+TEST(VizRunDir, EpochEndsOfARunWithoutEvalEvery) {
+  DTLAB_REQUIRE_DATASET();
+  testutil::TempDir dir;
+  const auto r = testutil::run_cli("run --model mlp --world-size 2 --batch-size 16 --limit-train 320 --limit-test 64 "
+                                   "--epochs 2 --threads 1 --out " + dir.file("run"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  viz::RunData d = viz::load_run_dir(dir.file("run"));
+  EXPECT_TRUE(d.evals.empty());
+  const viz::TrainEvalSeries t = viz::train_eval_series(d);
+  EXPECT_EQ(t.epoch_x, (std::vector<float>{10, 20}));  // 320 / 2 / 16 = 10 per epoch
+  EXPECT_EQ(t.final_train_x, (std::vector<float>{20}));
+  EXPECT_EQ(d.opened_description(), "finished run, opened from " + dir.file("run") + ": 20 iterations, 2 epochs of 10 "
+                                    "iterations");
+
+  std::string metrics = testutil::read_file(dir.file("run/metrics.jsonl"));
+  size_t at = 0, removed = 0;
+  while ((at = metrics.find("\"steps\":", at)) != std::string::npos) {
+    const size_t end = metrics.find(',', at);
+    metrics.erase(at, end - at + 1);
+    ++removed;
+  }
+  ASSERT_EQ(removed, 2u);
+  testutil::write_file(dir.file("run/metrics.jsonl"), metrics);
+  d = viz::load_run_dir(dir.file("run"));
+  ASSERT_EQ(d.epochs.size(), 2u);
+  EXPECT_EQ(d.epochs[0].steps, 10);
+  EXPECT_EQ(d.epochs[1].steps, 20);
 }

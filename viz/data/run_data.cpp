@@ -21,6 +21,33 @@ const char* run_phase_name(RunPhase p) {
   return "?";
 }
 
+std::string RunData::opened_description() const {
+  if (!opened()) return "";
+  const int64_t n = steps_done();
+  std::string s = summary.valid ? "finished run" : "unfinished run (no summary.json: it failed or was stopped)";
+  s += ", opened from " + source + ": " + std::to_string(n) + (n == 1 ? " iteration" : " iterations");
+  // epochs: those the run finished (an epoch record each), and the iterations each had
+  if (!epochs.empty() || steps_per_epoch > 0) {
+    const size_t e = epochs.size();
+    s += ", " + std::to_string(e) + (e == 1 ? " epoch" : " epochs");
+    if (steps_per_epoch > 0) s += " of " + std::to_string(steps_per_epoch) + " iterations";
+  }
+  return s;
+}
+
+std::string RunData::state_text() const {
+  if (!opened()) return run_phase_name(phase);
+  return std::string(summary.valid ? "finished" : "unfinished") + " run, from its run directory";
+}
+
+std::string nothing_recorded(const RunData& d, const std::string& what, const std::string& live_hint) {
+  if (!d.opened()) return "No " + what + " recorded yet." + (live_hint.empty() ? "" : " " + live_hint);
+  bool traced = false;
+  for (const auto& log : d.events) traced = traced || !log.empty();
+  if (traced) return "This run directory's trace holds none of the " + what + " chosen here.";
+  return "This run directory holds no " + what + ": the run stopped before any, or its trace.json is missing.";
+}
+
 int64_t RunData::last_complete_step() const {
   for (int64_t s = steps_done() - 1; s >= 0; --s) {
     bool all = true;

@@ -71,6 +71,15 @@ class RunData {
   // other modes have ranks.
   std::string member(int r) const { return (cfg.mode == "dp" ? "device " : "rank ") + std::to_string(r); }
   int64_t steps_done() const { return static_cast<int64_t>(by_step.size()); }
+  // A run opened from its run directory is a recording: nothing can pause, step or speed it up.
+  // Its views only move through what the directory holds.
+  bool opened() const { return !live && phase == RunPhase::Opened; }
+  // What an opened run is, in a line the controls show instead of the run buttons: "finished run,
+  // opened from DIR: 64 iterations, 2 epochs of 32 iterations" (summary.json present), or "unfinished run
+  // (no summary.json: it failed or was stopped), opened from DIR: 10 iterations". "" for others.
+  std::string opened_description() const;
+  // The state in a few words for headers: run_phase_name, or "finished run, from its run directory".
+  std::string state_text() const;
   // The newest complete step (every rank recorded), -1 if none.
   int64_t last_complete_step() const;
   const lab::StepRecord* record(int64_t step, int rank) const;
@@ -97,6 +106,12 @@ class RunData {
   std::deque<std::string> m_strings;
   std::vector<lab::Event> m_scratch;
 };
+
+// What a view says when it has none of `what` ("collectives", "pushes", "events") to show: a live
+// run has none yet ("No collectives recorded yet. " + live_hint); a run opened from its directory
+// holds none, and will never have any (it stopped before them, or has no trace.json), or only none
+// of the kind the view was asked for.
+std::string nothing_recorded(const RunData& d, const std::string& what, const std::string& live_hint);
 
 // Loads a run directory (config.toml, metrics.jsonl, trace.json, summary.json). Throws
 // lab::IoError / lab::ConfigError naming the file. Missing trace or summary is fine (a failed or

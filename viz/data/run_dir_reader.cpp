@@ -323,6 +323,16 @@ RunData load_run_dir(const std::string& dir) {
       for (const auto& r : row)
         if (r.rank >= 0) d.steps_per_epoch = std::max(d.steps_per_epoch, r.batch + 1);
   }
+  // An epoch record without "steps" (0 here) still ended somewhere: after the last iteration that
+  // rank 0 recorded in that epoch. Its evaluation is drawn there, not at iteration 0.
+  for (lab::EpochRecord& e : d.epochs) {
+    if (e.steps > 0) continue;
+    for (int64_t s = d.steps_done() - 1; s >= 0; --s)
+      if (const lab::StepRecord* r = d.record(s, 0); r && r->epoch == e.epoch) {
+        e.steps = s + 1;
+        break;
+      }
+  }
   d.steps_total = d.steps_done();
   d.samples_per_s = d.summary.samples_per_s;
   // The probe image (test sample 0), when the dataset is installed where the run found it.
