@@ -40,6 +40,9 @@ void add_gui_flags(CLI::App& app, GuiOptions& o) {
   app.add_option("--screenshot", o.screenshot,
                  "when the run has done --steps iterations (or ended), save the window as PNG and exit 0; "
                  "with several --view names, FILE-<view>.png each");
+  app.add_flag("--screenshot-items", o.screenshot_items,
+               "with --screenshot: also write FILE.items.json beside each PNG, what that frame drew (buttons and "
+               "whether greyed out, headings, values, notes, every chart's points; viz/data/drawn_items.h)");
   app.add_option("--frame-stats", o.frame_stats,
                  "write frame-time percentiles (p50, p95, p99, max) and training samples/s as JSON at exit");
   app.add_option("--view", o.view, "bring views to the front, full window: ring, batchnorm, batching, traineval, "
@@ -93,6 +96,8 @@ int cmd_gui(lab::RunConfig& cfg, GuiOptions& opt) {
   if (opt.ring_steps >= 0 && cfg.mode == "dp")
     throw lab::ConfigError("--ring-steps stops inside a gradient allreduce, and --mode dp has none",
                            "DataParallel reduces the gradients into device 0; drop --ring-steps");
+  if (opt.screenshot_items && opt.screenshot.empty())
+    throw lab::ConfigError("--screenshot-items goes with --screenshot FILE.png", "it writes FILE.items.json beside it");
 #ifndef DTLAB_HAVE_GUI
   (void)opt;
   std::fprintf(stderr,

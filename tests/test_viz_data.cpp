@@ -16,6 +16,7 @@
 
 #include "batching_model.h"
 #include "data_parallel.h"
+#include "drawn_items.h"
 #include "errors.h"
 #include "frame_stats.h"
 #include "paths.h"
@@ -873,4 +874,34 @@ TEST(VizRunDir, EpochEndsOfARunWithoutEvalEvery) {
   ASSERT_EQ(d.epochs.size(), 2u);
   EXPECT_EQ(d.epochs[0].steps, 10);
   EXPECT_EQ(d.epochs[1].steps, 20);
+}
+
+// --screenshot-items: the file the GUI tests read (drawn_items.h).
+TEST(VizDrawnItems, WhatAFrameDrewAsJson) {
+  viz::DrawnItems items;
+  items.window = "Controls";
+  items.add("button", "Apply##settings", false);
+  items.add("value", "iteration", true, "64 / 64");
+  items.window = "Views";
+  const float x[] = {32, 64}, y[] = {0.75f, NAN};
+  items.add_chart("te_acc", false);
+  items.add_series("te_acc", "end of epoch", x, y, 2);
+  std::vector<float> many(viz::DrawnItems::kMaxPoints + 1, 1.0f);
+  items.add_series("ranks_loss", "rank 0", many.data(), many.data(), static_cast<int>(many.size()));
+  const nlohmann::json j = items.to_json("/tmp/x.png", "traineval");
+  EXPECT_EQ(j["format"], "dtlab drawn items");
+  EXPECT_EQ(j["version"], 1);
+  EXPECT_EQ(j["view"], "traineval");
+  const nlohmann::json& it = j["items"];
+  ASSERT_EQ(it.size(), 5u);
+  EXPECT_EQ(it[0], (nlohmann::json{{"window", "Controls"}, {"kind", "button"}, {"label", "Apply"}, {"enabled", false}}));
+  EXPECT_EQ(it[1]["value"], "64 / 64");
+  EXPECT_EQ(it[2]["empty"], false);
+  EXPECT_EQ(it[3]["window"], "Views");
+  EXPECT_EQ(it[3]["x"], (nlohmann::json{32.0, 64.0}));
+  EXPECT_TRUE(it[3]["y"][1].is_null()) << "NaN has no JSON number";
+  EXPECT_EQ(it[4]["n"], viz::DrawnItems::kMaxPoints + 1);
+  EXPECT_FALSE(it[4].contains("x")) << "long series: only their length";
+  EXPECT_EQ(viz::drawn_items_path("/tmp/shot-traineval.png"), "/tmp/shot-traineval.items.json");
+  EXPECT_EQ(viz::drawn_items_path("shot"), "shot.items.json");
 }

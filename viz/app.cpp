@@ -581,8 +581,11 @@ void draw_menu(AppState& app, Commands& cmd) {
       ImGui::EndMenu();
     }
     const RunData& d = app.data;
-    ImGui::TextDisabled("  %s | %s, %s, %s, bn %s | %s", d.live ? "live" : d.source.c_str(), d.cfg.model.c_str(),
-                        describe_parallelism(d.cfg).c_str(), describe_batch(d.cfg).c_str(), d.cfg.bn.c_str(), run_phase_name(d.phase));
+    const std::string run = fmt("%s | %s, %s, %s, bn %s | %s", d.live ? "live" : d.source.c_str(), d.cfg.model.c_str(),
+                                describe_parallelism(d.cfg).c_str(), describe_batch(d.cfg).c_str(), d.cfg.bn.c_str(),
+                                d.state_text().c_str());
+    ImGui::TextDisabled("  %s", run.c_str());
+    note_item("value", "run", true, run);
     ImGui::EndMainMenuBar();
   }
   if (open_popup) ImGui::OpenPopup("Open run directory");
@@ -687,7 +690,7 @@ void draw_views_window(AppState& app, Commands& cmd) {
     ImGui::TextDisabled("  %s, %s, %s, bn %s%s, %lld iteration%s done | %s", d.cfg.model.c_str(),
                         describe_parallelism(d.cfg).c_str(), describe_batch(d.cfg).c_str(), d.cfg.bn.c_str(),
                         app.twin_shown ? fmt(" (twin: %s)", column_label(app, true).c_str()).c_str() : "",
-                        static_cast<long long>(d.steps_done()), d.steps_done() == 1 ? "" : "s", run_phase_name(d.phase));
+                        static_cast<long long>(d.steps_done()), d.steps_done() == 1 ? "" : "s", d.state_text().c_str());
     ImGui::Separator();
     draw_view(app, *app.solo, cmd);
     return;
@@ -736,10 +739,12 @@ void draw_windows(AppState& app, Commands& cmd) {
     ImGui::Begin("##solo", nullptr,
                  ImGuiWindowFlags_NoDecoration | ImGuiWindowFlags_NoMove | ImGuiWindowFlags_NoSavedSettings |
                      ImGuiWindowFlags_NoBringToFrontOnFocus | ImGuiWindowFlags_NoBackground);
+    note_window("Views");
     draw_views_window(app, cmd);
     ImGui::End();
     return;
   }
+  note_window("Menu");
   draw_menu(app, cmd);
   // Default layout (first start, or View > Reset layout): controls on the left, the views in the
   // middle, timeline / ranks / log below them. The user's arrangement is kept in layout.ini.
@@ -757,36 +762,42 @@ void draw_windows(AppState& app, Commands& cmd) {
     // the left column, where the controls are (they come back from the View menu)
     ImGui::SetNextWindowPos(ImVec2(o.x, o.y), app.layout_reset ? ImGuiCond_Always : ImGuiCond_Appearing);
     ImGui::SetNextWindowSize(ImVec2(left, s.y), app.layout_reset ? ImGuiCond_Always : ImGuiCond_Appearing);
+    note_window("Lessons");
     if (ImGui::Begin("Lessons", &app.show_lesson_panel))
       draw_lessons_panel(app.lesson.get(), app.lesson_ui, app.opts.teacher, cmd);
     ImGui::End();
   }
   if (app.show_controls) {
     place(0, 0, left, s.y);
+    note_window("Controls");
     if (ImGui::Begin("Controls", &app.show_controls, tiled_flags(app, 0)))
       draw_controls_panel(app.data, app.controls, app.compare_bn, app.data.gate_delay_s, cmd);
     remember_rect(app, 0);
     ImGui::End();
   }
   place(left, 0, rest_w, top_h);
+  note_window("Views");
   if (ImGui::Begin("Views", nullptr, tiled_flags(app, 1))) draw_views_window(app, cmd);
   remember_rect(app, 1);
   ImGui::End();
   const float bw = rest_w;
   if (app.show_timeline) {
     place(left, top_h, bw * 0.46f, s.y - top_h);
+    note_window("Timeline");
     if (ImGui::Begin("Timeline", &app.show_timeline, tiled_flags(app, 2))) draw_timeline_panel(app.data, app.timeline);
     remember_rect(app, 2);
     ImGui::End();
   }
   if (app.show_ranks) {
     place(left + bw * 0.46f, top_h, bw * 0.29f, s.y - top_h);
+    note_window("Ranks");
     if (ImGui::Begin("Ranks", &app.show_ranks, tiled_flags(app, 3))) draw_ranks_panel(app.data, app.ranks);
     remember_rect(app, 3);
     ImGui::End();
   }
   if (app.show_log) {
     place(left + bw * 0.75f, top_h, bw * 0.25f, s.y - top_h);
+    note_window("Log");
     if (ImGui::Begin("Log", &app.show_log, tiled_flags(app, 4))) draw_log_panel(app.log, app.log_view);
     remember_rect(app, 4);
     ImGui::End();
@@ -1048,10 +1059,14 @@ int run_app(const lab::RunConfig& cfg_in, const AppOptions& opts) {
       app.last_input = app.clock.now;
     Commands cmd;
     handle_keys(win.take_key_presses(), cmd);
-    draw_windows(app, cmd);
     // a few frames before a scripted capture, so that layouts settle (ImGui sizes some windows
     // from the previous frame)
     const bool capture = ready && sc.settle_frames + 1 >= 4;
+    DrawnItems items;  // --screenshot-items: what the captured frame draws
+    const bool record = capture && opts.screenshot_items && !opts.screenshot.empty();
+    if (record) record_drawn_items(&items);
+    draw_windows(app, cmd);
+    record_drawn_items(nullptr);
     mark(FramePart::Ui);
     const bool drawn = win.render(cmd.screenshot || capture);
     mark(FramePart::Render);
@@ -1071,7 +1086,12 @@ int run_app(const lab::RunConfig& cfg_in, const AppOptions& opts) {
           const size_t count = std::max<size_t>(1, shots.size());
           const std::string key = shots.empty() ? "layout" : shots[sc.next_shot].first;
           const std::string path = shot_path(sc, key, count);
-          const std::string e = win.save_png(path);
+          std::string e = win.save_png(path);
+          if (e.empty() && record) {
+            const std::string items_path = drawn_items_path(path);
+            e = write_text_file_atomic(items_path, items.to_json(path, key).dump(1) + "\n");
+            if (!e.empty()) e = "cannot write " + items_path + ": " + e;
+          }
           if (!e.empty()) {
             std::fprintf(stderr, "dtlab gui: %s\n", e.c_str());
             app.exit_code = lab::kExitIo;

@@ -91,6 +91,19 @@ std::string fmt_count(double n) {
 
 // ---- 3. explained numbers ----
 
+namespace {
+DrawnItems* g_drawn = nullptr;  // the frame being recorded for --screenshot-items (nullptr: none)
+}  // namespace
+
+void record_drawn_items(DrawnItems* items) { g_drawn = items; }
+bool recording_drawn_items() { return g_drawn != nullptr; }
+void note_window(const char* name) {
+  if (g_drawn) g_drawn->window = name;
+}
+void note_item(const char* kind, const std::string& label, bool enabled, const std::string& value) {
+  if (g_drawn) g_drawn->add(kind, label, enabled, value);
+}
+
 void tooltip(const std::string& text) {
   if (!ImGui::IsItemHovered(ImGuiHoveredFlags_AllowWhenDisabled)) return;
   ImGui::BeginTooltip();
@@ -107,6 +120,7 @@ void labeled_value(const char* label, const std::string& value, const std::strin
   ImGui::TextUnformatted(value.c_str());
   ImGui::EndGroup();
   tooltip(explanation);
+  note_item("value", label, true, value);
 }
 
 void help_marker(const std::string& text) {
@@ -119,12 +133,14 @@ void heading(const char* text) {
   ImGui::PushFont(font(FontId::Bold));
   ImGui::TextUnformatted(text);
   ImGui::PopFont();
+  note_item("heading", text);
 }
 
 void text_wrapped_colored(ImU32 color, const std::string& text) {
   ImGui::PushStyleColor(ImGuiCol_Text, color);
   ImGui::TextWrapped("%s", text.c_str());
   ImGui::PopStyleColor();
+  note_item("text", text);
 }
 
 // ---- 4. line chart ----
@@ -174,7 +190,12 @@ float line_chart(const ChartOptions& opt, const std::vector<ChartSeries>& series
       if (auto_y1 && (std::isnan(y1) || s.y[i] > y1)) y1 = s.y[i];
     }
   }
-  if (std::isnan(x0) || std::isnan(x1) || std::isnan(y0) || std::isnan(y1)) {
+  const bool no_data = std::isnan(x0) || std::isnan(x1) || std::isnan(y0) || std::isnan(y1);
+  if (g_drawn) {
+    g_drawn->add_chart(opt.id, no_data);
+    for (const ChartSeries& s : series) g_drawn->add_series(opt.id, s.name, s.x, s.y, s.n);
+  }
+  if (no_data) {
     const char* msg = "no data yet";
     const ImVec2 ts = ImGui::CalcTextSize(msg);
     dl->AddText(ImVec2((p0.x + p1.x - ts.x) / 2, (p0.y + p1.y - ts.y) / 2), col::kDim, msg);

@@ -1,6 +1,7 @@
 // Drawing helpers shared by the panels: the colour-blind-safe palette (Okabe-Ito), number
 // formatting, tooltips that explain a number with its formula, and a line chart drawn with
-// ImDrawList (ImGui 1.86 has no plotting widget). No state lives here between frames.
+// ImDrawList (ImGui 1.86 has no plotting widget). No state lives here between frames (the recorder
+// of --screenshot-items is set for one frame and cleared).
 #pragma once
 
 #include <cmath>
@@ -8,6 +9,8 @@
 #include <vector>
 
 #include <imgui.h>
+
+#include "drawn_items.h"
 
 namespace viz {
 
@@ -58,6 +61,15 @@ void text_wrapped_colored(ImU32 color, const std::string& text);
 // live): the default font when the atlas has fewer.
 enum class FontId { Regular = 0, Bold = 1, Small = 2, Mono = 3 };
 ImFont* font(FontId id);
+
+// ---- what was drawn (--screenshot-items) ----
+// While a frame is recorded (the app sets `items` for the frame a scripted screenshot captures,
+// nullptr for every other frame), the helpers above and line_chart note what they drew, and
+// panels note their controls and messages with note_item; otherwise these cost a pointer test.
+void record_drawn_items(DrawnItems* items);
+bool recording_drawn_items();
+void note_window(const char* name);  // the window the next items are drawn in
+void note_item(const char* kind, const std::string& label, bool enabled = true, const std::string& value = "");
 
 // ---- line chart ----
 struct ChartSeries {

@@ -10,6 +10,7 @@ struct AppOptions {
   std::string open_dir;        // --open RUN_DIR: show a finished run instead of training; or a
                                //   bench result (result.json, or its directory): the Benchmark view
   std::string screenshot;      // --screenshot FILE.png: save the window, then exit 0
+  bool screenshot_items = false;  // --screenshot-items: also FILE.items.json, what was drawn (drawn_items.h)
   std::string frame_stats;     // --frame-stats FILE.json: frame times and samples/s, at exit
   std::string view;            // --view ring|batchnorm|batching|traineval|bench|layout (comma list)
   double ui_scale = 0;         // --ui-scale: 0 means the monitor's content scale
