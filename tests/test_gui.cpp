@@ -96,6 +96,42 @@ void expect_views(const std::string& stem) {
       EXPECT_GT(differing(shots[i], shots[j]), 0.02) << kViews[i] << " and " << kViews[j] << " look the same";
 }
 
+// --screenshot-items: what a captured frame drew (viz/data/drawn_items.h).
+struct Drawn {
+  nlohmann::json items = nlohmann::json::array();
+  // Items of this kind whose label contains `label` (in `window` when given).
+  std::vector<nlohmann::json> find(const std::string& kind, const std::string& label, const std::string& window = "") const {
+    std::vector<nlohmann::json> out;
+    for (const auto& it : items)
+      if (it["kind"] == kind && contains(it.value("label", ""), label) && (window.empty() || it["window"] == window))
+        out.push_back(it);
+    return out;
+  }
+  // The series of chart `chart` called `label`; null when it was not drawn.
+  nlohmann::json series(const std::string& chart, const std::string& label) const {
+    for (const auto& it : items)
+      if (it["kind"] == "series" && it["chart"] == chart && it["label"] == label) return it;
+    return nullptr;
+  }
+  std::string dump() const { return items.dump(1); }
+};
+
+Drawn load_drawn(const std::string& png) {
+  Drawn d;
+  const std::string path = png.substr(0, png.size() - 4) + ".items.json";
+  if (!std::filesystem::exists(path)) {
+    ADD_FAILURE() << path << " was not written";
+    return d;
+  }
+  const auto j = nlohmann::json::parse(testutil::read_file(path));
+  EXPECT_EQ(j["format"], "dtlab drawn items");
+  d.items = j["items"];
+  return d;
+}
+
+// The buttons, sliders and checkboxes that make a live run move.
+const char* kRunMovers[] = {"Pause", "Play", "ring step", "allreduce", "iteration", "epoch", "speed", "Reset"};
+
 }  // namespace
 
 TEST(GuiNoDisplay, OneLineAndExitCodeSeven) {
@@ -217,6 +253,94 @@ TEST(Gui, OpensARunDirectory) {
   EXPECT_TRUE(contains(bad.out, "config.toml")) << bad.out;
 }
 
+// A finished run opened from its run directory cannot move: the controls offer no play, pause, step
+// or speed, but say what the run is and offer to train its settings live. Trained without
+// --eval-every, its Train vs eval view draws the epoch ends where they were (iterations 10 and 20,
+// as summary.json's per_epoch says) and says what --eval-every would add; the other views draw
+// what the directory holds. The same live run keeps its buttons.
+TEST(Gui, AnOpenedRunOffersNoRunButtonsAndDrawsItsEpochEnds) {
+  DTLAB_REQUIRE_GUI();
+  DTLAB_REQUIRE_DATASET();
+  testutil::TempDir d;
+  const std::string flags = "--model mlp --world-size 2 --batch-size 16 --limit-train 320 --limit-test 64 --epochs 2 "
+                            "--threads 1";
+  const auto run = testutil::run_cli("run " + flags + " --out " + d.file("run"));
+  ASSERT_EQ(run.exit_code, 0) << run.out;
+  const auto summary = nlohmann::json::parse(testutil::read_file(d.file("run/summary.json")));
+  std::vector<double> epoch_ends, epoch_acc;
+  for (const auto& e : summary["per_epoch"]) {
+    epoch_ends.push_back(e["steps"].get<double>());
+    epoch_acc.push_back(e["test_accuracy"].get<double>());
+  }
+  ASSERT_EQ(epoch_ends, (std::vector<double>{10, 20}));
+
+  const auto r = run_gui("--open " + d.file("run") + " --view layout,traineval,batchnorm,batching --screenshot-items "
+                         "--screenshot " + d.file("open.png"), d.file("config"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const Drawn layout = load_drawn(d.file("open-layout.png"));
+  for (const char* b : kRunMovers) {
+    EXPECT_TRUE(layout.find("button", b, "Controls").empty()) << b << "\n" << layout.dump();
+    EXPECT_TRUE(layout.find("slider", b, "Controls").empty()) << b;
+  }
+  EXPECT_EQ(layout.find("heading", "finished run, opened from " + d.file("run") + ": 20 iterations, 2 epochs of 10 "
+                                   "iterations", "Controls").size(), 1u)
+      << layout.dump();
+  const auto train = layout.find("button", "Train these settings live", "Controls");
+  ASSERT_EQ(train.size(), 1u);
+  EXPECT_TRUE(train[0]["enabled"].get<bool>());
+  EXPECT_EQ(layout.find("button", "Apply (starts a live run)", "Controls").size(), 1u);
+  EXPECT_EQ(layout.find("checkbox", "last collective", "Views").size(), 1u) << "the Allreduce view replays the last one";
+  for (const char* chart : {"ranks_loss", "ranks_acc"}) {  // every iteration of both ranks
+    const auto rank1 = layout.series(chart, "rank 1");
+    ASSERT_FALSE(rank1.is_null()) << chart;
+    EXPECT_EQ(rank1["n"], 20) << chart;
+  }
+  EXPECT_TRUE(layout.find("text", "no events", "Timeline").empty()) << "the trace is there";
+
+  const Drawn te = load_drawn(d.file("open-traineval.png"));
+  const auto acc = te.series("te_acc", "end of epoch, all test samples, eval mode");
+  ASSERT_FALSE(acc.is_null()) << te.dump();
+  EXPECT_EQ(acc["x"], nlohmann::json(epoch_ends));
+  for (size_t i = 0; i < epoch_acc.size(); ++i) EXPECT_NEAR(acc["y"][i].get<double>(), epoch_acc[i], 1e-6);
+  const auto loss = te.series("te_loss", "end of epoch, eval mode");
+  ASSERT_FALSE(loss.is_null()) << "test loss is drawn, not \"no data yet\"";
+  EXPECT_EQ(loss["x"], nlohmann::json(epoch_ends));
+  for (const auto& chart : te.find("chart", "")) EXPECT_FALSE(chart["empty"].get<bool>()) << chart.dump();
+  const auto end_train = te.series("te_acc", "end of run, train mode");
+  ASSERT_FALSE(end_train.is_null());
+  EXPECT_EQ(end_train["x"], nlohmann::json({20.0}));
+  EXPECT_NEAR(end_train["y"][0].get<double>(), summary["test_train_mode"]["accuracy"].get<double>(), 1e-6);
+  EXPECT_TRUE(te.series("te_acc", "eval mode (running stats)").is_null()) << "no periodic curve to draw";
+  EXPECT_EQ(te.find("text", "Without --eval-every this run was tested only where each epoch ended", "Views").size(), 1u)
+      << te.dump();
+
+  const Drawn bn = load_drawn(d.file("open-batchnorm.png"));
+  const auto running = bn.series("bn_main_run", "rank 1");  // running_mean over the recorded iterations
+  ASSERT_FALSE(running.is_null()) << bn.dump();
+  EXPECT_GE(running["n"].get<int>(), 10) << "every iteration of epoch 1 is recorded (--record-bn auto)";
+  EXPECT_TRUE(bn.find("button", "Compare").empty()) << "no twin run can start beside a finished one";
+
+  // live, the same settings: the buttons are there, and the Train vs eval view follows the same rule
+  // (the app's own default is --eval-every 50: turned off here as the run had it)
+  const auto live = run_gui(flags + " --eval-every 0 --steps 20 --view layout,traineval --screenshot-items --screenshot " +
+                            d.file("live.png"), d.file("config"));
+  ASSERT_EQ(live.exit_code, 0) << live.out;
+  const Drawn live_layout = load_drawn(d.file("live-layout.png"));
+  EXPECT_EQ(live_layout.find("button", "Pause", "Controls").size(), 1u) << live_layout.dump();
+  EXPECT_EQ(live_layout.find("slider", "speed", "Controls").size(), 1u);
+  EXPECT_TRUE(live_layout.find("heading", "finished run, opened from").empty());
+  const Drawn live_te = load_drawn(d.file("live-traineval.png"));
+  const auto live_acc = live_te.series("te_acc", "end of epoch, all test samples, eval mode");
+  ASSERT_FALSE(live_acc.is_null()) << live_te.dump();
+  EXPECT_EQ(live_acc["x"], nlohmann::json(epoch_ends));
+  EXPECT_EQ(live_te.find("text", "Without --eval-every this run is tested only where each epoch ended", "Views").size(), 1u)
+      << live_te.dump();
+
+  const auto lonely = testutil::run_cli("gui --screenshot-items");
+  EXPECT_EQ(lonely.exit_code, lab::kExitUsage) << lonely.out;
+  EXPECT_TRUE(contains(lonely.out, "--screenshot-items goes with --screenshot")) << lonely.out;
+}
+
 TEST(Gui, CorruptLayoutFileIsIgnoredWithAWarning) {
   DTLAB_REQUIRE_GUI();
   testutil::TempDir d;
@@ -308,6 +432,35 @@ TEST(GuiLessons, QuestionObservedMomentAndResults) {
   }
   EXPECT_EQ(records, 1);
   EXPECT_FALSE(std::filesystem::exists(d.file("config/dtlab/layout.ini")));
+}
+
+// A lesson's prepared runs replay in the window from their run directories: the observed moment
+// shows the two runs side by side at the observed iteration, through the views' own navigation
+// (there is no run to pause or step, and none is offered).
+TEST(GuiLessons, PreparedRunsReplayAtTheObservedIteration) {
+  DTLAB_REQUIRE_GUI();
+  DTLAB_REQUIRE_DATASET();
+  testutil::TempDir d;
+  const auto prep = testutil::run_cli("lesson prepare bn-ddp --out " + d.file("prepared"));
+  ASSERT_EQ(prep.exit_code, 0) << prep.out;
+  const std::string env = "XDG_DATA_HOME=" + d.file("data") + " XDG_CONFIG_HOME=" + d.file("config") +
+                          " xvfb-run -a -s \"-screen 0 1600x1000x24\"";
+  const auto r = testutil::run_cli_with_prefix(
+      env, "gui --lesson bn-ddp --prepared " + d.file("prepared") + " --answers whose_batch=b,sync_equals_global=a "
+           "--lesson-stage observe --screenshot-items --screenshot " + d.file("observe.png"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_FALSE(contains(r.out, "error")) << r.out;
+  const Drawn o = load_drawn(d.file("observe.png"));
+  const auto bar = o.find("value", "run", "Menu");
+  ASSERT_EQ(bar.size(), 1u) << o.dump();
+  EXPECT_TRUE(contains(bar[0]["value"], "finished run, from its run directory")) << bar[0].dump();
+  EXPECT_EQ(o.find("heading", "bn=local", "Views").size(), 1u) << o.dump();
+  EXPECT_EQ(o.find("heading", "bn=sync", "Views").size(), 1u) << o.dump();
+  // the observation's iteration (step = 0), not the runs' last: the BatchNorm view was moved there
+  const auto it = o.find("value", "iteration", "Views");
+  ASSERT_FALSE(it.empty()) << o.dump();
+  for (const auto& v : it) EXPECT_EQ(v["value"], "0") << o.dump();
+  for (const char* b : kRunMovers) EXPECT_TRUE(o.find("button", b, "Controls").empty()) << b;
 }
 
 // A malformed lesson never takes the app down: it is shown with its error (file:line:col) next to

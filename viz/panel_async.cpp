@@ -53,7 +53,8 @@ void draw_async_view(const RunData& d, AsyncViewState& st, const FrameClock& clo
   if (pushes) mean /= static_cast<double>(pushes);
   if (pushes == 0) {
     ImGui::Spacing();
-    ImGui::TextDisabled("No push yet. Press Play, or step (Shift+Right) while paused.");
+    const std::string none = nothing_recorded(d, "pushes", "Press Play, or step (Shift+Right) while paused.");
+    text_wrapped_colored(col::kDim, none);
     return;
   }
   // each worker's latest push (its event's tag is the staleness)

@@ -354,8 +354,9 @@ void draw_batching_view(const RunData& d, BatchingViewState& st) {
     in_epoch = r->batch;
   }
   ImGui::Checkbox("epoch of the run", &st.follow);
-  tooltip("Show the epoch the run is in and highlight its newest iteration; off: choose an epoch. With shuffle, "
-          "every epoch has its own order (the sampler's seed is seed + epoch).");
+  tooltip(std::string(d.live ? "Show the epoch the run is in and highlight its newest iteration"
+                             : "Show the epoch the run ended in") +
+          "; off: choose an epoch. With shuffle, every epoch has its own order (the sampler's seed is seed + epoch).");
   if (!st.follow) {
     ImGui::SameLine();
     int e = static_cast<int>(st.epoch);

@@ -318,6 +318,9 @@ void draw_batchnorm_view(const RunData& d, const RunData* twin, BnViewState& st,
     if (d.phase == RunPhase::Failed) text_wrapped_colored(col::kError, d.error);
     else if (d.cfg.record_bn == "off" && d.last_complete_step() >= 0)
       ImGui::TextDisabled("This run kept no BatchNorm statistics (--record-bn off).");
+    else if (d.opened())
+      ImGui::TextDisabled("This run directory holds no BatchNorm statistics: no iteration finished, or bn_stats.bin "
+                          "is missing.");
     else ImGui::TextDisabled("No iteration finished yet: the statistics appear after the first forward pass.");
     return;
   }
@@ -365,6 +368,7 @@ void draw_batchnorm_view(const RunData& d, const RunData* twin, BnViewState& st,
                         static_cast<long long>(chosen), recorded_steps(d.cfg.record_bn).c_str());
   else
     ImGui::TextDisabled("iteration %lld", static_cast<long long>(step));
+  note_item("value", "iteration", true, std::to_string(step));
 
   const bool two = twin != nullptr;
   const int64_t tstep = two ? twin->bn_step_at_or_before(std::min(step, twin->last_complete_step())) : -1;

@@ -1,4 +1,7 @@
-// Controls: the run's state, play / pause / step / speed, and the settings of the next run.
+// Controls: the live run's state, play / pause / step / speed, and the settings of the next run. A
+// run opened from its run directory (--open, File > Open, a lesson's prepared runs) cannot move:
+// it gets what it is instead ("finished run, opened from DIR: 64 iterations, 2 epochs of 32
+// iterations") and a button to train its settings live; the views' own sliders move through it.
 // Settings use PyTorch's names. They take effect when the run is reset (Apply or R), because a
 // change of world size or batch size means a different training from the first step on.
 //
@@ -37,9 +40,9 @@ void draw_status(const RunData& d) {
   else if (d.phase == RunPhase::Paused) c = col::kWarn;
   else if (d.phase == RunPhase::Running) c = col::kGood;
   ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(c), "%s", phase);
-  tooltip(d.live ? "The live run's state. Paused: every rank waits at its next gate (a ring step or the start of an "
-                   "iteration); paused time does not count towards collective timeouts."
-                 : "A finished run, read from its run directory " + d.source);
+  tooltip("The live run's state. Paused: every rank waits at its next gate (a ring step or the start of an "
+          "iteration); paused time does not count towards collective timeouts.");
+  note_item("value", "state", true, phase);
   const int64_t done = d.steps_done();
   const int64_t spe = std::max<int64_t>(1, d.steps_per_epoch);
   ImGui::SameLine();
@@ -58,27 +61,29 @@ void draw_status(const RunData& d) {
                     static_cast<long long>(d.cfg.batch_size)));
 }
 
+// A live run: play / pause, the step buttons and the speed; they act while it trains (greyed out
+// once it has ended: Reset starts the next one).
 void draw_run_buttons(const RunData& d, double delay_s, ControlsState& st, Commands& cmd) {
-  const bool live = d.live;
   const bool active = d.phase == RunPhase::Running || d.phase == RunPhase::Paused;
   const bool paused = d.phase == RunPhase::Paused;
   const float w = ImGui::GetFontSize() * 6.5f;
-  ImGui::BeginDisabled(!live || !active);
+  ImGui::BeginDisabled(!active);
   if (paused) {
     if (ImGui::Button("\xe2\x96\xb6 Play", ImVec2(w, 0))) cmd.play = true;  // U+25B6
     tooltip("Resume training at full speed (or the slow-motion speed below). Key: Space");
+    note_item("button", "Play", active);
   } else {
     if (ImGui::Button("\xe2\x9d\x9a\xe2\x9d\x9a Pause", ImVec2(w, 0))) cmd.pause = true;  // U+275A x2
     tooltip("Every rank stops at its next gate: before its next ring step or iteration. Key: Space");
+    note_item("button", "Pause", active);
   }
   ImGui::EndDisabled();
   ImGui::SameLine();
-  if (ImGui::Button(live ? "\xe2\x86\xba Reset" : "Run these settings", ImVec2(w * (live ? 1.0f : 1.6f), 0)))
-    cmd.reset = true;
-  tooltip(live ? "Stop this run and start a new one with the settings below. Key: R"
-               : "Start a live run with the settings below (from the run directory's config.toml).");
+  if (ImGui::Button("\xe2\x86\xba Reset", ImVec2(w, 0))) cmd.reset = true;
+  tooltip("Stop this run and start a new one with the settings below. Key: R");
+  note_item("button", "Reset");
 
-  ImGui::BeginDisabled(!live || !active);
+  ImGui::BeginDisabled(!active);
   ImGui::TextUnformatted("Step");
   ImGui::SameLine();
   if (ImGui::SmallButton("ring step")) cmd.step_ring = true;
@@ -95,20 +100,49 @@ void draw_run_buttons(const RunData& d, double delay_s, ControlsState& st, Comma
   if (ImGui::SmallButton("epoch")) cmd.step_epoch = true;
   tooltip("Pause, then run to the end of the current epoch (including its evaluation).");
   ImGui::EndDisabled();
+  for (const char* b : {"ring step", "allreduce", "iteration", "epoch"}) note_item("button", b, active);
 
   // Speed: a wait at every gate, on a log scale from 0 (full speed) to 1 s.
   float ms = st.delay_ms;
   ImGui::SetNextItemWidth(ImGui::GetFontSize() * 12);
-  ImGui::BeginDisabled(!live);
   if (ImGui::SliderFloat("speed", &ms, 0.0f, 1000.0f, ms <= 0.5f ? "full speed" : "%.0f ms per step",
                          ImGuiSliderFlags_Logarithmic)) {
     st.delay_ms = ms < 0.5f ? 0.0f : ms;
     cmd.delay_s = st.delay_ms / 1000.0;
   }
-  ImGui::EndDisabled();
   tooltip(fmt("Slow motion: every rank waits this long before each ring step and each iteration (now %.0f ms). "
               "0 is full speed. Bandwidth figures include the wait.",
               delay_s * 1000));
+  note_item("slider", "speed");
+}
+
+// A run opened from its run directory is a recording: no play, pause, step or speed (nothing
+// trains), but what it is, and a way to train its settings live.
+void draw_opened_run(const RunData& d, Commands& cmd) {
+  const std::string what = d.opened_description();
+  ImGui::PushFont(font(FontId::Bold));
+  ImGui::TextWrapped("%s", what.c_str());
+  ImGui::PopFont();
+  note_item("heading", what);
+  if (d.summary.valid) {
+    labeled_value("samples/s", fmt_count(d.samples_per_s),
+                  fmt("Training throughput from summary.json: samples of every rank per second of wall clock "
+                      "(evaluation excluded), over %.2f s of training.",
+                      d.summary.train_seconds));
+  }
+  ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
+  const bool ring = d.world() > 1 && d.cfg.mode != "async";  // the async view has no steps to move through
+  const std::string why = std::string("A recording: nothing trains here, so there is nothing to pause, step or slow "
+                                      "down. Move through what the run directory holds with the views' own controls (") +
+                          (ring ? "the Allreduce view's steps, " : "") +
+                          "the BatchNorm view's iteration, the Batching view's epoch, the Timeline's window).";
+  ImGui::TextWrapped("%s", why.c_str());
+  ImGui::PopStyleColor();
+  note_item("text", why);
+  if (ImGui::Button("Train these settings live")) cmd.reset = true;
+  tooltip("Start a new live run with the settings below (they start as this run's config.toml): then Play, Pause, "
+          "the step buttons and the speed act on it. Key: R");
+  note_item("button", "Train these settings live");
 }
 
 // Whether a choice is greyed out, and its tooltip: what it is, then why it cannot be chosen.
@@ -351,12 +385,16 @@ void draw_settings(const RunData& d, ControlsState& st, bool compare_bn, Command
   const SettingCheck* err = nullptr;
   for (const SettingCheck& x : checks)
     if (x.severity == Severity::Error) err = &x;
-  ImGui::BeginDisabled(err != nullptr || (same && d.live));
-  if (ImGui::Button("Apply (restarts the run)")) cmd.apply_settings = true;
+  const bool apply = err == nullptr && !(same && d.live);
+  ImGui::BeginDisabled(!apply);
+  const char* apply_label = d.live ? "Apply (restarts the run)" : "Apply (starts a live run)";
+  if (ImGui::Button(apply_label)) cmd.apply_settings = true;
   ImGui::EndDisabled();
+  note_item("button", apply_label, apply);
   if (err) tooltip("Cannot run these settings: " + err->message);
   else if (same && d.live) tooltip("These are the running settings.");
-  else tooltip("Stop the current run and start one with these settings.");
+  else if (d.live) tooltip("Stop the current run and start one with these settings.");
+  else tooltip("Start a live run with these settings.");
   if (!same && d.live) {
     ImGui::SameLine();
     ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(col::kWarn), "changed");
@@ -370,30 +408,45 @@ void draw_settings(const RunData& d, ControlsState& st, bool compare_bn, Command
   }
 
   ImGui::Separator();
+  // The twin trains beside the live run (restarting both), or beside the next one when none is live.
   bool cmp = compare_bn;
-  const bool twin_dp = d.cfg.mode == "dp" || d.cfg.mode == "async";
-  ImGui::BeginDisabled(!d.live || d.cfg.world_size == 1 || twin_dp);
-  if (ImGui::Checkbox(fmt("twin run with bn=%s", d.cfg.bn == "sync" ? "local" : "sync").c_str(), &cmp))
-    cmd.compare_bn = cmp;
+  const lab::RunConfig& tc = d.live ? d.cfg : c;
+  const bool twin_dp = tc.mode == "dp" || tc.mode == "async";
+  const bool twin_off = tc.world_size == 1 || twin_dp;
+  const std::string twin_label = fmt("twin run with bn=%s", tc.bn == "sync" ? "local" : "sync");
+  ImGui::BeginDisabled(twin_off);
+  if (ImGui::Checkbox(twin_label.c_str(), &cmp)) cmd.compare_bn = cmp;
   ImGui::EndDisabled();
-  tooltip(d.cfg.world_size == 1 ? "With one rank local and sync BatchNorm are the same."
-          : twin_dp             ? "DataParallel and async training have no SyncBatchNorm (it needs DistributedDataParallel): "
-                                  "no twin run."
-                                : "Train a second run with the other BatchNorm mode, the same seed and the same data "
-                                  "order, stepped together with this one; the BatchNorm view shows both side by side. "
-                                  "It shares the CPU, so both run at about half speed.");
+  note_item("checkbox", twin_label, !twin_off);
+  tooltip(tc.world_size == 1 ? "With one rank local and sync BatchNorm are the same."
+          : twin_dp          ? "DataParallel and async training have no SyncBatchNorm (it needs DistributedDataParallel): "
+                               "no twin run."
+          : d.live           ? "Train a second run with the other BatchNorm mode, the same seed and the same data "
+                               "order, stepped together with this one; the BatchNorm view shows both side by side. "
+                               "It shares the CPU, so both run at about half speed."
+                             : "With the next live run (Apply), train a second one with the other BatchNorm mode, the "
+                               "same seed and the same data order, stepped together; the BatchNorm view shows both "
+                               "side by side.");
 }
 
 }  // namespace
 
 void draw_controls_panel(const RunData& d, ControlsState& st, bool compare_bn, double delay_s, Commands& cmd) {
-  heading(d.live ? "Live run" : "Run directory");
-  if (!d.live) ImGui::TextWrapped("%s", d.source.c_str());
-  draw_status(d);
-  draw_run_buttons(d, delay_s, st, cmd);
-  if (d.phase == RunPhase::Failed) {
-    text_wrapped_colored(col::kError, d.error);
-    if (!d.error_hint.empty()) text_wrapped_colored(col::kWarn, "hint: " + d.error_hint);
+  if (d.opened()) {
+    draw_opened_run(d, cmd);
+  } else if (d.live) {
+    heading("Live run");
+    draw_status(d);
+    draw_run_buttons(d, delay_s, st, cmd);
+    if (d.phase == RunPhase::Failed) {
+      text_wrapped_colored(col::kError, d.error);
+      if (!d.error_hint.empty()) text_wrapped_colored(col::kWarn, "hint: " + d.error_hint);
+    }
+  } else {  // nothing shown yet (a lesson before its runs)
+    heading("No run");
+    if (ImGui::Button("Train these settings live")) cmd.reset = true;
+    tooltip("Start a live run with the settings below. Key: R");
+    note_item("button", "Train these settings live");
   }
   if (d.cfg.compute.device != "cpu") {
     std::string why = "--device " + d.cfg.compute.device +

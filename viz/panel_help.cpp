@@ -45,13 +45,14 @@ void draw_help_window(bool* open) {
                      "DataLoader and torch.chunk): padding, drop_last, the short last batch, and the batch-of-one "
                      "BatchNorm failure.");
   ImGui::TextWrapped("Train vs eval: test accuracy with batch statistics (train mode) and running statistics (eval "
-                     "mode) over time.");
+                     "mode) over time (--eval-every N; without it, where each epoch ended and at the end).");
   ImGui::TextWrapped("Benchmark: a `dtlab bench train --batch-sizes ... --per-sample` result (ms per sample against "
                      "the batch size, and one sample at a time) or a `dtlab bench chain` result (every order of a "
                      "matrix chain: time, FLOPs, thread scaling). Open its --json file with File > Open or --open.");
   ImGui::Separator();
   ImGui::TextWrapped("Headless: `dtlab run` trains with the same flags and writes a run directory (--out DIR); "
-                     "`dtlab gui --open DIR` shows it here again.");
+                     "`dtlab gui --open DIR` shows it here again, as a recording: the views' own sliders move through "
+                     "it; play, pause, the steps and the speed are for live runs.");
   ImGui::End();
 }
 

@@ -610,9 +610,14 @@ void draw_ring_view(const RunData& d, RingViewState& st, const FrameClock& clock
                 "also SyncBN's and the evaluation's allreduces, or also broadcasts (BatchNorm buffers) and allgathers "
                 "(SyncBN statistics).");
   ImGui::SameLine();
-  if (ImGui::Checkbox("follow the run", &st.follow) && !st.follow) st.scrub_step = 1 << 20;
-  tooltip("On: paused or in slow motion, the newest collective as it happens; at full speed, the newest finished one "
-          "replayed at 0.7 s per step. Off: choose the step with the slider.");
+  // A recording has no "newest as it happens": following it replays its last collective.
+  const char* follow_label = d.opened() ? "last collective" : "follow the run";
+  if (ImGui::Checkbox(follow_label, &st.follow) && !st.follow) st.scrub_step = 1 << 20;
+  tooltip(d.opened() ? "On: the run's last collective, replayed at 0.7 s per step. Off: choose the step with the "
+                       "slider, and go back collective by collective with 'previous'."
+                     : "On: paused or in slow motion, the newest collective as it happens; at full speed, the newest "
+                       "finished one replayed at 0.7 s per step. Off: choose the step with the slider.");
+  note_item("checkbox", follow_label);
   ImGui::SameLine();
   ImGui::TextDisabled("  %s", algorithm_title(d).c_str());
   Shown sh = choose(d, st, clock);
@@ -627,6 +632,7 @@ void draw_ring_view(const RunData& d, RingViewState& st, const FrameClock& clock
     else st.scrub_step = k;
     ImGui::SameLine();
     uint64_t prev = 0;
+    note_item("slider", "steps done");
     if (ImGui::SmallButton("previous") &&
         previous_collective(d.events, filter_of(st.filter, d.cfg.mode), st.shown_seq, prev)) {
       st.shown_seq = prev;
@@ -646,8 +652,10 @@ void draw_ring_view(const RunData& d, RingViewState& st, const FrameClock& clock
       ImGui::TextDisabled("loading the dataset and building %d replicas...", d.world());
     else if (d.phase == RunPhase::Failed && d.steps_done() == 0)
       text_wrapped_colored(col::kError, "The run failed before any collective: " + d.error);
-    else
-      ImGui::TextDisabled("No collective recorded yet. Press Play, or step (Right arrow) while paused.");
+    else {
+      const std::string none = nothing_recorded(d, "collectives", "Press Play, or step (Right arrow) while paused.");
+      text_wrapped_colored(col::kDim, none);
+    }
     return;
   }
   const ImVec2 avail = ImGui::GetContentRegionAvail();

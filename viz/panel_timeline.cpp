@@ -106,7 +106,8 @@ void draw_timeline_panel(const RunData& d, TimelineState& st) {
   }
   ImGui::NewLine();
   if (t_last <= 0) {
-    ImGui::TextDisabled("no events yet");
+    const std::string none = nothing_recorded(d, "events", "");
+    text_wrapped_colored(col::kDim, none);
     return;
   }
   if (st.follow) st.t_end = t_last;

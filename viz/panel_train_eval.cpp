@@ -9,6 +9,7 @@
 
 #include "draw.h"
 #include "panels.h"
+#include "train_eval_series.h"
 
 namespace viz {
 
@@ -17,48 +18,82 @@ namespace {
 constexpr const char* kClasses[10] = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
                                       "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
 
-void draw_curves(const RunData& d, bool log_x, float height) {
-  std::vector<float> x, ea, ta, el, tl, ex, eacc;
-  for (const lab::EvalPoint& p : d.evals) {
-    x.push_back(static_cast<float>(p.steps));
-    ea.push_back(static_cast<float>(p.eval_mode.acc));
-    ta.push_back(static_cast<float>(p.train_mode.acc));
-    el.push_back(static_cast<float>(p.eval_mode.loss));
-    tl.push_back(static_cast<float>(p.train_mode.loss));
+// Every evaluation the run has (train_eval_series.h), each at the iteration it was taken: the
+// periodic curves of both modes, white dots where each epoch ended, and the end of the run in both
+// modes where there are no periodic curves to end with (the periodic ones include the last
+// iteration). The x axis starts at iteration 1 (log) or 0, so that a lone point lands where it was
+// taken instead of at the left edge; without periodic curves it is linear.
+void draw_curves(const RunData& d, const TrainEvalSeries& t, bool log_x, float height) {
+  const int n = static_cast<int>(t.x.size());
+  const int ne = static_cast<int>(t.epoch_x.size());
+  const bool periodic = n > 0;
+  const int64_t samples = d.evals.empty() ? 0 : d.evals.back().samples;
+  std::vector<ChartSeries> acc, loss;
+  if (periodic) {
+    acc.push_back({"eval mode (running stats)", col::kEval, t.x.data(), t.eval_acc.data(), n, 2.0f, false, true});
+    acc.push_back({"train mode (batch stats)", col::kTrain, t.x.data(), t.train_acc.data(), n, 2.0f, false, true});
+    loss.push_back({"eval mode", col::kEval, t.x.data(), t.eval_loss.data(), n, 2.0f, false, true});
+    loss.push_back({"train mode", col::kTrain, t.x.data(), t.train_loss.data(), n, 2.0f, false, true});
   }
-  for (const lab::EpochRecord& e : d.epochs) {
-    ex.push_back(static_cast<float>(e.steps));
-    eacc.push_back(static_cast<float>(e.test_acc));
+  acc.push_back({"end of epoch, all test samples, eval mode", col::kGlobal, t.epoch_x.data(), t.epoch_acc.data(), ne, 3.0f, true});
+  if (ne > 0) loss.push_back({"end of epoch, eval mode", col::kGlobal, t.epoch_x.data(), t.epoch_loss.data(), ne, 3.0f, true});
+  if (!periodic) {
+    const int fe = static_cast<int>(t.final_eval_x.size()), ft = static_cast<int>(t.final_train_x.size());
+    if (fe > 0) {
+      acc.push_back({"end of run, eval mode", col::kGlobal, t.final_eval_x.data(), t.final_eval_acc.data(), fe, 3.0f, true});
+      loss.push_back({"end of run, eval mode", col::kGlobal, t.final_eval_x.data(), t.final_eval_loss.data(), fe, 3.0f, true});
+    }
+    if (ft > 0) {
+      acc.push_back({"end of run, train mode", col::kTrain, t.final_train_x.data(), t.final_train_acc.data(), ft, 3.0f, true});
+      loss.push_back({"end of run, train mode", col::kTrain, t.final_train_x.data(), t.final_train_loss.data(), ft, 3.0f, true});
+    }
   }
-  const int64_t n = d.evals.empty() ? 0 : d.evals.back().samples;
-  std::vector<ChartSeries> acc = {
-      {"eval mode (running stats)", col::kEval, x.data(), ea.data(), static_cast<int>(x.size()), 2.0f, false, true},
-      {"train mode (batch stats)", col::kTrain, x.data(), ta.data(), static_cast<int>(x.size()), 2.0f, false, true},
-      {"end of epoch, all test samples, eval mode", col::kGlobal, ex.data(), eacc.data(), static_cast<int>(ex.size()), 3.0f, true}};
   ChartOptions o;
   o.id = "te_acc";
-  o.log_x = log_x;
+  o.log_x = log_x && periodic;  // a log axis gives the early evaluations room; epoch ends are evenly spaced
+  o.x_min = o.log_x ? 1.0f : 0.0f;
+  if (!periodic) {  // dots only: room after the last, which would sit on the edge, half clipped
+    float last = 0;
+    for (const ChartSeries& s : acc)
+      if (s.n > 0) last = std::max(last, s.x[s.n - 1]);
+    if (last > 0) o.x_max = last + std::max(1.0f, std::ceil(last * 0.05f));
+  }
   o.title = nullptr;
   o.size = ImVec2(0, height);
   o.y_max = 1.0f;
-  o.hover_note = fmt("Accuracy on the first %lld test samples of a copy of rank 0's model. Train mode: batch "
-                     "statistics of test batches of batch_size (%lld). Eval mode: the running statistics.",
-                     static_cast<long long>(n), static_cast<long long>(d.cfg.batch_size));
+  o.hover_note = periodic
+                     ? fmt("Accuracy on the first %lld test samples of a copy of rank 0's model. Train mode: batch "
+                           "statistics of test batches of batch_size (%lld). Eval mode: the running statistics. White "
+                           "dots: the end of each epoch, on every test sample.",
+                           static_cast<long long>(samples), static_cast<long long>(d.cfg.batch_size))
+                     : fmt("Rank 0's model on every test sample, where each epoch ended (eval mode: the running "
+                           "statistics) and at the end of the run (also in train mode: batch statistics of test "
+                           "batches of batch_size, %lld).",
+                           static_cast<long long>(d.cfg.batch_size));
   ImGui::TextUnformatted("test accuracy");
   line_chart(o, acc);
-  std::vector<ChartSeries> loss = {
-      {"eval mode", col::kEval, x.data(), el.data(), static_cast<int>(x.size()), 2.0f, false, true},
-      {"train mode", col::kTrain, x.data(), tl.data(), static_cast<int>(x.size()), 2.0f, false, true}};
   o.id = "te_loss";
   o.y_max = NAN;
   o.y_min = 0;
-  o.hover_note = "Mean cross-entropy on the same test samples.";
+  o.hover_note = periodic ? "Mean cross-entropy on the same test samples." : "Mean cross-entropy on every test sample.";
   ImGui::TextUnformatted("test loss");
   line_chart(o, loss);
 }
 
 void draw_probe(const RunData& d, TrainEvalViewState& st) {
-  if (d.evals.empty()) return;
+  if (d.evals.empty()) {
+    heading("The same input in both modes");
+    const char* why = d.cfg.eval_every > 0
+                          ? "Test sample 0's outputs in eval and train mode come with the periodic evaluations: the "
+                            "first after iteration 1."
+                          : "Test sample 0's outputs in eval and train mode come with the periodic evaluations "
+                            "(--eval-every N), which this run does not make.";
+    ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
+    ImGui::TextWrapped("%s", why);
+    ImGui::PopStyleColor();
+    note_item("text", why);
+    return;
+  }
   const int count = static_cast<int>(d.evals.size());
   int idx = st.eval_index < 0 ? count - 1 : std::min(st.eval_index, count - 1);
   heading("The same input in both modes");
@@ -166,7 +201,8 @@ void draw_convergence(const RunData& d, TrainEvalViewState& st, const BnViewStat
 }  // namespace
 
 void draw_train_eval_view(const RunData& d, TrainEvalViewState& st, BnViewState& bn) {
-  if (d.evals.empty() && d.epochs.empty()) {
+  const TrainEvalSeries t = train_eval_series(d);
+  if (t.empty()) {
     ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
     ImGui::TextWrapped(
         "This view compares model.train() and model.eval() on the test set as training goes: train mode normalizes "
@@ -174,12 +210,8 @@ void draw_train_eval_view(const RunData& d, TrainEvalViewState& st, BnViewState&
         "running statistics lag behind and the modes disagree; the curves meet as they converge. It also shows one "
         "test image's outputs in both modes.");
     ImGui::PopStyleColor();
-    if (d.cfg.eval_every <= 0)
-      ImGui::TextWrapped("Periodic evaluation is off (eval every = 0 in Settings, --eval-every N on the command line): "
-                         "only the end-of-epoch evaluation will appear here.");
-    else
-      ImGui::TextDisabled("The first evaluation comes after iteration 1 (then 2, 4, 8, ... and every %lld).",
-                          static_cast<long long>(d.cfg.eval_every));
+    ImGui::TextWrapped("%s", t.note.c_str());
+    note_item("text", t.note);
     if (d.phase == RunPhase::Failed) text_wrapped_colored(col::kError, d.error);
     if (d.by_step.empty()) return;
   }
@@ -190,17 +222,28 @@ void draw_train_eval_view(const RunData& d, TrainEvalViewState& st, BnViewState&
                                 static_cast<long long>(p.steps), p.eval_mode.acc, p.train_mode.acc,
                                 p.eval_mode.acc - p.train_mode.acc),
                   "Test accuracy of a copy of rank 0's model on the first test samples. gap = eval - train mode.");
+  } else if (!d.epochs.empty()) {
+    const lab::EpochRecord& e = d.epochs.back();
+    labeled_value("newest", fmt("end of epoch %lld, after %lld iterations: test accuracy %.3f, loss %.3f (eval mode)",
+                                static_cast<long long>(e.epoch + 1), static_cast<long long>(e.steps), e.test_acc,
+                                e.test_loss),
+                  "Rank 0's model in eval mode (running statistics) on every test sample, where the epoch ended.");
   }
   ImGui::SameLine(0, ImGui::GetFontSize() * 2);
   ImGui::Checkbox("log scale", &st.log_x);
-  tooltip("Iterations on a logarithmic axis: the first evaluations (after 1, 2, 4, 8, ... iterations), while the "
-          "running statistics are still far from the data's, get as much room as the later ones.");
+  tooltip("Iterations on a logarithmic axis: the first evaluations (after 1, 2, 4, 8, ... iterations) and updates, "
+          "while the running statistics are still far from the data's, get as much room as the later ones. (The "
+          "end-of-epoch points alone, without --eval-every, stay on a linear axis.)");
   if (ImGui::BeginTable("te", 2, ImGuiTableFlags_BordersInnerV | ImGuiTableFlags_Resizable)) {
     ImGui::TableSetupColumn("curves", ImGuiTableColumnFlags_WidthStretch, 1.4f);
     ImGui::TableSetupColumn("probe", ImGuiTableColumnFlags_WidthStretch, 1.0f);
     ImGui::TableNextColumn();
-    const float h = std::max(fs * 6, (ImGui::GetContentRegionAvail().y - fs * 6.5f) / 2);
-    draw_curves(d, st.log_x, h);
+    const float note_h = t.note.empty() ? 0.0f : fs * 4.5f;  // about three wrapped lines
+    const float h = std::max(fs * 6, (ImGui::GetContentRegionAvail().y - fs * 6.5f - note_h) / 2);
+    draw_curves(d, t, st.log_x, h);
+    if (!t.empty() && !t.note.empty()) {  // what the run has, and what it needs for more
+      text_wrapped_colored(col::kText, t.note);
+    }
     ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
     ImGui::TextWrapped("Both modes use the same weights; only the BatchNorm statistics differ. Early on the running "
                        "statistics still carry their start (mean 0, variance 1) and eval mode trails; later eval "
