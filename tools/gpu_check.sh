@@ -307,7 +307,7 @@ def training():
     # the timing table: dtlab's step against PyTorch eager and with a CUDA Graph, same GPU
     try:
         torch_bench = json.load(open(f"{work}/torch-bench.json"))
-        t["torch"] = {k: torch_bench[k] for k in ("torch", "device_name", "cudnn", "models_check")}
+        t["torch"] = {k: torch_bench[k] for k in ("torch", "device_name", "cudnn")}
         table = []
         for row in torch_bench["rows"]:
             ours = t.get(f"bench_{row['model']}", {}).get("sweep", [])

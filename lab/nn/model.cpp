@@ -189,8 +189,8 @@ std::unique_ptr<BatchNorm> make_bn(const BatchNormOptions& base, int features, i
 }  // namespace
 
 std::unique_ptr<Model> build_model(const ModelOptions& opt, uint64_t seed) {
-  // Modules are built in torch_peer.py's order and each draws its initial weights from g as it
-  // is built, exactly as the nn.Module constructors do after torch.manual_seed(seed).
+  // Modules are built in tools/torch/dtlab_models.py's order and each draws its initial weights
+  // from g as it is built, exactly as the nn.Module constructors do after torch.manual_seed(seed).
   TorchGenerator g(seed);
   auto model = std::make_unique<Model>();
   auto linear = [&](int in, int out) {

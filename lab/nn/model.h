@@ -1,5 +1,5 @@
 // Model: a Sequential of modules with PyTorch's state_dict names ("1.weight", "2.running_mean").
-// build_model("mlp"|"cnn") gives the reference models of shared/peers/torch_peer.py, initialized
+// build_model("mlp"|"cnn") gives the reference models of tools/torch/dtlab_models.py, initialized
 // like `torch.manual_seed(seed); model = mlp()` (bit for bit, via TorchGenerator).
 #pragma once
 

@@ -1,7 +1,7 @@
 """Parity harness: the same experiment in dtlab and in PyTorch, compared step by step.
 
 For every case it runs `dtlab run ... --out DIR` on the first samples of Fashion-MNIST, loads
-DIR/init.safetensors into PyTorch's reference model (../shared/peers/torch_peer.py), trains it the
+DIR/init.safetensors into PyTorch's reference model (tools/torch/dtlab_models.py), trains it the
 way a PyTorch user does with the same data order and hyper-parameters, and compares:
   - the loss of every rank at every step (metrics.jsonl);
   - at the end, every parameter and buffer of every rank (running statistics and
@@ -292,7 +292,7 @@ def data(train, limit, dtype):
 
 
 def new_model(case, init, dtype):
-    model = common.torch_peer.MODELS[case.model]()
+    model = common.MODELS[case.model]()
     model.load_state_dict(dtlab_safetensors.load_file(init), strict=True)
     return model.to(dtype)
 

@@ -2,7 +2,7 @@
 initial weights and schedule as `dtlab run`, trained by a plain PyTorch loop on the full
 Fashion-MNIST, test accuracy in eval mode after every epoch.
 
-  - model: ../shared/peers/torch_peer.py's mlp or cnn after torch.manual_seed(seed), which dtlab
+  - model: tools/torch/dtlab_models.py's mlp or cnn after torch.manual_seed(seed), which dtlab
     reproduces bit for bit;
   - data: the Debian package's files, normalized as dtlab does (tools/fixtures/common.py);
     shuffled like DistributedSampler (one permutation from seed + epoch);
@@ -26,7 +26,7 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "fixtures"))
-import common  # noqa: E402  (dataset as dtlab preprocesses it, and the peer's models)
+import common  # noqa: E402  (dataset as dtlab preprocesses it, and the reference models)
 
 
 def main():
@@ -45,7 +45,7 @@ def main():
     x, y = common.load_split(True, 0)
     xt, yt = common.load_split(False, 0)
     torch.manual_seed(a.seed)
-    model = common.torch_peer.MODELS[a.model]()
+    model = common.MODELS[a.model]()
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum, weight_decay=a.weight_decay)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=a.epochs) if a.lr_schedule == "cosine" else None
     lossf = torch.nn.CrossEntropyLoss()

@@ -1,5 +1,5 @@
 """PyTorch's side of `dtlab eval --autocast bf16` (ctest torch.AutocastBf16; exit 77 = skipped when
-python3-torch is missing).
+python3-torch or Fashion-MNIST is missing).
 
 What PyTorch 1.13 does for these models under torch.autocast("cpu", dtype=torch.bfloat16) (its
 AutocastCPU dispatch table, `torch._C._dispatch_dump("aten::conv2d")` etc.): conv2d, linear and
@@ -9,7 +9,7 @@ dtype (bf16 here); cross_entropy_loss is an fp32 op. dtlab emulates exactly that
 storage (lab/nn/model.h, Model::set_autocast), except the order in which oneDNN's bf16 kernels add
 the products, so a few activations differ by one bf16 step and a prediction near a tie can flip.
 
-Reference mode: a dtlab run's final.safetensors in shared/peers' model, the test set in eval mode
+Reference mode: a dtlab run's final.safetensors in dtlab_models.py's model, the test set in eval mode
 under autocast and in float32: accuracy, loss, every sample's predicted class.
     autocast_reference.py --run DIR [--limit-test N] [--batch-size 1000] [--probe K] [--json OUT]
 
@@ -39,6 +39,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "fixtures"))
 import common  # noqa: E402  (the dataset, preprocessed exactly as dtlab does it)
 import dtlab_safetensors as st  # noqa: E402
+from dtlab_models import MODELS  # noqa: E402
 
 MIN_AGREEMENT = 0.999  # dtlab bf16 vs PyTorch bf16, top-1, over the test set
 MAX_PROBS_DIFF = 0.02  # dtlab bf16 vs PyTorch bf16, softmax outputs of the probe samples
@@ -57,7 +58,7 @@ def evaluate(run_dir, limit_test=0, batch_size=1000, probe=10, threads=2):
     """Both precisions: {"bf16": {...}, "fp32": {...}}, each with accuracy, loss, predictions, probe."""
     torch.set_num_threads(threads)
     name = run_model_name(run_dir)
-    model = st._peers().MODELS[name]()
+    model = MODELS[name]()
     model.load_state_dict(st.load_file(os.path.join(run_dir, "final.safetensors")), strict=True)
     model.eval()
     x, y = common.load_split(False, limit_test)
@@ -140,6 +141,7 @@ def main():
     p.add_argument("--check", nargs=2, metavar=("DTLAB_BINARY", "WORK_DIR"))
     a = p.parse_args()
     if a.check:
+        common.skip_without_dataset("autocast_reference --check")
         return check(*a.check)
     if not a.run:
         p.error("--run DIR or --check DTLAB_BINARY WORK_DIR")

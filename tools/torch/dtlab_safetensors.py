@@ -10,13 +10,11 @@ optional "__metadata__" map of strings. dtlab names tensors with PyTorch's state
 
 Command line:
     dtlab_safetensors.py show FILE                     list tensors
-    dtlab_safetensors.py export --model cnn --seed S OUT   a fresh torch_peer model's state
+    dtlab_safetensors.py export --model cnn --seed S OUT   a fresh model's state (dtlab_models.py)
 """
 import argparse
 import json
-import os
 import struct
-import sys
 from collections import OrderedDict
 
 import torch
@@ -72,14 +70,6 @@ def save_file(state, path, metadata=None):
             f.write(c)
 
 
-def _peers():
-    here = os.path.dirname(os.path.abspath(__file__))
-    root = os.path.dirname(os.path.dirname(here))
-    sys.path.insert(0, os.environ.get("DTLAB_PEERS_DIR", os.path.join(os.path.dirname(root), "shared", "peers")))
-    import torch_peer
-    return torch_peer
-
-
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -97,8 +87,9 @@ def main():
         for k, v in state.items():
             print(f"{k:24s} {str(v.dtype):14s} {list(v.shape)}")
     else:
+        from dtlab_models import MODELS  # beside this file: a script's directory is on sys.path
         torch.manual_seed(a.seed)
-        model = _peers().MODELS[a.model]()
+        model = MODELS[a.model]()
         save_file(model.state_dict(), a.out, {"format": "pt", "producer": f"torch {torch.__version__}"})
 
 

@@ -4,9 +4,8 @@ Graph, optionally torch.compile'd, at each batch size: median milliseconds per s
 
 The numerics match dtlab's defaults: TF32 off for matrix products and convolutions
 (torch.backends.cuda.matmul.allow_tf32 = cudnn.allow_tf32 = False), cudnn.benchmark off unless
---cudnn-benchmark. The models are shared/peers/torch_peer.py's, repeated here because the GPU
-machine gets the repository without the shared folder; when that folder is beside the repository
-the two are checked to be the same architecture.
+--cudnn-benchmark. The models are dtlab_models.py's (beside this file), the ones every other
+PyTorch tool of the repository uses.
 
     gpu_train_bench.py [--device cuda] [--models cnn,mlp] [--batch-sizes 32,64,256]
                        [--seconds 0.3] [--rounds 5] [--compile] [--cudnn-benchmark] [--json OUT]
@@ -16,7 +15,6 @@ Exit 77 when torch is missing, 2 for --device cuda without a GPU.
 """
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -28,37 +26,7 @@ except ImportError:
     print("torch is not installed: skipped")
     sys.exit(77)
 
-
-def mlp():
-    return nn.Sequential(
-        nn.Flatten(),
-        nn.Linear(784, 256), nn.BatchNorm1d(256), nn.ReLU(),
-        nn.Linear(256, 128), nn.BatchNorm1d(128), nn.ReLU(),
-        nn.Linear(128, 10))
-
-
-def cnn():
-    return nn.Sequential(
-        nn.Conv2d(1, 32, 3, padding=1, bias=False), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(32, 64, 3, padding=1, bias=False), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(64 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10))
-
-
-MODELS = {"mlp": mlp, "cnn": cnn}
-
-
-def check_against_peer():
-    """The models above are the peer's, when the peer is beside the repository."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    peer_dir = os.path.join(here, "..", "..", "..", "shared", "peers")
-    if not os.path.exists(os.path.join(peer_dir, "torch_peer.py")):
-        return "not checked (no ../shared/peers beside the repository)"
-    sys.path.insert(0, peer_dir)
-    import torch_peer  # noqa: E402
-    for name, build in MODELS.items():
-        if str(build()) != str(torch_peer.MODELS[name]()):
-            sys.exit(f"gpu_train_bench: the {name} model differs from shared/peers/torch_peer.py's")
-    return "same as shared/peers/torch_peer.py"
+from dtlab_models import MODELS  # noqa: E402  (beside this file: a script's directory is on sys.path)
 
 
 def median_ms(step, sync, seconds, rounds):
@@ -138,8 +106,7 @@ def main():
     out = {"producer": "tools/torch/gpu_train_bench.py", "torch": torch.__version__, "device": a.device,
            "device_name": torch.cuda.get_device_name(a.device) if cuda else "cpu",
            "cudnn": torch.backends.cudnn.version() if cuda else None,
-           "allow_tf32": False, "cudnn_benchmark": a.cudnn_benchmark, "models_check": check_against_peer(),
-           "rows": []}
+           "allow_tf32": False, "cudnn_benchmark": a.cudnn_benchmark, "rows": []}
     print(f"# torch {torch.__version__} on {out['device_name']}; TF32 off; cudnn.benchmark {a.cudnn_benchmark}")
     print(f"{'model':>6} {'batch':>6} {'eager_ms':>9} {'graph_ms':>9} {'compile_ms':>10}")
     for name in a.models.split(","):

@@ -1,8 +1,8 @@
 """Weights round trip between dtlab and PyTorch (ctest label `torch`; exit 77 = skipped when
-python3-torch is missing).
+python3-torch or Fashion-MNIST is missing).
 
-1. dtlab's init.safetensors loads with load_state_dict(strict=True) into shared/peers' reference
-   module, and equals PyTorch's own init for the same seed bit for bit.
+1. dtlab's init.safetensors loads with load_state_dict(strict=True) into the reference module
+   (dtlab_models.py), and equals PyTorch's own init for the same seed bit for bit.
 2. A state_dict saved from PyTorch (after some SGD steps, running statistics and
    num_batches_tracked changed) is accepted by `dtlab run --init` and comes back, bit for bit, in
    that run's init.safetensors.
@@ -26,10 +26,11 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "fixtures"))
 import common  # noqa: E402  (the dataset, preprocessed exactly as dtlab does it)
 import dtlab_safetensors as st  # noqa: E402
+from dtlab_models import MODELS  # noqa: E402
 
 dtlab, work = sys.argv[1], sys.argv[2]
+common.skip_without_dataset("roundtrip")
 os.makedirs(work, exist_ok=True)
-peers = st._peers()
 failures = []
 
 
@@ -51,17 +52,17 @@ for model in ["mlp", "cnn"]:
     run("--model", model, "--seed", "5", "--steps", "3", "--batch-size", "16", "--limit-train", "256",
         "--limit-test", "64", "--out", a, "--overwrite")  # (the work folder is reused from run to run)
     # 1. dtlab -> torch, and dtlab's init is torch's init
-    m = peers.MODELS[model]()
+    m = MODELS[model]()
     missing = m.load_state_dict(st.load_file(os.path.join(a, "init.safetensors")), strict=True)
     check(not missing.missing_keys and not missing.unexpected_keys, f"{model}: init loads with strict=True")
     torch.manual_seed(5)
-    ref = peers.MODELS[model]()
+    ref = MODELS[model]()
     same = all(torch.equal(ref.state_dict()[k], v) for k, v in m.state_dict().items())
     check(same, f"{model}: dtlab's init for seed 5 equals torch.manual_seed(5) init bit for bit")
 
     # 2. torch -> dtlab --init
     torch.manual_seed(11)
-    t = peers.MODELS[model]()
+    t = MODELS[model]()
     opt = torch.optim.SGD(t.parameters(), lr=0.1)
     for _ in range(2):
         opt.zero_grad()
@@ -77,7 +78,7 @@ for model in ["mlp", "cnn"]:
     check(same, f"{model}: torch state_dict -> dtlab --init -> init.safetensors is bit-exact (incl. num_batches_tracked)")
 
     # 3. final weights evaluate in torch exactly as dtlab evaluated them
-    f = peers.MODELS[model]()
+    f = MODELS[model]()
     f.load_state_dict(st.load_file(os.path.join(a, "final.safetensors")), strict=True)
     f.eval()
     xt, yt = common.load_split(False, 64)
