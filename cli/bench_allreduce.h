@@ -1,6 +1,6 @@
 // dtlab bench allreduce: allreduce (float32 sum, in place) time, algbw, busbw and #wrong per
 // message size, nccl-tests style, for several world sizes and algorithms, next to a copy floor.
-// Timing follows ../shared/peers/mpi_allreduce_bench.c (the Open MPI peer) so that the two can be
+// Timing follows tools/peers/mpi_allreduce_bench.c (the Open MPI peer) so that the two can be
 // compared line by line (tools/bench_allreduce_vs_mpi.sh): per size, warm-up calls, then batches
 // of m back-to-back calls bracketed by barriers, m calibrated to about batch_seconds per batch;
 // time = median over batches of batch time / m, measured on rank 0 after the closing barrier.

@@ -177,7 +177,7 @@ std::unique_ptr<Model> build_bench_model(const std::string& name, uint64_t seed,
 
 namespace {
 
-constexpr int kWarmupSteps = 5;  // as torch_peer.py
+constexpr int kWarmupSteps = 5;  // as tools/peers/torch_train_peer.py
 
 // Median seconds per call of fn: kWarmupSteps calls, then `rounds` rounds of about `seconds`
 // each (at least one call). With comm (several ranks) every rank runs rank 0's count per round.
@@ -199,7 +199,7 @@ double median_call_seconds(const std::function<void()>& fn, double seconds, int 
   return ts[ts.size() / 2];
 }
 
-// A fixed random batch, as torch_peer makes it: x (B, 1, 28, 28) in [-1, 1], labels in 0..9,
+// A fixed random batch, as tools/peers/torch_train_peer.py makes it: x (B, 1, 28, 28) in [-1, 1], labels in 0..9,
 // drawn from a generator seeded with the rank.
 struct Batch {
   Tensor x;               // (B, 1, 28, 28)
@@ -255,7 +255,7 @@ double time_train_step(const BenchTrainOptions& opt, long long batch) {
         broadcast_state(model, comm);
         DdpReducer reducer(model, comm, 25.0);
         Sgd sgd(model.params(), bench_sgd());
-        // A fixed batch per rank, different on every rank (torch_peer seeds each rank by its rank).
+        // A fixed batch per rank, different on every rank (the PyTorch peer seeds each rank by its rank).
         const Batch data = random_batch(batch, static_cast<uint64_t>(rank));
         Tensor dlogits;
         auto step = [&] {

@@ -1,5 +1,5 @@
 // dtlab bench train: training throughput in samples per second, measured the way
-// shared/peers/torch_peer.py measures PyTorch (fixed random batch, SGD lr 0.01 momentum 0.9,
+// tools/peers/torch_train_peer.py measures PyTorch (fixed random batch, SGD lr 0.01 momentum 0.9,
 // 5 warm-up steps, rounds of about `seconds`, median step time; with several ranks, DDP over
 // emulated ranks and the slowest rank's time). Three modes:
 //

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Training throughput of dtlab next to PyTorch (../shared/peers/torch_peer.py), measured in one
-# run on this machine. Each configuration runs interleaved (torch, dtlab, torch, dtlab, ...) and
+# Training throughput of dtlab next to PyTorch (tools/peers/torch_train_peer.py, the same models,
+# batch, optimizer and timing as `dtlab bench train`), measured in one run on this machine. Each configuration runs interleaved (torch, dtlab, torch, dtlab, ...) and
 # each side keeps its best round, so both see the same machine noise.
 #
 # By default the whole matrix: cnn and mlp at per-rank batch 64 and 256 with 1 and 2 threads in
@@ -33,8 +33,7 @@ while (($#)); do
     *) echo "unknown argument: $1 (see the usage at the top of $0)" >&2; exit 2 ;;
   esac
 done
-peer=${DTLAB_PEERS_DIR:-../shared/peers}/torch_peer.py
-[[ -f "$peer" ]] || { echo "PyTorch peer not found at $peer (set DTLAB_PEERS_DIR)" >&2; exit 2; }
+peer=tools/peers/torch_train_peer.py
 /usr/bin/python3 -c "import torch" 2>/dev/null || { echo "python3-torch is not installed: apt-get install python3-torch" >&2; exit 2; }
 if [[ -d build ]]; then cmake --build build -j"$(nproc)" >/dev/null; else tools/setup.sh >/dev/null; fi
 
