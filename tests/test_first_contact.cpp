@@ -289,3 +289,17 @@ TEST(FirstContact, SmallMessagesTellTheTruth) {
   r = run_cli("bench train --help");
   EXPECT_FALSE(contains(r.out, "--comm")) << r.out;
 }
+
+// The app's later runs of a session (Reset, Apply) with --out get a fresh name beside the first.
+TEST(FirstContact, FreshDirNamesNeverReplaceARun) {
+  testutil::TempDir t;
+  const std::string base = t.file("runs/x");
+  EXPECT_EQ(lab::fresh_dir_name(base), base);  // nothing there yet
+  fs::create_directories(base);
+  EXPECT_EQ(lab::fresh_dir_name(base), base);  // an empty folder is fine
+  testutil::write_file(base + "/config.toml", "# dtlab run configuration (resolved)\n");
+  EXPECT_EQ(lab::fresh_dir_name(base), base + "-2");
+  fs::create_directories(base + "-2");
+  testutil::write_file(base + "-2/notes.txt", "mine");
+  EXPECT_EQ(lab::fresh_dir_name(base), base + "-3");
+}

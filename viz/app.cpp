@@ -26,6 +26,7 @@
 #include "errors.h"
 #include "panels.h"
 #include "paths.h"
+#include "run_dir.h"
 
 namespace viz {
 
@@ -138,13 +139,28 @@ void reset_view_caches(AppState& app) {
 
 // Replaces the live run. The twin trains beside it: twin_cfg when given (a lesson's second run),
 // else the other BatchNorm mode when compare_bn is on.
-void start_live(AppState& app, const lab::RunConfig& cfg, bool paused, double t0, const lab::RunConfig* twin_cfg = nullptr) {
+// A run of the session with --out (run directories are never replaced unasked, run_dir.h): the
+// first writes there by the usual rule; every later one (Reset, Apply) gets a fresh name beside
+// it. A lesson's runs (lesson_run) go where its session puts them.
+void start_live(AppState& app, const lab::RunConfig& cfg, bool paused, double t0, const lab::RunConfig* twin_cfg = nullptr,
+                bool lesson_run = false) {
   retire(app, app.host);
   retire(app, app.twin);
   app.live_cfg = cfg;
-  app.data.reset_live(cfg);
+  lab::RunConfig run_cfg = cfg;
+  if (!lesson_run && !cfg.out_dir.empty()) {
+    if (app.out_dirs_used.count(cfg.out_dir)) {
+      run_cfg.out_dir = lab::fresh_dir_name(cfg.out_dir);
+      run_cfg.overwrite = false;
+      app.log.add(LogLevel::Info, fmt("this run's directory: %s (%s holds this session's first run)", run_cfg.out_dir.c_str(),
+                                      cfg.out_dir.c_str()),
+                  since_start(t0));
+    }
+    app.out_dirs_used.insert(cfg.out_dir);
+  }
+  app.data.reset_live(run_cfg);
   app.data.gate_delay_s = app.controls.delay_ms / 1000.0;
-  app.host = std::make_unique<RunHost>(cfg, paused, app.opts.rank_nice);
+  app.host = std::make_unique<RunHost>(run_cfg, paused, app.opts.rank_nice);
   app.host->set_delay(app.data.gate_delay_s);
   app.twin_data = RunData();
   app.data_label.clear();
@@ -271,7 +287,7 @@ class AppLab : public LabHooks {
  public:
   AppLab(AppState& app, double t0) : m_app(app), m_t0(t0) {}
   void start_live(const lab::RunConfig& cfg, const lab::RunConfig* twin, bool paused) override {
-    viz::start_live(m_app, cfg, paused, m_t0, twin);
+    viz::start_live(m_app, cfg, paused, m_t0, twin, true);
     label_from_dirs();
   }
   const RunData* live(int which) const override {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -203,6 +204,7 @@ struct AppState {
   std::string data_label, twin_label;  // a lesson names its runs; otherwise the labels say what differs
   bool compare_bn = false;
   lab::RunConfig live_cfg;   // configuration of the live run
+  std::set<std::string> out_dirs_used;  // --out folders a run of this session wrote (start_live)
   HostStatus last_status;    // to log changes once
   RunPhase last_twin_phase = RunPhase::Empty;
 

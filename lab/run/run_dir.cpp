@@ -138,6 +138,14 @@ OutDirContents inspect_out_dir(const std::string& path) {
   return out;
 }
 
+std::string fresh_dir_name(const std::string& base) {
+  if (inspect_out_dir(base).kind == OutDirContents::Kind::Empty) return base;
+  for (int n = 2;; ++n) {
+    const std::string d = base + "-" + std::to_string(n);
+    if (inspect_out_dir(d).kind == OutDirContents::Kind::Empty) return d;
+  }
+}
+
 void prepare_out_dir(const std::string& path, bool overwrite, const std::string& flag) {
   const OutDirContents c = inspect_out_dir(path);
   if (c.kind == OutDirContents::Kind::Empty) return;

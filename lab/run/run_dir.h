@@ -110,6 +110,10 @@ OutDirContents inspect_out_dir(const std::string& path);
 // `flag` names the option in messages ("--out").
 void prepare_out_dir(const std::string& path, bool overwrite, const std::string& flag = "--out");
 
+// `base` when nothing is there (or an empty folder), else the first of base-2, base-3, ... that is:
+// where a session that starts several runs (the app's Reset) puts each one.
+std::string fresh_dir_name(const std::string& base);
+
 // The files and folders a run writes into its run directory (what --overwrite removes).
 bool is_run_dir_entry(const std::string& name);
 
