@@ -8,7 +8,6 @@
 #include <fstream>
 #include <iterator>
 #include <regex>
-#include <set>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -80,11 +79,6 @@ TEST(Architecture, NoTrackedFileReachesOutsideTheRepository) {
       std::string("'sha" "red'"),
       std::string("/wo" "rk/"),                 // a path of the machine the project is developed on
   };
-  // Lines that may still hold one, by file: README.md is being rewritten by another change (the
-  // Benchmarks section names the old PyTorch peer); its line goes here until then, exactly.
-  const std::set<std::pair<std::string, std::string>> allowed = {
-      {"README.md", "`tools/bench_train_vs_torch.sh` runs PyTorch's peer (`" + beside + "/peers/torch_peer.py`) and"},
-  };
 
   int files = 0;
   std::istringstream names(listing);
@@ -99,7 +93,7 @@ TEST(Architecture, NoTrackedFileReachesOutsideTheRepository) {
     for (std::string line; std::getline(lines, line);) {
       ++n;
       for (const std::string& what : forbidden) {
-        if (line.find(what) == std::string::npos || allowed.count({name, line})) continue;
+        if (line.find(what) == std::string::npos) continue;
         ADD_FAILURE() << name << ":" << n << " reaches outside the repository (" << what << "): " << line;
       }
     }

@@ -1,5 +1,5 @@
 // BatchNorm1d / BatchNorm2d / SyncBatchNorm against PyTorch (tests/fixtures/nn_batchnorm.json from
-// tools/fixtures/gen_nn.py) and against SEMANTICS.md's rules.
+// tools/fixtures/gen_nn.py) and against docs/semantics.md's rules.
 //
 // Tolerances: the lab mirrors PyTorch's CPU arithmetic (double per-channel sums, float mean and
 // variance, y = x * alpha + beta), so differences are a few float32 ulps of O(1) values: rtol 1e-5
@@ -101,7 +101,7 @@ TEST(BatchNorm, DescribeAndKind) {
   EXPECT_EQ(lab::BatchNorm(o).kind(), "BatchNorm1d");
 }
 
-// ---- SEMANTICS.md's worked example ----
+// ---- docs/semantics.md's worked example ----
 
 TEST(BatchNorm, SemanticsWorkedExample) {
   lab::BatchNormOptions o;

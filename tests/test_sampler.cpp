@@ -67,7 +67,7 @@ Index iota(int64_t n) {
 
 }  // namespace
 
-// SEMANTICS.md's worked example, spelled out.
+// docs/semantics.md's worked example, spelled out.
 TEST(Sampler, SemanticsExampleTenSamplesFourRanks) {
   lab::SamplerOptions o;
   o.dataset_size = 10;

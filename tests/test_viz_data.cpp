@@ -228,7 +228,7 @@ TEST(VizBatching, PaddingCutAndShortBatchesAsTorchDoesThem) {
   c.world_size = 4;
   c.batch_size = 2;
   c.shuffle = false;
-  // SEMANTICS.md: L = 10, R = 4, no shuffle -> [0,4,8] [1,5,9] [2,6,0] [3,7,1]
+  // docs/semantics.md: L = 10, R = 4, no shuffle -> [0,4,8] [1,5,9] [2,6,0] [3,7,1]
   viz::EpochLayout l = viz::layout_epoch(c, 10, 0);
   EXPECT_EQ(l.num_samples, 3);
   EXPECT_EQ(l.total_size, 12);

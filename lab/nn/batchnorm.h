@@ -1,4 +1,4 @@
-// BatchNorm1d / BatchNorm2d, exactly as PyTorch (see shared SEMANTICS.md), local or synchronized.
+// BatchNorm1d / BatchNorm2d, exactly as PyTorch (docs/semantics.md), local or synchronized.
 //   x: (N, C) or (N, C, H, W); statistics per channel over n = N*H*W values.
 // Train: normalize with the batch mean and the biased variance; update running stats with the
 // unbiased variance; momentum is the weight of the new batch (None: cumulative average 1/k).
