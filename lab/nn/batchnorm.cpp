@@ -237,6 +237,36 @@ void channel_grad_sums(const float* dy, const float* x, int64_t nb, int64_t c, i
   });
 }
 
+// --nondeterministic (parallel.h: arrival_order): the same sums as partials over blocks of samples
+// (a batch of one or two with inner > 1: chunks of each sample's run), each summed in double,
+// rounded to float and added in float in an order drawn per call, as GPU thread blocks adding
+// their partial sums with atomicAdd do.
+void channel_grad_sums_in_drawn_order(const float* dy, const float* x, int64_t nb, int64_t c, int64_t inner,
+                                      const float* __restrict mean, double* __restrict sum_dy,
+                                      double* __restrict sum_xmu) {
+  const ReductionSplit split = split_reduction(nb, inner);
+  std::vector<int64_t> order;
+  arrival_order(split.count(), order);
+  parallel_for(c, [&](int64_t c0, int64_t c1, int) {
+    for (int64_t ch = c0; ch < c1; ++ch) {
+      float acc_dy = 0.0f, acc_xmu = 0.0f;
+      for (const int64_t p : order) {
+        int64_t b0, b1, i0, i1;
+        split.range(p, b0, b1, i0, i1);
+        double s = 0.0, t = 0.0;
+        for (int64_t b = b0; b < b1; ++b) {
+          const int64_t off = (b * c + ch) * inner;
+          accumulate_dy_xmu(dy + off + i0, x + off + i0, i1 - i0, mean[ch], s, t);
+        }
+        acc_dy += static_cast<float>(s);
+        acc_xmu += static_cast<float>(t);
+      }
+      sum_dy[ch] = acc_dy;
+      sum_xmu[ch] = acc_xmu;
+    }
+  });
+}
+
 // dx = (dy - grad_mean[ch] - (x - mean[ch]) * k[ch]) * scale[ch]
 void channel_input_grad(const float* dy, const float* x, float* dx, int64_t nb, int64_t c, int64_t inner,
                         const float* __restrict grad_mean, const float* __restrict mean, const float* __restrict k,
@@ -508,7 +538,11 @@ void BatchNorm::grad_sums(const Tensor& dy, const Tensor& x, std::vector<double>
   for (int i = 2; i < x.ndim(); ++i) inner *= x.dim(i);
   sum_dy.assign(static_cast<size_t>(c), 0.0);
   sum_dy_xmu.assign(static_cast<size_t>(c), 0.0);
-  channel_grad_sums(dy.ptr(), x.ptr(), x.dim(0), c, inner, m_mean.data(), sum_dy.data(), sum_dy_xmu.data());
+  if (nondeterministic())
+    channel_grad_sums_in_drawn_order(dy.ptr(), x.ptr(), x.dim(0), c, inner, m_mean.data(), sum_dy.data(),
+                                     sum_dy_xmu.data());
+  else
+    channel_grad_sums(dy.ptr(), x.ptr(), x.dim(0), c, inner, m_mean.data(), sum_dy.data(), sum_dy_xmu.data());
 }
 
 const BatchNorm::InputGradCoefficients* BatchNorm::finish_backward(const std::vector<double>& sum_dy,

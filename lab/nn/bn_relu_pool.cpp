@@ -177,14 +177,18 @@ void BnReluPool::backward(BatchNorm& bn, const Tensor& dy, Tensor* dx) {
   // pooling's backward adds it to a zero: 0 + g) and 0 elsewhere.
   // Each channel's sums over the samples in order, whatever the number of threads.
   std::vector<double> sum_dy(static_cast<size_t>(c), 0.0), sum_dy_xmu(static_cast<size_t>(c), 0.0);
-  parallel_for(c, [&](int64_t c0, int64_t c1, int) {
-    for (int64_t ch = c0; ch < c1; ++ch)
-      for (int64_t b = 0; b < n; ++b) {
-        const int64_t p = b * c + ch;
-        plane_grad_sums(dy.ptr() + p * plane_out, m_win.data() + p * plane_out, m_xwin.data() + p * plane_out,
-                        plane_out, mean[ch], sum_dy[static_cast<size_t>(ch)], sum_dy_xmu[static_cast<size_t>(ch)]);
-      }
-  });
+  if (nondeterministic()) {
+    grad_sums_in_drawn_order(dy, mean, sum_dy, sum_dy_xmu);
+  } else {
+    parallel_for(c, [&](int64_t c0, int64_t c1, int) {
+      for (int64_t ch = c0; ch < c1; ++ch)
+        for (int64_t b = 0; b < n; ++b) {
+          const int64_t p = b * c + ch;
+          plane_grad_sums(dy.ptr() + p * plane_out, m_win.data() + p * plane_out, m_xwin.data() + p * plane_out,
+                          plane_out, mean[ch], sum_dy[static_cast<size_t>(ch)], sum_dy_xmu[static_cast<size_t>(ch)]);
+        }
+    });
+  }
   const BatchNorm::InputGradCoefficients* k = bn.finish_backward(sum_dy, sum_dy_xmu, dx != nullptr);
   if (!dx) return;
   dx->resize(x.shape);
@@ -193,6 +197,36 @@ void BnReluPool::backward(BatchNorm& bn, const Tensor& dy, Tensor* dx) {
       const int64_t ch = p % c;
       plane_input_grad(x.ptr() + p * h * w, dy.ptr() + p * plane_out, m_win.data() + p * plane_out, h, w,
                        k->grad_mean[ch], mean[ch], k->k[ch], k->scale[ch], dx->ptr() + p * h * w);
+    }
+  });
+}
+
+// --nondeterministic (parallel.h: arrival_order): BatchNorm's sums as partials over blocks of
+// samples (a batch of one or two: chunks of each sample's pooled plane), each summed in double,
+// rounded to float and added in float in an order drawn per call, as batchnorm.cpp does unfused.
+void BnReluPool::grad_sums_in_drawn_order(const Tensor& dy, const float* mean, std::vector<double>& sum_dy,
+                                          std::vector<double>& sum_dy_xmu) const {
+  const Tensor& x = *m_x;
+  const int64_t n = x.dim(0), c = x.dim(1), plane_out = (x.dim(2) / 2) * (x.dim(3) / 2);
+  const ReductionSplit split = split_reduction(n, plane_out);
+  std::vector<int64_t> order;
+  arrival_order(split.count(), order);
+  parallel_for(c, [&](int64_t c0, int64_t c1, int) {
+    for (int64_t ch = c0; ch < c1; ++ch) {
+      float acc_dy = 0.0f, acc_xmu = 0.0f;
+      for (const int64_t k : order) {
+        int64_t b0, b1, i0, i1;
+        split.range(k, b0, b1, i0, i1);
+        double s = 0.0, t = 0.0;
+        for (int64_t b = b0; b < b1; ++b) {
+          const int64_t off = (b * c + ch) * plane_out + i0;
+          plane_grad_sums(dy.ptr() + off, m_win.data() + off, m_xwin.data() + off, i1 - i0, mean[ch], s, t);
+        }
+        acc_dy += static_cast<float>(s);
+        acc_xmu += static_cast<float>(t);
+      }
+      sum_dy[static_cast<size_t>(ch)] = acc_dy;
+      sum_dy_xmu[static_cast<size_t>(ch)] = acc_xmu;
     }
   });
 }

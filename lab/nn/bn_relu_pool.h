@@ -48,6 +48,10 @@ class BnReluPool {
     std::vector<int32_t> pair_i;
   };
   std::vector<Scratch> m_scratch;
+  // --nondeterministic (parallel.h: arrival_order): BatchNorm's per-channel sums of backward, (C,)
+  // each, added partial by partial in a drawn order. dy: (N, C, H/2, W/2); mean: (C,)
+  void grad_sums_in_drawn_order(const Tensor& dy, const float* mean, std::vector<double>& sum_dy,
+                                std::vector<double>& sum_dy_xmu) const;
 };
 
 }  // namespace lab

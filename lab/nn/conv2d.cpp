@@ -242,6 +242,7 @@ void Conv2d::forward(const Tensor& x, Tensor& y, Mode mode) {
 // and the blocks' sums are added in block order, so the bits depend on the batch alone, not on
 // how many threads share the blocks.
 void Conv2d::backward(const Tensor& dy, Tensor* dx) {
+  if (nondeterministic()) return backward_in_arrival_order(dy, dx);
   const Geometry g = geometry_of(m_in_shape, m_k, m_pad);
   assert(dy.ndim() == 4 && dy.dim(0) == g.n && dy.dim(1) == m_cout && dy.dim(2) == g.ho && dy.dim(3) == g.wo);
   const int kk = m_cin * m_k * m_k;
@@ -254,9 +255,6 @@ void Conv2d::backward(const Tensor& dy, Tensor* dx) {
   m_dw_blocks.resize({blocks, m_cout, kk});
   if (dx) dx->resize(m_in_shape);
   m_scratch.resize(static_cast<size_t>(compute_threads()));
-  // --nondeterministic with several compute threads: every sample's dW is added into the gradient
-  // as soon as it is ready, atomically, in whatever order the threads get there (parallel.h).
-  const bool arrival_order = nondeterministic() && compute_threads() > 1;
   float* grad = m_weight.grad.ptr();
   parallel_for(blocks, [&](int64_t block_begin, int64_t block_end, int slot) {
     Tensor& cols = m_scratch[static_cast<size_t>(slot)].cols;
@@ -270,10 +268,7 @@ void Conv2d::backward(const Tensor& dy, Tensor* dx) {
         const float* dyn = dy.ptr() + n * out_sample;
         im2col(m_x.ptr() + n * in_sample, one, cols.ptr());
         // dW block (Cout, Cin*k*k) += dy[n] (Cout, Ho*Wo) cols^T (Ho*Wo, Cin*k*k)
-        sgemm(false, true, m_cout, kk, plane, 1.0f, dyn, plane, cols.ptr(), plane,
-              n == first || arrival_order ? 0.0f : 1.0f, dw, kk);
-        if (arrival_order)
-          for (size_t i = 0; i < wsize; ++i) atomic_add(grad + i, dw[i]);
+        sgemm(false, true, m_cout, kk, plane, 1.0f, dyn, plane, cols.ptr(), plane, n == first ? 0.0f : 1.0f, dw, kk);
         if (dx) {
           // dcols (Cin*k*k, Ho*Wo) = W^T (Cin*k*k, Cout) dy[n] (Cout, Ho*Wo), folded back into dx[n]
           sgemm(true, false, kk, plane, m_cout, 1.0f, m_weight.value.ptr(), kk, dyn, plane, 0.0f, dcols.ptr(), plane);
@@ -282,11 +277,10 @@ void Conv2d::backward(const Tensor& dy, Tensor* dx) {
       }
     }
   });
-  if (!arrival_order)
-    for (int b = 0; b < blocks; ++b) {
-      const float* dw = m_dw_blocks.ptr() + b * wsize;
-      for (size_t i = 0; i < wsize; ++i) grad[i] += dw[i];
-    }
+  for (int b = 0; b < blocks; ++b) {
+    const float* dw = m_dw_blocks.ptr() + b * wsize;
+    for (size_t i = 0; i < wsize; ++i) grad[i] += dw[i];
+  }
   if (m_has_bias) {
     for (int co = 0; co < m_cout; ++co) {
       double s = 0.0;
@@ -297,6 +291,70 @@ void Conv2d::backward(const Tensor& dy, Tensor* dx) {
       m_bias.grad.ptr()[co] += static_cast<float>(s);
     }
   }
+}
+
+// --nondeterministic (parallel.h): the weight and bias gradients as partial sums, one per sample
+// (a batch of one or two: per chunk of a sample's output positions), each added into the gradient
+// when it is done, in float. The partials are taken in an order drawn per call; with several
+// compute threads each thread adds its partials atomically as it finishes them, so their order
+// also depends on which thread gets there first, as GPU atomics do.
+void Conv2d::backward_in_arrival_order(const Tensor& dy, Tensor* dx) {
+  const Geometry g = geometry_of(m_in_shape, m_k, m_pad);
+  assert(dy.ndim() == 4 && dy.dim(0) == g.n && dy.dim(1) == m_cout && dy.dim(2) == g.ho && dy.dim(3) == g.wo);
+  const int kk = m_cin * m_k * m_k;
+  const int plane = g.ho * g.wo;
+  const size_t in_sample = static_cast<size_t>(m_cin) * g.h * g.w;
+  const size_t out_sample = static_cast<size_t>(m_cout) * plane;
+  const size_t wsize = static_cast<size_t>(m_cout) * kk;
+  const Geometry one = single(g);
+  const ReductionSplit split = split_reduction(g.n, plane, g.n);
+  arrival_order(split.count(), m_order);
+  if (dx) dx->resize(m_in_shape);
+  m_scratch.resize(static_cast<size_t>(compute_threads()));
+  const bool atomics = compute_threads() > 1;
+  float* grad = m_weight.grad.ptr();
+  float* bias_grad = m_has_bias ? m_bias.grad.ptr() : nullptr;
+  parallel_for(split.count(), [&](int64_t k0, int64_t k1, int slot) {
+    Scratch& s = m_scratch[static_cast<size_t>(slot)];
+    s.cols.resize({kk, plane});
+    if (dx) s.dcols.resize({kk, plane});
+    s.dw.resize({m_cout, kk});
+    s.db.resize(static_cast<size_t>(m_cout));
+    int64_t unfolded = -1;  // the sample whose columns s.cols holds
+    for (int64_t k = k0; k < k1; ++k) {
+      int64_t n0, n1, i0, i1;
+      split.range(m_order[static_cast<size_t>(k)], n0, n1, i0, i1);
+      const int positions = static_cast<int>(i1 - i0);
+      std::fill(s.db.begin(), s.db.end(), 0.0);
+      for (int64_t n = n0; n < n1; ++n) {
+        const float* dyn = dy.ptr() + n * out_sample;
+        if (unfolded != n) im2col(m_x.ptr() + n * in_sample, one, s.cols.ptr());
+        unfolded = n;
+        // partial dW (Cout, Cin*k*k) (+)= dy[n] positions i0..i1 (Cout, positions) cols^T (positions, Cin*k*k)
+        sgemm(false, true, m_cout, kk, positions, 1.0f, dyn + i0, plane, s.cols.ptr() + i0, plane,
+              n == n0 ? 0.0f : 1.0f, s.dw.ptr(), kk);
+        if (m_has_bias)
+          for (int co = 0; co < m_cout; ++co) {
+            const float* row = dyn + static_cast<size_t>(co) * plane;
+            for (int64_t p = i0; p < i1; ++p) s.db[static_cast<size_t>(co)] += row[p];
+          }
+        if (dx && i0 == 0) {  // dx[n] once per sample, as in backward()
+          sgemm(true, false, kk, plane, m_cout, 1.0f, m_weight.value.ptr(), kk, dyn, plane, 0.0f, s.dcols.ptr(), plane);
+          col2im(s.dcols.ptr(), one, dx->ptr() + n * in_sample);
+        }
+      }
+      const float* dw = s.dw.ptr();
+      if (atomics) {
+        for (size_t i = 0; i < wsize; ++i) atomic_add(grad + i, dw[i]);
+        if (bias_grad)
+          for (int co = 0; co < m_cout; ++co) atomic_add(bias_grad + co, static_cast<float>(s.db[static_cast<size_t>(co)]));
+      } else {
+        for (size_t i = 0; i < wsize; ++i) grad[i] += dw[i];
+        if (bias_grad)
+          for (int co = 0; co < m_cout; ++co) bias_grad[co] += static_cast<float>(s.db[static_cast<size_t>(co)]);
+      }
+    }
+  });
 }
 
 void conv2d_forward_naive(const Tensor& x, const Tensor& weight, const float* bias, int padding, Tensor& y) {

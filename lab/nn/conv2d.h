@@ -52,9 +52,15 @@ class Conv2d : public Module {
   struct Scratch {
     Tensor cols;   // (Cin*k*k, Ho*Wo): one sample's unfolded input
     Tensor dcols;  // (Cin*k*k, Ho*Wo): its gradient, folded back into dx
+    Tensor dw;     // (Cout, Cin*k*k): --nondeterministic: one partial's weight gradient
+    std::vector<double> db;  // (Cout,): ... and its bias gradient
   };
   std::vector<Scratch> m_scratch;  // one per compute thread (parallel.h)
   Tensor m_dw_blocks;  // (blocks, Cout, Cin*k*k): weight gradient of each block of samples
+  // --nondeterministic (parallel.h: arrival_order): backward with the parameter gradients added
+  // partial by partial, in a drawn order (atomically with several compute threads).
+  void backward_in_arrival_order(const Tensor& dy, Tensor* dx);
+  std::vector<int64_t> m_order;
 };
 
 // The plain 7-loop convolution, the readable reference the im2col path is tested against.

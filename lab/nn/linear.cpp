@@ -102,18 +102,22 @@ void Linear::forward(const Tensor& x, Tensor& y, Mode mode) {
 void Linear::backward(const Tensor& dy, Tensor* dx) {
   const int n = static_cast<int>(m_x.dim(0));
   assert(dy.ndim() == 2 && dy.dim(0) == n && dy.dim(1) == m_out);
-  // dW block (outs, ins) += dy^T rows o0.. (outs, N) x columns i0.. of x (N, ins); db += column sums
-  // of dy, in double, row by row (contiguous, vectorized across columns)
-  m_bias_acc.assign(static_cast<size_t>(m_out), 0.0);
-  for_blocks(m_out, m_in, [&](int o0, int outs, int i0, int ins) {
-    sgemm(true, false, outs, ins, n, 1.0f, dy.ptr() + o0, m_out, m_x.ptr() + i0, m_in, 1.0f,
-          m_weight.grad.ptr() + static_cast<size_t>(o0) * m_in + i0, m_in);
-    // The bias rows o0.. go with the block that starts the columns.
-    if (!m_has_bias || i0 != 0) return;
-    for (int i = 0; i < n; ++i) add_row(m_bias_acc.data() + o0, dy.ptr() + static_cast<size_t>(i) * m_out + o0, outs);
-    float* db = m_bias.grad.ptr();
-    for (int j = o0; j < o0 + outs; ++j) db[j] += static_cast<float>(m_bias_acc[static_cast<size_t>(j)]);
-  });
+  if (nondeterministic()) {
+    param_grads_in_drawn_order(dy);
+  } else {
+    // dW block (outs, ins) += dy^T rows o0.. (outs, N) x columns i0.. of x (N, ins); db += column
+    // sums of dy, in double, row by row (contiguous, vectorized across columns)
+    m_bias_acc.assign(static_cast<size_t>(m_out), 0.0);
+    for_blocks(m_out, m_in, [&](int o0, int outs, int i0, int ins) {
+      sgemm(true, false, outs, ins, n, 1.0f, dy.ptr() + o0, m_out, m_x.ptr() + i0, m_in, 1.0f,
+            m_weight.grad.ptr() + static_cast<size_t>(o0) * m_in + i0, m_in);
+      // The bias rows o0.. go with the block that starts the columns.
+      if (!m_has_bias || i0 != 0) return;
+      for (int i = 0; i < n; ++i) add_row(m_bias_acc.data() + o0, dy.ptr() + static_cast<size_t>(i) * m_out + o0, outs);
+      float* db = m_bias.grad.ptr();
+      for (int j = o0; j < o0 + outs; ++j) db[j] += static_cast<float>(m_bias_acc[static_cast<size_t>(j)]);
+    });
+  }
   if (dx) {
     // dx block (rows, ins) = dy rows (rows, out) W columns i0.. (out, ins)
     dx->resize({n, m_in});
@@ -121,6 +125,42 @@ void Linear::backward(const Tensor& dy, Tensor* dx) {
       sgemm(false, false, rows, ins, m_out, 1.0f, dy.ptr() + static_cast<size_t>(r0) * m_out, m_out,
             m_weight.value.ptr() + i0, m_in, 0.0f, dx->ptr() + static_cast<size_t>(r0) * m_in + i0, m_in);
     });
+  }
+}
+
+// --nondeterministic: split-K over the batch. Each block of samples is one partial: its weight
+// gradient (one sgemm over its rows) and its bias gradient (column sums in double, rounded to
+// float), added into the gradients in float, block after block in a drawn order, as thread blocks
+// adding with atomicAdd on a GPU do. With N >= 3 samples there are at least three blocks, and the
+// order changes the sums' last bits.
+void Linear::param_grads_in_drawn_order(const Tensor& dy) {
+  const int n = static_cast<int>(m_x.dim(0));
+  const ReductionSplit split = split_reduction(n, 1);
+  m_partial_w.resize({m_out, m_in});
+  m_partial_b.resize(static_cast<size_t>(m_out));
+  arrival_order(split.count(), m_order);
+  float* gw = m_weight.grad.ptr();
+  float* pw = m_partial_w.ptr();
+  for (const int64_t p : m_order) {
+    int64_t r0, r1, i0, i1;
+    split.range(p, r0, r1, i0, i1);
+    const int rows = static_cast<int>(r1 - r0);
+    if (rows == 0) continue;
+    for_blocks(m_out, m_in, [&](int o0, int outs, int c0, int ins) {
+      // partial dW block (outs, ins) = dy^T rows r0..r1 (outs, rows) x rows r0..r1 of x (rows, ins), then added
+      sgemm(true, false, outs, ins, rows, 1.0f, dy.ptr() + static_cast<size_t>(r0) * m_out + o0, m_out,
+            m_x.ptr() + static_cast<size_t>(r0) * m_in + c0, m_in, 0.0f, pw + static_cast<size_t>(o0) * m_in + c0, m_in);
+      for (int o = o0; o < o0 + outs; ++o) {
+        float* __restrict g = gw + static_cast<size_t>(o) * m_in + c0;
+        const float* __restrict q = pw + static_cast<size_t>(o) * m_in + c0;
+        for (int j = 0; j < ins; ++j) g[j] += q[j];
+      }
+    });
+    if (!m_has_bias) continue;
+    m_bias_acc.assign(static_cast<size_t>(m_out), 0.0);
+    for (int64_t i = r0; i < r1; ++i) add_row(m_bias_acc.data(), dy.ptr() + static_cast<size_t>(i) * m_out, m_out);
+    float* db = m_bias.grad.ptr();
+    for (int j = 0; j < m_out; ++j) db[j] += static_cast<float>(m_bias_acc[static_cast<size_t>(j)]);
   }
 }
 

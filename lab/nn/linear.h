@@ -41,6 +41,12 @@ class Linear : public Module {
   Param m_weight, m_bias;
   Tensor m_x;  // (N, in): the last Train-mode input, for the weight gradient
   std::vector<double> m_bias_acc;  // (out,) scratch for the bias gradient's column sums
+  // --nondeterministic (parallel.h: arrival_order): the weight and bias gradients as partial sums
+  // over blocks of samples, added in a drawn order.
+  void param_grads_in_drawn_order(const Tensor& dy);
+  Tensor m_partial_w;  // (out, in): one block's weight gradient
+  std::vector<float> m_partial_b;  // (out,): one block's bias gradient
+  std::vector<int64_t> m_order;
 };
 
 }  // namespace lab

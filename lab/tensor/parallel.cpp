@@ -13,6 +13,8 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <numeric>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -163,6 +165,47 @@ void atomic_add(float* p, float v) {
   float desired = expected + v;
   while (!__atomic_compare_exchange(p, &expected, &desired, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
     desired = expected + v;
+}
+
+void arrival_order(int64_t count, std::vector<int64_t>& order) {
+  // One generator per thread (ranks are threads), seeded once from the device and the clock: the
+  // draws differ between runs, and no two threads share state.
+  thread_local std::mt19937_64 gen([] {
+    std::random_device device;
+    std::seed_seq seq{device(), device(), static_cast<unsigned>(std::chrono::steady_clock::now().time_since_epoch().count()),
+                      static_cast<unsigned>(std::hash<std::thread::id>()(std::this_thread::get_id()))};
+    return std::mt19937_64(seq);
+  }());
+  order.resize(static_cast<size_t>(count));
+  std::iota(order.begin(), order.end(), int64_t{0});
+  std::shuffle(order.begin(), order.end(), gen);
+}
+
+ReductionSplit split_reduction(int64_t samples, int64_t positions, int64_t max_partials) {
+  ReductionSplit s;
+  s.samples = samples;
+  s.positions = positions;
+  if (samples >= 3 || positions < 2) {
+    s.sample_blocks = std::max<int64_t>(1, std::min(samples, max_partials));
+  } else {
+    s.chunks = std::min(positions, ReductionSplit::kPositionChunks);
+  }
+  return s;
+}
+
+void ReductionSplit::range(int64_t p, int64_t& s0, int64_t& s1, int64_t& i0, int64_t& i1) const {
+  if (chunks > 1) {
+    s0 = p / chunks;
+    s1 = s0 + 1;
+    const int64_t k = p % chunks;
+    i0 = positions * k / chunks;
+    i1 = positions * (k + 1) / chunks;
+    return;
+  }
+  s0 = samples * p / sample_blocks;
+  s1 = samples * (p + 1) / sample_blocks;
+  i0 = 0;
+  i1 = positions;
 }
 
 void parallel_for(int64_t count, const std::function<void(int64_t, int64_t, int)>& fn) { pool().run(count, fn); }

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 namespace lab {
 
@@ -21,14 +22,44 @@ namespace lab {
 void set_compute_threads(int threads);
 int compute_threads();
 
-// --nondeterministic (a teaching aid, off by default): reductions over compute threads add each
-// contribution as it is ready, with atomic adds, in whatever order the threads get there, as GPU
-// kernels with atomicAdd do. Float addition is not associative, so the bits then depend on timing.
-// Process-wide, like the pool.
+// --nondeterministic (a teaching aid, off by default): the gradient reductions add their partial
+// sums in an order that changes from run to run (arrival_order below), and over several compute
+// threads with atomic adds, in whatever order the threads get there, as GPU kernels with atomicAdd
+// do. Float addition is not associative, so the bits then differ between runs. Process-wide, like
+// the pool.
 void set_nondeterministic(bool on);
 bool nondeterministic();
 // *p += v as one atomic read-modify-write (a compare-and-swap loop, like CUDA's atomicAdd on float).
 void atomic_add(float* p, float v);
+
+// --nondeterministic in the rank's own backward, whatever the number of threads. A GPU computes a
+// reduction over many contributions (a gradient summed over the batch) as partial sums, one per
+// thread block, and adds each partial into the result with an atomic add when its block finishes:
+// in an order that changes from run to run. The layers emulate that as a split-K reduction: they
+// cut the contributions into partials (blocks of samples; of positions too where a sample has
+// many), sum each partial in a fixed order, and add the partials in the order this draws: a
+// permutation of 0 .. count - 1, order[i] the partial added i-th, drawn per call from a
+// per-thread generator seeded from std::random_device and the clock, so two runs draw different
+// orders. Two contributions add the same either way (a + b == b + a in IEEE float): only a
+// reduction of three or more partials can change.
+void arrival_order(int64_t count, std::vector<int64_t>& order);
+
+// The partials of a reduction over `samples` samples of `positions` contributions each (1 for a
+// Linear layer or BatchNorm1d, H*W for Conv2d and BatchNorm2d): samples >= 3, at most max_partials
+// blocks of whole samples; fewer samples, each sample's positions in kPositionChunks chunks, so
+// that a batch of one still has several partials where its positions allow.
+struct ReductionSplit {
+  static constexpr int64_t kMaxPartials = 8;
+  static constexpr int64_t kPositionChunks = 4;
+  int64_t sample_blocks = 1;    // blocks of whole samples (when chunks == 1)
+  int64_t chunks = 1;           // position chunks per sample (> 1: one partial per sample and chunk)
+  int64_t samples = 0, positions = 1;
+  int64_t count() const { return chunks > 1 ? samples * chunks : sample_blocks; }
+  // partial p covers samples [s0, s1) and, within each, positions [i0, i1)
+  void range(int64_t p, int64_t& s0, int64_t& s1, int64_t& i0, int64_t& i1) const;
+};
+ReductionSplit split_reduction(int64_t samples, int64_t positions,
+                               int64_t max_partials = ReductionSplit::kMaxPartials);
 
 // Calls fn(begin, end, slot) for contiguous slices of [0, count), one slice per compute thread
 // (slot = 0 .. compute_threads() - 1, for per-thread scratch space), and returns when all are
