@@ -254,3 +254,18 @@ INSTANTIATE_TEST_SUITE_P(
                    c.limit_train = 128;  // 2 batches per worker
                  }}),
     [](const ::testing::TestParamInfo<RunClass>& info) { return info.param.name; });
+
+// The one class that cannot be made non-reproducible is refused before anything runs, saying why
+// and what would make the flag work.
+TEST(NondeterministicRun, TheMlpWithTwoSamplesPerRankIsRefused) {
+  lab::RunConfig c = testutil::small_run("mlp", 4, "", 4);
+  c.batch_size = 2;
+  c.nondeterministic = true;
+  try {
+    lab::Run(c, lab::make_world);
+    FAIL() << "expected a ConfigError";
+  } catch (const lab::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("--nondeterministic has no effect"), std::string::npos) << e.what();
+    EXPECT_NE(e.hint().find("--batch-size 3 or more"), std::string::npos) << e.hint();
+  }
+}

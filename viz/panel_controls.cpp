@@ -6,11 +6,13 @@
 // change of world size or batch size means a different training from the first step on.
 //
 // Adding a setting: one block in draw_settings() reading and writing lab::RunConfig, and its rules
-// in data/settings_check.cpp (apply_choice, no_effect_reason, check_settings): a choice that
-// lab::validate would refuse, or that has no effect, is greyed out with the reason in its tooltip.
+// in data/settings_check.cpp (apply_choice, check_settings) and lab/core/config_effects.cpp
+// (no_effect_reason, shared with the CLI): a choice that lab::validate would refuse, or that has
+// no effect, is greyed out with the reason in its tooltip.
 #include <algorithm>
 #include <cmath>
 
+#include "config_effects.h"
 #include "draw.h"
 #include "panels.h"
 
@@ -182,7 +184,7 @@ void choice_checkbox(lab::RunConfig& c, const char* label, const char* setting, 
 // An integer setting: greyed out when it has no effect here.
 void choice_int(lab::RunConfig& c, const char* label, const char* setting, int64_t& v, int min, float width,
                 const std::string& what) {
-  const std::string none = no_effect_reason(c, setting);
+  const std::string none = lab::no_effect_reason(c, setting);
   ImGui::BeginDisabled(!none.empty());
   int x = static_cast<int>(v);
   ImGui::SetNextItemWidth(width);

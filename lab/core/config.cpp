@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "config_effects.h"
 #include "errors.h"
 #include "toml_parse.h"
 
@@ -87,7 +88,10 @@ void validate_modes(const RunConfig& c) {
 
 }  // namespace
 
-void validate(const RunConfig& c) {
+namespace {
+
+// validate() but for the settings that would have no effect (config_effects.h).
+void validate_values(const RunConfig& c) {
   if (c.model != "mlp" && c.model != "cnn")
     throw ConfigError("--model: unknown model '" + c.model + "'", "choose mlp or cnn");
   if (c.world_size < 1)
@@ -193,6 +197,13 @@ void validate(const RunConfig& c) {
     throw ConfigError("--nondeterministic is the CPU's emulation of atomic adds: not with --device " + c.compute.device,
                       "on a GPU, --cudnn-benchmark lets cuDNN pick its fastest algorithm, which may add with atomics");
   validate_modes(c);
+}
+
+}  // namespace
+
+void validate(const RunConfig& c) {
+  validate_values(c);
+  refuse_ineffective_settings(c);  // settings that could do nothing where an effect is clearly expected
 }
 
 namespace {
@@ -440,7 +451,10 @@ RunConfig config_from_table(const toml::table& t, const std::string& path) {
       else throw ConfigError(path + ": unknown key '" + key + "'");
     }
   }
-  validate(c);
+  // Not refuse_ineffective_settings: a finished run whose configuration had a setting without
+  // effect (made before the rule, or by hand) still opens; starting a run from it (--resume)
+  // validates it whole.
+  validate_values(c);
   return c;
 }
 }  // namespace

@@ -61,8 +61,9 @@ struct RunConfig {
   int threads = 0;                     // 0: one per core
   // where the model computes (--device) and its numerics switches (device.h, lab/nn/executor.h)
   ComputeOptions compute;
-  // teaching aid: reductions add contributions in arrival order (atomic adds over compute
-  // threads; the naive allreduce's gather), as GPU atomics do: two runs differ (parallel.h)
+  // teaching aid: the gradient sums over the batch add their partial sums in an order drawn per
+  // call (atomic adds over compute threads; the naive allreduce's gather in arrival order), as GPU
+  // atomics do: two runs differ (parallel.h: arrival_order; config_effects.h says where it cannot)
   bool nondeterministic = false;
   // outputs
   std::string out_dir;                 // empty: no run directory
@@ -115,13 +116,16 @@ struct RunConfig {
 };
 
 // Validates values and combinations; throws ConfigError with PyTorch's wording where PyTorch has
-// one (batch_size) and naming the flag otherwise.
+// one (batch_size) and naming the flag otherwise. Refuses the settings that would have no effect
+// where one is clearly expected (config_effects.h: --nondeterministic that reorders nothing,
+// failure injection that cannot fire).
 void validate(const RunConfig& cfg);
 
 // TOML text of the resolved configuration, with a header naming the format version, dtlab's
 // version and the backends used.
 std::string to_toml(const RunConfig& cfg, const std::vector<std::pair<std::string, std::string>>& backends);
 // Reads a config.toml written by to_toml (unknown keys are an error naming the key and file).
+// Validated, except for settings that had no effect (config_effects.h): a finished run opens.
 RunConfig config_from_toml_file(const std::string& path);
 // The same from text; `name` is what errors call it.
 RunConfig config_from_toml(const std::string& text, const std::string& name);

@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "batching_model.h"
+#include "config_effects.h"
 #include "data_parallel.h"
 #include "errors.h"
 #include "sampler.h"
@@ -97,16 +98,10 @@ std::vector<SettingCheck> check_settings(const lab::RunConfig& c, int64_t datase
     out.push_back({Severity::Error, setting_of(e.what()), e.what()});
     return out;
   }
-  if (c.world_size == 1 && c.bn == "sync")
-    out.push_back({Severity::Note, "bn",
-                   "sync BN with world size 1 has no effect: the global batch is the only rank's batch"});
-  // a setting changed from its default that will not apply
-  if (!c.broadcast_buffers && !no_effect_reason(c, "broadcast_buffers").empty())
-    out.push_back({Severity::Note, "broadcast_buffers", "broadcast_buffers: " + no_effect_reason(c, "broadcast_buffers")});
-  if (c.allreduce != "ring" && !no_effect_reason(c, "allreduce").empty())
-    out.push_back({Severity::Note, "allreduce", "allreduce " + c.allreduce + ": " + no_effect_reason(c, "allreduce")});
-  if (!c.overlap && !no_effect_reason(c, "overlap").empty())
-    out.push_back({Severity::Note, "overlap", "overlap off: " + no_effect_reason(c, "overlap")});
+  // a setting changed from its default that will not apply (lab/core/config_effects.h: the CLI
+  // warns about the same ones, in the same words); validate() has refused the others
+  for (const lab::IneffectiveSetting& e : lab::ineffective_settings(c))
+    out.push_back({Severity::Note, e.setting, e.message()});
   if (c.mode == "dp") {
     check_data_parallel(c, dataset_size, out);
     return out;
@@ -217,34 +212,8 @@ bool apply_choice(lab::RunConfig& c, const std::string& setting, const std::stri
   return true;
 }
 
-std::string no_effect_reason(const lab::RunConfig& c, const std::string& setting) {
-  const bool dp = c.mode == "dp";
-  if (c.mode == "async" && (setting == "broadcast_buffers" || setting == "allreduce" || setting == "overlap"))
-    return "--mode async has no DDP and no allreduce: workers pull the weights from the parameter server and push "
-           "their gradients to it";
-  if (setting == "broadcast_buffers") {
-    if (dp)
-      return "DataParallel copies device 0's parameters and buffers to every device at every forward (replicate): "
-             "broadcast_buffers is DDP's";
-    if (c.world_size == 1) return "no effect with one rank: there is nobody to broadcast to";
-  } else if (setting == "allreduce") {
-    if (dp)
-      return "DataParallel has no allreduce: every device sends its gradients to device 0, which adds them in device "
-             "order (reduce)";
-    if (c.world_size == 1) return "no effect with one rank: there is nothing to sum";
-  } else if (setting == "overlap") {
-    if (dp) return "DataParallel has no gradient buckets: device 0 reduces the gradients after backward";
-    if (c.world_size == 1) return "no effect with one rank: there is no allreduce to overlap";
-  } else if (setting == "average_every" || setting == "warmup_steps") {
-    if (c.mode != "local-sgd") return "a setting of --mode local-sgd (PeriodicModelAverager)";
-  } else if (setting == "no_sync_steps") {
-    if (c.mode != "ddp") return "a setting of --mode ddp (DistributedDataParallel.no_sync)";
-  }
-  return "";
-}
-
 std::string unavailable_reason(const lab::RunConfig& c, const std::string& setting, const std::string& value) {
-  const std::string none = no_effect_reason(c, setting);
+  const std::string none = lab::no_effect_reason(c, setting);
   if (!none.empty()) return none;
   lab::RunConfig changed = c;
   if (!apply_choice(changed, setting, value)) return "not a setting the lab window offers: " + setting + " " + value;

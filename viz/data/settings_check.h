@@ -1,6 +1,7 @@
 // What the controls panel says about a combination of settings before it is run: errors (the run
 // would be refused: greyed-out Apply, with the reason), warnings (it runs into a known failure,
-// e.g. a BatchNorm batch of one) and notes (a setting has no effect, e.g. sync BN with one rank).
+// e.g. a BatchNorm batch of one) and notes (a setting has no effect, e.g. sync BN with one rank:
+// lab::ineffective_settings, the rules the CLI warns with).
 // And, per choice (a radio button, a checkbox), whether the controls grey it out and why: the
 // rules are here as data, the panel only asks. Plain logic over RunConfig, no GUI, so it is
 // unit-tested.
@@ -33,14 +34,10 @@ bool apply_choice(lab::RunConfig& c, const std::string& setting, const std::stri
 // Why the controls grey out a choice for the configuration being edited ("" when it can be
 // chosen): what lab::validate would reject after the change (in its words, with its hint), what
 // the lab window cannot run (allreduce mpi: ranks as processes), and settings that have no
-// effect in this configuration (no_effect_reason). A choice is not blamed for a problem the
-// configuration already has.
+// effect in this configuration (lab::no_effect_reason, lab/core/config_effects.h: the rules the
+// CLI and `dtlab lesson check` apply too). A choice is not blamed for a problem the configuration
+// already has.
 std::string unavailable_reason(const lab::RunConfig& c, const std::string& setting, const std::string& value);
-
-// Why `setting` has no effect in configuration c, whatever its value ("" when it has one):
-// broadcast_buffers, allreduce and overlap with DataParallel or one rank, the local SGD
-// settings outside --mode local-sgd, no_sync_steps outside --mode ddp.
-std::string no_effect_reason(const lab::RunConfig& c, const std::string& setting);
 
 // Short words for headers and the log: "DDP, 4 ranks, ring allreduce", "DataParallel, 4 devices",
 // "local SGD every 4 (warm-up 0), 4 ranks, tree allreduce"; "batch 32/rank", "batch 64 (global)".
