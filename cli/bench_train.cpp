@@ -19,6 +19,7 @@
 #include "command_line.h"
 #include "communicator.h"
 #include "config.h"
+#include "config_effects.h"
 #include "conv2d.h"
 #include "ddp.h"
 #include "errors.h"
@@ -448,8 +449,30 @@ PerSampleResult run_per_sample(const BenchTrainOptions& opt, long long batch_siz
 
 // ---- the command ----
 
+std::vector<IneffectiveSetting> bench_train_ineffective(const BenchTrainOptions& opt) {
+  const BenchTrainOptions d;
+  std::vector<IneffectiveSetting> out;
+  if (opt.threads != d.threads) {
+    RunConfig c;  // the run's rule: Run::start and bench train give every rank of several one thread
+    c.model = opt.model;
+    c.world_size = opt.world_size;
+    const std::string why = no_effect_reason(c, "threads");
+    if (!why.empty()) out.push_back({"threads", "--threads " + std::to_string(opt.threads), why, "", false, false});
+  }
+  if (opt.per_sample_bn != d.per_sample_bn && (!opt.per_sample || !opt.batchnorm))
+    out.push_back({"per_sample_bn", "--per-sample-bn " + opt.per_sample_bn,
+                   opt.per_sample ? "--no-batchnorm builds the model without BatchNorm layers"
+                                  : "it chooses the BatchNorm of --per-sample's passes, and --per-sample is not given",
+                   "", false, false});
+  if (opt.batch_size != d.batch_size && !opt.batch_sizes.empty())
+    out.push_back({"batch_size", "--batch-size " + std::to_string(opt.batch_size),
+                   "--batch-sizes runs the sweep instead", "", false, false});
+  return out;
+}
+
 int bench_train(const BenchTrainOptions& opt) {
   std::FILE* out = opt.out ? opt.out : stdout;
+  for (const IneffectiveSetting& e : bench_train_ineffective(opt)) std::fprintf(stderr, "dtlab: warning: %s\n", e.message().c_str());
   if (opt.batch_size <= 0)
     throw ConfigError("batch_size should be a positive integer value, but got batch_size=" + std::to_string(opt.batch_size));
   for (long long b : opt.batch_sizes)

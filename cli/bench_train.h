@@ -64,6 +64,7 @@
 #include <string>
 #include <vector>
 
+#include "config_effects.h"
 #include "device.h"
 #include "model.h"
 
@@ -85,8 +86,15 @@ struct BenchTrainOptions {
   std::FILE* out = nullptr;  // where the figures are printed (nullptr: stdout)
 };
 
-// Returns an exit code.
+// Returns an exit code. Settings that have no effect (bench_train_ineffective) are warned about on
+// stderr first.
 int bench_train(const BenchTrainOptions& opt);
+
+// bench train's settings whose value differs from BenchTrainOptions' defaults and that have no
+// effect: --threads with several ranks (RunConfig's rule, lab/core/config_effects.h, in the same
+// words), --per-sample-bn without --per-sample or without BatchNorm, --batch-size beside
+// --batch-sizes.
+std::vector<IneffectiveSetting> bench_train_ineffective(const BenchTrainOptions& opt);
 
 // How bench train builds a model's BatchNorm layers.
 enum class BenchBatchNorm {

@@ -115,8 +115,10 @@ void add_run_flags(CLI::App& app, lab::RunConfig& c, std::string& bn_momentum) {
       ->capture_default_str();
   add_compute_flags(app, c.compute);
   app.add_flag("--nondeterministic", c.nondeterministic,
-               "teaching aid: reductions add contributions in arrival order, as GPU atomics do (convolution weight "
-               "gradients over compute threads, the naive allreduce's gather): two runs differ in the last bits");
+               "teaching aid: the gradient sums over the batch (Linear, Conv2d, BatchNorm) add their partial sums in "
+               "an order that changes from run to run, as GPU atomics do (and the naive allreduce gathers in arrival "
+               "order): two runs differ in the last bits. Refused where every sum has at most two contributions "
+               "(the mlp with --batch-size 2 or less)");
   app.add_option("--comm", c.comm,
                  "transport between ranks: threads (emulated ranks in this process), mpi (one process per rank, "
                  "started by mpirun) or nccl (ranks as threads, one GPU each; with --device cuda)")

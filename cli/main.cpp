@@ -30,6 +30,7 @@
 #include "command_line.h"
 #include "eval_command.h"
 #include "config.h"
+#include "config_effects.h"
 #include "devices.h"
 #include "errors.h"
 #include "gemm.h"
@@ -69,7 +70,7 @@ void print_mode_header(const lab::RunConfig& c) {
   if (c.uneven_data) std::printf(" uneven_data=on");
   if (c.join) std::printf(" join=on");
   if (c.link_model()) std::printf(" link=%gus/%gGbps", c.link_latency_us, c.link_gbps);
-  if (c.nondeterministic) std::printf(" nondeterministic=on (reductions in arrival order)");
+  if (c.nondeterministic) std::printf(" nondeterministic=on (%s)", lab::describe_nondeterministic(c).c_str());
   std::printf("\n");
 }
 
@@ -145,6 +146,17 @@ void print_header(const lab::Run& run) {
   std::fflush(stdout);
 }
 
+// Settings given a value that has no effect in this configuration (lab/core/config_effects.h;
+// validate() has refused the ones where an effect is clearly expected). `defaults`: what the
+// command starts from, so that only what the user changed is reported.
+void print_warnings(const lab::RunConfig& c, const lab::RunConfig& defaults) {
+  for (const lab::IneffectiveSetting& e : lab::ineffective_settings(c, defaults)) {
+    std::fprintf(stderr, "dtlab: warning: %s\n", e.message().c_str());
+    if (!e.hint.empty()) std::fprintf(stderr, "  hint: %s\n", e.hint.c_str());
+  }
+  std::fflush(stderr);
+}
+
 class Progress {
  public:
   Progress(const lab::Run& run, const lab::CommRuntime& runtime)
@@ -181,6 +193,7 @@ int cmd_run(lab::RunConfig& c, const lab::CommRuntime& runtime) {
   const bool report = run.is_local(0);
   if (report) print_header(run);
   Progress progress(run, runtime);
+  if (report) print_warnings(c, lab::RunConfig{});
   for (const std::string& n : run.notes()) std::fprintf(stderr, "dtlab: %s\n", n.c_str());
   if (report && run.resumed_from() >= 0)
     std::printf("resuming at iteration %lld of %lld\n", static_cast<long long>(run.resumed_from()),
@@ -410,6 +423,10 @@ int main(int argc, char** argv) {
       gui_cfg.bn_momentum = cli::parse_bn_momentum(gui_bn_momentum);
       cli::apply_steps_rule(*gui_cmd, gui_cfg);
       if (!gui_cfg.resume.empty()) gui_cfg = cli::resume_config(*gui_cmd, gui_cfg);  // the checkpoint's configuration
+      if (gui_opt.open_dir.empty()) {  // the starting flags: refused and warned about as dtlab run's
+        lab::validate(gui_cfg);
+        print_warnings(gui_cfg, gui_default_config());
+      }
       code = cmd_gui(gui_cfg, gui_opt);
     }
   } catch (const lab::Error& e) {

@@ -129,3 +129,51 @@ TEST(Cli, AFlagGivenTwiceTakesTheLastValue) {
   EXPECT_TRUE(contains(r.out, "model=mlp")) << r.out;
   EXPECT_TRUE(contains(r.out, "epochs=1")) << r.out;
 }
+
+// A setting that has no effect in its configuration is named with the reason (lab/core/
+// config_effects.h), and the run goes on.
+TEST(Cli, ASettingWithoutEffectIsWarnedAbout) {
+  DTLAB_REQUIRE_DATASET();
+  const auto r = run_cli("run --model mlp --batch-size 16 --limit-train 64 --limit-test 16 --steps 1 --lr-t-max 5 "
+                         "--world-size 2 --threads 2");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "dtlab: warning: --lr-t-max 5 has no effect: --lr-schedule is constant (it applies to cosine)"))
+      << r.out;
+  EXPECT_TRUE(contains(r.out, "dtlab: warning: --threads 2 has no effect: each of the 2 ranks computes on one thread"))
+      << r.out;
+  // the same value where it applies: nothing to say
+  const auto ok = run_cli("run --model mlp --batch-size 16 --limit-train 64 --limit-test 16 --steps 1 --lr-t-max 5 "
+                          "--lr-schedule cosine");
+  EXPECT_EQ(ok.exit_code, 0) << ok.out;
+  EXPECT_FALSE(contains(ok.out, "warning")) << ok.out;
+  // bench train: --threads with several ranks, in the same words
+  const auto b = run_cli("bench train --model mlp --world-size 2 --threads 2 --batch-size 8 --seconds 0.01 --rounds 1");
+  EXPECT_EQ(b.exit_code, 0) << b.out;
+  EXPECT_TRUE(contains(b.out, "dtlab: warning: --threads 2 has no effect: each of the 2 ranks computes on one thread"))
+      << b.out;
+}
+
+// --nondeterministic where it can change nothing is refused before any training, saying why and
+// what would make it take effect; where it runs, the header says what it does.
+TEST(Cli, NondeterministicWithoutEffectIsRefusedAndOtherwiseDescribed) {
+  auto r = run_cli("run --model mlp --world-size 4 --batch-size 2 --nondeterministic");
+  EXPECT_EQ(r.exit_code, lab::kExitUsage) << r.out;
+  EXPECT_TRUE(contains(r.out, "dtlab: error: --nondeterministic has no effect: every gradient sum of the mlp")) << r.out;
+  EXPECT_TRUE(contains(r.out, "two runs would be bitwise equal")) << r.out;
+  EXPECT_TRUE(contains(r.out, "hint: three contributions are the fewest")) << r.out;
+  r = run_cli("run --model mlp --fail-step 3");
+  EXPECT_EQ(r.exit_code, lab::kExitUsage) << r.out;
+  EXPECT_TRUE(contains(r.out, "--fail-step 3 has no effect: no rank is told to fail")) << r.out;
+  DTLAB_REQUIRE_DATASET();
+  // the configuration of issue 19: twice, different weights
+  testutil::TempDir d;
+  const std::string cmd = "run --model cnn --world-size 4 --batch-size 16 --steps 3 --limit-train 2000 --limit-test 16 "
+                          "--bn sync --seed 2 --nondeterministic --out ";
+  r = run_cli(cmd + d.file("a"));
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "nondeterministic=on (the gradient sums over the batch (Conv2d's weights")) << r.out;
+  EXPECT_FALSE(contains(r.out, "warning")) << r.out;
+  const auto r2 = run_cli(cmd + d.file("b"));
+  EXPECT_EQ(r2.exit_code, 0) << r2.out;
+  EXPECT_NE(testutil::read_file(d.file("a/final.safetensors")), testutil::read_file(d.file("b/final.safetensors")));
+}

@@ -4,6 +4,7 @@
 
 #include <functional>
 
+#include "bench_train.h"
 #include "config_effects.h"
 #include "errors.h"
 #include "settings_check.h"
@@ -265,6 +266,32 @@ TEST(ConfigEffects, TheLabWindowSaysWhatTheCliSays) {
     EXPECT_EQ(n->message, e.message());
   }
   EXPECT_EQ(viz::unavailable_reason(c, "overlap", "true"), lab::no_effect_reason(c, "overlap"));
+}
+
+TEST(ConfigEffects, BenchTrainWarnsWithTheSameRules) {
+  lab::BenchTrainOptions o;
+  EXPECT_TRUE(lab::bench_train_ineffective(o).empty());
+  o.world_size = 4;
+  o.threads = 2;
+  auto none = lab::bench_train_ineffective(o);
+  ASSERT_EQ(none.size(), 1u);
+  lab::RunConfig c;
+  c.world_size = 4;
+  c.threads = 2;
+  EXPECT_EQ(none[0].message(), find(lab::ineffective_settings(c), "threads")->message());
+  o = lab::BenchTrainOptions{};
+  o.per_sample_bn = "train";
+  none = lab::bench_train_ineffective(o);
+  ASSERT_EQ(none.size(), 1u);
+  EXPECT_TRUE(has(none[0].message(), "--per-sample-bn train has no effect")) << none[0].message();
+  o.per_sample = true;
+  EXPECT_TRUE(lab::bench_train_ineffective(o).empty());
+  o = lab::BenchTrainOptions{};
+  o.batch_size = 32;
+  o.batch_sizes = {2, 8};
+  none = lab::bench_train_ineffective(o);
+  ASSERT_EQ(none.size(), 1u);
+  EXPECT_TRUE(has(none[0].message(), "--batch-size 32 has no effect: --batch-sizes runs the sweep")) << none[0].message();
 }
 
 // A finished run's config.toml opens (the app, dtlab eval --run) even with a setting validate()

@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "backends.h"
+#include "config_effects.h"
 #include "dataset.h"
 #include "toml_parse.h"
 
@@ -646,6 +647,7 @@ class Linker {
         if (r.command == "run" && r.parsed.run.comm == "mpi" &&
             std::find(m_l.requires_.begin(), m_l.requires_.end(), "mpi") == m_l.requires_.end())
           m_rd.error(r.pos, "run '" + r.name + "' uses --comm mpi: add \"mpi\" to requires");
+        check_effects(r, words, bases);
       } catch (const lab::Error& e) {
         // said once, at the run that has the bad flag, not again at every run extending it
         bool bad_base = false;
@@ -655,6 +657,24 @@ class Linker {
         m_rd.error(r.pos, "run '" + r.name + "': " + cli::command_line(r.command, words) + ": " + e.what() +
                               (e.hint().empty() ? "" : " (" + e.hint() + ")"));
       }
+    }
+  }
+
+  // A flag that has no effect in its run (lab/core/config_effects.h, the rules dtlab run warns
+  // with): a lesson shows what matters, so it is a problem of the file. Said once, at the run that
+  // gives the flag, not again at every run extending it.
+  void check_effects(const RunSpec& r, const std::vector<std::string>& words, const std::vector<const RunSpec*>& bases) {
+    std::vector<lab::IneffectiveSetting> none;
+    if (r.command == "run") none = lab::ineffective_settings(r.parsed.run);
+    else if (r.command == "bench train") none = lab::bench_train_ineffective(r.parsed.bench_train);
+    for (const lab::IneffectiveSetting& e : none) {
+      const std::string m = e.message();
+      bool from_base = false;
+      for (const RunSpec* br : bases) from_base |= m_no_effect[br->name].count(m) > 0;
+      m_no_effect[r.name].insert(m);
+      if (!from_base)
+        m_rd.error(r.pos, "run '" + r.name + "': " + cli::command_line(r.command, words) + ": " + m +
+                              (e.hint.empty() ? "" : " (" + e.hint + ")") + "; drop the flag");
     }
   }
 
@@ -789,6 +809,7 @@ class Linker {
   Reader& m_rd;
   Lesson& m_l;
   std::set<std::string> m_failed_runs;  // runs whose flags did not parse
+  std::map<std::string, std::set<std::string>> m_no_effect;  // run -> its flags' no-effect messages
 };
 
 }  // namespace
