@@ -172,6 +172,28 @@ TEST(LessonFile, FlagThatDtlabRunRefusesIsReported) {
   EXPECT_TRUE(contains(d3[0].message, "drop --out")) << d3[0].message;
 }
 
+// A flag that has no effect in its run (lab/core/config_effects.h) is a problem of the file, said
+// once at the run that gives it, not again at the runs extending it.
+TEST(LessonFile, FlagWithoutEffectIsReportedOnce) {
+  const auto d = problems(replace(kGood, "--limit-test 64", "--limit-test 64 --lr-t-max 5"));
+  ASSERT_EQ(d.size(), 1u) << d.back().message;
+  EXPECT_TRUE(contains(d[0].message, "run 'one'")) << d[0].message;
+  EXPECT_TRUE(contains(d[0].message, "--lr-t-max 5 has no effect: --lr-schedule is constant (it applies to cosine)"))
+      << d[0].message;
+  EXPECT_EQ(d[0].pos.line, 35);
+  // in the extending run only
+  const auto d2 = problems(replace(kGood, "--drop-last", "--drop-last --bn sync"));
+  ASSERT_EQ(d2.size(), 1u);
+  EXPECT_TRUE(contains(d2[0].message, "run 'dropped'")) << d2[0].message;
+  EXPECT_TRUE(contains(d2[0].message, "--bn sync has no effect: with one rank")) << d2[0].message;
+  // bench train's rules too
+  const auto d3 = problems(replace(kGood, "[runs.dropped]",
+                                   "[runs.bench]\ncommand = \"bench train\"\nargs = \"--world-size 2 --threads 2\"\n\n"
+                                   "[runs.dropped]"));
+  ASSERT_EQ(d3.size(), 1u);
+  EXPECT_TRUE(contains(d3[0].message, "--threads 2 has no effect")) << d3[0].message;
+}
+
 TEST(LessonFile, UnknownQuantityIsReportedWithASuggestion) {
   const auto d = problems(replace(kGood, "that = \"dropped_steps == 2", "that = \"droped_steps == 2"));
   ASSERT_EQ(d.size(), 1u);
