@@ -38,6 +38,10 @@ TEST(ConfigEffects, DefaultsHaveNothingToSay) {
   c.world_size = 1;
   c.mode = "ddp";
   EXPECT_TRUE(lab::ineffective_settings(c).empty());
+  // nor a value that asks for what the configuration does anyway: one thread per rank
+  c.world_size = 4;
+  c.threads = 1;
+  EXPECT_TRUE(lab::ineffective_settings(c).empty());
 }
 
 // Each warning: a non-default value in a configuration that ignores it is reported by name, with

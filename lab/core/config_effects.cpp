@@ -202,7 +202,8 @@ std::vector<IneffectiveSetting> ineffective_settings(const RunConfig& c, const R
         c.broadcast_buffers ? "--broadcast-buffers" : "--no-broadcast-buffers");
   check("bn", c.bn != d.bn, "--bn " + c.bn);
   check("bn_momentum", c.bn_momentum != d.bn_momentum, "--bn-momentum " + bn_momentum_str(c.bn_momentum));
-  check("threads", c.threads != d.threads, "--threads " + std::to_string(c.threads));
+  // --threads 1 with several ranks asks for what every rank gets anyway: nothing to point out
+  check("threads", c.threads != d.threads && c.threads != 1, "--threads " + std::to_string(c.threads));
   check("trace_steps", c.trace_steps != d.trace_steps, "--trace-steps " + std::to_string(c.trace_steps));
   check("record_bn", c.record_bn != d.record_bn, "--record-bn " + c.record_bn);
   check("sampler_drop_last", c.sampler_drop_last != d.sampler_drop_last, "--sampler-drop-last");
