@@ -65,8 +65,6 @@ TEST(ConfigEffects, EveryWarnedSettingNamesItsFlagAndItsReason) {
        [](lab::RunConfig& c) { c.lr_schedule = "step"; }},
       {"lr_gamma", [](lab::RunConfig& c) { c.lr_gamma = 0.5; }, "--lr-gamma 0.5 has no effect",
        [](lab::RunConfig& c) { c.lr_schedule = "step"; }},
-      {"epochs", [](lab::RunConfig& c) { c.epochs = 3; c.steps = 10; },
-       "--epochs 3 has no effect: --steps 10 sets the length of the run", [](lab::RunConfig& c) { c.steps = 0; }},
       {"average_every", [](lab::RunConfig& c) { c.average_every = 8; },
        "--average-every 8 has no effect: a setting of --mode local-sgd", [](lab::RunConfig& c) {
          c.mode = "local-sgd";

@@ -50,8 +50,6 @@ std::string no_effect_reason(const RunConfig& c, const std::string& setting) {
     if (c.lr_schedule != "cosine") return "--lr-schedule is " + c.lr_schedule + " (it applies to cosine)";
   } else if (setting == "lr_step_size" || setting == "lr_gamma") {
     if (c.lr_schedule != "step") return "--lr-schedule is " + c.lr_schedule + " (it applies to step)";
-  } else if (setting == "epochs") {
-    if (c.steps > 0) return "--steps " + std::to_string(c.steps) + " sets the length of the run";
   } else if (setting == "average_every" || setting == "warmup_steps") {
     if (c.mode != "local-sgd") return "a setting of --mode local-sgd (PeriodicModelAverager); --mode is " + c.mode;
     if (one_rank(c)) return "with one rank there is nothing to average and no gradient to allreduce";
@@ -183,7 +181,6 @@ std::vector<IneffectiveSetting> ineffective_settings(const RunConfig& c, const R
   check("lr_min", c.lr_min != d.lr_min, "--lr-min " + num(c.lr_min));
   check("lr_step_size", c.lr_step_size != d.lr_step_size, "--lr-step-size " + std::to_string(c.lr_step_size));
   check("lr_gamma", c.lr_gamma != d.lr_gamma, "--lr-gamma " + num(c.lr_gamma));
-  check("epochs", c.epochs != d.epochs, "--epochs " + std::to_string(c.epochs));
   check("average_every", c.average_every != d.average_every, "--average-every " + std::to_string(c.average_every));
   check("warmup_steps", c.warmup_steps != d.warmup_steps, "--warmup-steps " + std::to_string(c.warmup_steps));
   check("async_schedule", c.async_schedule != d.async_schedule, "--async-schedule " + c.async_schedule);

@@ -34,7 +34,7 @@ struct IneffectiveSetting {
 };
 
 // Why `setting` (RunConfig's name) has no effect in configuration c whatever its value; "" when it
-// may have one. Settings: lr_t_max, lr_min, lr_step_size, lr_gamma, epochs, average_every,
+// may have one. Settings: lr_t_max, lr_min, lr_step_size, lr_gamma, average_every,
 // warmup_steps, async_schedule, async_seed, link_latency_us, link_gbps, eval_samples, fail_step,
 // fail_at, no_sync_steps, overlap, allreduce, bucket_cap_mb, broadcast_buffers, bn, bn_momentum, threads,
 // trace_steps, record_bn, sampler_drop_last, uneven_data, join (any other name: "").
