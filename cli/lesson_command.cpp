@@ -3,12 +3,15 @@
 //   2. list, show, check
 //   3. run: predictions, runs, results
 //   4. report, prepare
-//   5. the command line
+//   5. torch-check, mutate: the lesson's claims against PyTorch and against a wrong lab
+//   6. the command line
 #include "lesson_command.h"
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -480,6 +483,143 @@ int cmd_report(const LessonCommandOptions& o) {
   return lab::kExitOk;
 }
 
+// ---- 5. torch-check, mutate ----
+
+// The Python that runs torch checks: $DTLAB_PYTHON, else Debian's (python3-torch lives there), else
+// the first python3 on PATH.
+std::string torch_python() {
+  if (const char* p = std::getenv("DTLAB_PYTHON"); p && *p) return p;
+  std::error_code ec;
+  if (fs::exists("/usr/bin/python3", ec)) return "/usr/bin/python3";
+  return "python3";
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+int cmd_torch_check(const LessonCommandOptions& o) {
+  const Lesson lesson = load_lesson(resolve_lesson(o.lesson));
+  if (lesson.torch_checks.empty()) {
+    std::printf("lesson %s has no [[torch_check]]: it states nothing about PyTorch that needs checking\n", lesson.id.c_str());
+    return lab::kExitOk;
+  }
+  const std::string python = torch_python();
+  int failed = 0, skipped = 0, scripts = 0;
+  std::string skip_reason;
+  for (const TorchCheck& c : lesson.torch_checks) {
+    if (!c.cite.empty()) {
+      std::printf("  CITE  %-28s %s\n", c.id.c_str(), c.claim.c_str());
+      std::printf("%s", wrap("source: " + c.cite, "        ").c_str());
+      continue;
+    }
+    ++scripts;
+    const std::string script = (fs::path(lesson.file).parent_path() / c.script).string();
+    const std::string cmd = shell_quote(python) + " " + shell_quote(script) + " 2>&1";
+    std::FILE* pipe = popen(cmd.c_str(), "r");
+    if (!pipe) throw lab::IoError("cannot run " + cmd);
+    std::string out;
+    char buf[4096];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) out.append(buf, n);
+    const int status = pclose(pipe);
+    const int rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    const char* verdict = rc == 0 ? "PASS" : rc == kExitLessonSkipped ? "SKIP" : "FAIL";
+    std::printf("  %s  %-28s %s\n", verdict, c.id.c_str(), c.claim.c_str());
+    std::printf("%s", wrap(out, "        ", 160).c_str());
+    if (rc == kExitLessonSkipped) {
+      ++skipped;
+      if (skip_reason.empty()) skip_reason = out.substr(0, out.find('\n'));
+    } else if (rc != 0) {
+      ++failed;
+    }
+  }
+  std::printf("%s: %zu torch check%s, %d failed, %d skipped\n", lesson.id.c_str(), lesson.torch_checks.size(),
+              lesson.torch_checks.size() == 1 ? "" : "s", failed, skipped);
+  if (failed) return kExitLessonCheckFailed;
+  if (scripts > 0 && skipped == scripts) {
+    std::printf("skipped: %s\n", skip_reason.c_str());
+    return kExitLessonSkipped;
+  }
+  return lab::kExitOk;
+}
+
+int cmd_mutate(const LessonCommandOptions& o) {
+  const Lesson lesson = load_lesson(resolve_lesson(o.lesson));
+  for (const std::string& r : lesson.requires_) {
+    const std::string why = missing_requirement(r);
+    if (!why.empty()) {
+      std::printf("lesson %s skipped: it requires %s: %s\n", lesson.id.c_str(), r.c_str(), why.c_str());
+      return kExitLessonSkipped;
+    }
+  }
+  if (lesson.mutations.empty()) {
+    std::printf("lesson %s has no [[mutation]]: nothing shows that its checks fail when the lab is wrong "
+                "(lessons/README.md, section 7)\n", lesson.id.c_str());
+    return kExitLessonCheckFailed;
+  }
+  int unseen = 0, tried = 0;
+  for (const Mutation& m : lesson.mutations) {
+    if (!o.mutation.empty() && m.id != o.mutation) continue;
+    ++tried;
+    Lesson wrong = lesson;  // the lesson's runs with the mutation's flags appended
+    std::vector<Part*> parts = {&wrong.main};
+    for (Part& v : wrong.variations) parts.push_back(&v);
+    for (Part* p : parts)
+      for (RunSpec& r : p->runs) {
+        const bool named = std::find(m.runs.begin(), m.runs.end(), r.name) != m.runs.end();
+        if (m.runs.empty() ? r.command == "run" : named) r.args.insert(r.args.end(), m.args.begin(), m.args.end());
+      }
+    char tmpl[] = "/tmp/dtlab-mutate-XXXXXX";
+    const char* dir = mkdtemp(tmpl);
+    if (!dir) throw lab::IoError("cannot create a temporary folder for the mutation's runs");
+    heading("Mutation " + m.id + ": " + m.what);
+    if (!m.lab.empty()) std::printf("  lab mutation: DTLAB_MUTATE=%s\n", m.lab.c_str());
+    if (!m.args.empty()) std::printf("  flags added: %s\n", cli::command_line("", m.args).substr(1).c_str());
+    if (!m.lab.empty()) setenv("DTLAB_MUTATE", m.lab.c_str(), 1);
+    std::map<std::string, CheckResult> checks;
+    try {
+      Session s(wrong, dir);
+      s.set_auto_answers(true);
+      for (const Part* p : s.lesson().parts()) {
+        run_part(s, *p, "");
+        for (const CheckResult& c : s.evaluate(*p).checks) checks[c.id] = c;
+      }
+    } catch (...) {
+      unsetenv("DTLAB_MUTATE");
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+      throw;
+    }
+    unsetenv("DTLAB_MUTATE");
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+    for (const std::string& id : m.breaks) {
+      const CheckResult& c = checks[id];
+      // A check the mutation made unreadable (an error) has not shown that it sees the fault.
+      const bool seen = !c.passed && c.error.empty();
+      if (!seen) ++unseen;
+      std::printf("  %s  %-28s %s\n", seen ? "FAILS (as it must)" : c.passed ? "STILL PASSES" : "ERROR", id.c_str(),
+                  c.that.c_str());
+      std::string vals;
+      for (const auto& [k, v] : c.values) vals += (vals.empty() ? "" : ", ") + k + "=" + v;
+      if (!vals.empty()) std::printf("%s", wrap(vals, "        ", 160).c_str());
+      if (!c.error.empty()) std::printf("%s", wrap("error: " + c.error, "        ").c_str());
+    }
+    std::string others;
+    for (const auto& [id, c] : checks)
+      if (!c.passed && std::find(m.breaks.begin(), m.breaks.end(), id) == m.breaks.end())
+        others += (others.empty() ? "" : ", ") + id;
+    if (!others.empty()) std::printf("  (also failed: %s)\n", others.c_str());
+  }
+  if (tried == 0) throw lab::ConfigError("--mutation: lesson " + lesson.id + " has no mutation '" + o.mutation + "'");
+  std::printf("\n%s: %d mutation%s; %s\n", lesson.id.c_str(), tried, tried == 1 ? "" : "s",
+              unseen ? (std::to_string(unseen) + " check(s) did not fail where they must: they cannot see the fault they name").c_str()
+                     : "every check named fails when the lab is wrong in its respect");
+  return unseen ? kExitLessonCheckFailed : lab::kExitOk;
+}
+
 int cmd_prepare(const LessonCommandOptions& o) {
   const Lesson lesson = load_lesson(resolve_lesson(o.lesson));
   for (const std::string& r : lesson.requires_) {
@@ -512,7 +652,7 @@ int cmd_prepare(const LessonCommandOptions& o) {
 
 }  // namespace
 
-// ---- 5. the command line ----
+// ---- 6. the command line ----
 
 CLI::App* add_lesson_command(CLI::App& app, LessonCommandOptions& o) {
   CLI::App* lesson = app.add_subcommand("lesson", "lessons: predict, run, observe, check, explain (lessons/README.md)");
@@ -540,6 +680,13 @@ CLI::App* add_lesson_command(CLI::App& app, LessonCommandOptions& o) {
   report->add_option("dirs", o.dirs, "folders or files of records (record.json, or the app's records folder)")->required();
   report->add_option("--csv", o.csv, "where to write the CSV")->capture_default_str();
   report->add_flag("--include-auto", o.include_auto, "also records answered with --answers auto");
+  CLI::App* torch = lesson->add_subcommand("torch-check", "run a lesson's checks of what it says about PyTorch "
+                                                          "([[torch_check]], with python3-torch)");
+  torch->add_option("lesson", o.lesson, "lesson id or .toml file")->required();
+  CLI::App* mutate = lesson->add_subcommand("mutate", "run a lesson with the lab made wrong ([[mutation]]): the checks "
+                                                      "named must fail");
+  mutate->add_option("lesson", o.lesson, "lesson id or .toml file")->required();
+  mutate->add_option("--mutation", o.mutation, "only this mutation (default: every one)");
   CLI::App* prepare = lesson->add_subcommand("prepare", "run a lesson's runs ahead of class; the app then replays them");
   prepare->add_option("lesson", o.lesson, "lesson id or .toml file")->required();
   prepare->add_option("--out", o.out_dir, "folder (default: ~/.local/share/dtlab/lessons/prepared/ID)");
@@ -554,5 +701,7 @@ int run_lesson_command(CLI::App& lesson_cmd, LessonCommandOptions& o) {
   if (lesson_cmd.got_subcommand("run")) return cmd_run(o);
   if (lesson_cmd.got_subcommand("report")) return cmd_report(o);
   if (lesson_cmd.got_subcommand("prepare")) return cmd_prepare(o);
+  if (lesson_cmd.got_subcommand("torch-check")) return cmd_torch_check(o);
+  if (lesson_cmd.got_subcommand("mutate")) return cmd_mutate(o);
   return lab::kExitUsage;
 }

@@ -31,6 +31,7 @@ struct LessonCommandOptions {
   bool include_auto = false;          // report: also records answered automatically (tests)
   bool teacher = false;               // show: teacher notes too
   bool overwrite = false;             // run, prepare: replace an earlier folder of this lesson in --out
+  std::string mutation;               // mutate: only this [[mutation]] (default: every one)
 };
 
 // Adds `lesson` and its subcommands to app; returns the `lesson` subcommand.

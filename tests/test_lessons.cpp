@@ -561,3 +561,79 @@ TEST(LessonQuantity, CountsAnArrayOfObjects) {
   q.path = "/ddp/buckets/0/bytes";  // a number has no count
   EXPECT_THROW(files.read(q, o), QuantityError);
 }
+
+// [[mutation]]: the lab made wrong in one respect; `dtlab lesson mutate` passes only when every
+// check the mutation names fails (and was readable), and says which one still passes otherwise.
+TEST(LessonMutation, ACheckThatSeesTheFaultFailsAndOneThatCannotIsNamed) {
+  DTLAB_REQUIRE_DATASET();
+  testutil::TempDir d;
+  const std::string good = std::string(kGood) + R"TOML(
+[[mutation]]
+id = "no_error"
+what = "the last batch of one is dropped, so nothing fails"
+args = "--drop-last"
+runs = ["one"]
+breaks = ["fails_with_pytorch_text"]
+)TOML";
+  auto r = testutil::run_cli("lesson mutate " + write_lesson(d, good));
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "FAILS (as it must)  fails_with_pytorch_text")) << r.out;
+  // a mutation that the named check cannot see
+  const std::string blind = std::string(kGood) + R"TOML(
+[[mutation]]
+id = "blind"
+what = "the dropped run gets --seed 3: its step count cannot change"
+args = "--seed 3"
+runs = ["dropped"]
+breaks = ["drop_last_steps"]
+)TOML";
+  r = testutil::run_cli("lesson mutate " + write_lesson(d, blind, "tiny.toml"));
+  EXPECT_EQ(r.exit_code, 8) << r.out;
+  EXPECT_TRUE(contains(r.out, "STILL PASSES  drop_last_steps")) << r.out;
+  // a lesson without mutations cannot show that its checks fail
+  r = testutil::run_cli("lesson mutate " + write_lesson(d, kGood, "tiny.toml"));
+  EXPECT_EQ(r.exit_code, 8) << r.out;
+  EXPECT_TRUE(contains(r.out, "has no [[mutation]]")) << r.out;
+}
+
+TEST(LessonFile, MutationsAndTorchChecksAreChecked) {
+  auto p = problems(std::string(kGood) + R"TOML(
+[[mutation]]
+id = "m"
+what = "x"
+lab = "no-such-mutation"
+breaks = ["no_such_check"]
+
+[[torch_check]]
+id = "t"
+claim = "PyTorch does x"
+)TOML");
+  std::string all;
+  for (const auto& x : p) all += x.message + "\n";
+  EXPECT_TRUE(contains(all, "unknown lab mutation 'no-such-mutation' (known: ddp-broadcast-once")) << all;
+  EXPECT_TRUE(contains(all, "no check 'no_such_check'")) << all;
+  EXPECT_TRUE(contains(all, "give either script")) << all;
+}
+
+TEST(LessonTorchCheck, ScriptsPassFailOrSkipAndCitationsAreShown) {
+  testutil::TempDir d;
+  std::filesystem::create_directories(d.file("torch"));
+  testutil::write_file(d.file("torch/holds.py"), "print('PyTorch does x: measured')\n");
+  testutil::write_file(d.file("torch/fails.py"), "import sys\nprint('PyTorch does y instead')\nsys.exit(1)\n");
+  testutil::write_file(d.file("torch/skip.py"), "import sys\nprint('skipped: no torch')\nsys.exit(77)\n");
+  auto lesson = [&](const std::string& script) {
+    return std::string(kGood) + "\n[[torch_check]]\nid = \"a\"\nclaim = \"PyTorch does x\"\nscript = \"torch/" + script +
+           "\"\n\n[[torch_check]]\nid = \"b\"\nclaim = \"PyTorch does z\"\ncite = \"torch/nn/x.py: f() does z\"\n";
+  };
+  auto r = testutil::run_cli("lesson torch-check " + write_lesson(d, lesson("holds.py")));
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "PASS  a")) << r.out;
+  EXPECT_TRUE(contains(r.out, "CITE  b")) << r.out;
+  EXPECT_TRUE(contains(r.out, "source: torch/nn/x.py: f() does z")) << r.out;
+  r = testutil::run_cli("lesson torch-check " + write_lesson(d, lesson("fails.py")));
+  EXPECT_EQ(r.exit_code, 8) << r.out;
+  EXPECT_TRUE(contains(r.out, "FAIL  a")) << r.out;
+  EXPECT_TRUE(contains(r.out, "PyTorch does y instead")) << r.out;
+  r = testutil::run_cli("lesson torch-check " + write_lesson(d, lesson("skip.py")));
+  EXPECT_EQ(r.exit_code, 77) << r.out;
+}

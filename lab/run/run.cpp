@@ -27,6 +27,7 @@
 #include "join.h"
 #include "link_model.h"
 #include "local_sgd.h"
+#include "mutation.h"
 #include "lr_schedule.h"
 #include "parallel.h"
 #include "optim.h"
@@ -542,6 +543,7 @@ void Run::rank_main(int rank) {
       m_evals.push_back(std::move(p));
     };
     bool require_forward_param_sync = true;  // DDP: sync buffers before the next forward
+    const bool broadcast_once = mutated("ddp-broadcast-once");  // a lesson's mutation test (mutation.h)
     Tensor x, dlogits;
     std::vector<int> labels;
     const std::vector<Param*> params = model.params();
@@ -587,7 +589,7 @@ void Run::rank_main(int rank) {
         const bool grad_allreduce =
             world > 1 && synced && (!local_sgd || post_local_sgd_allreduces(step, c.warmup_steps));
         if (c.join) join.before_forward(require_forward_param_sync, synced);  // buffers from the common rank
-        else if (c.broadcast_buffers && require_forward_param_sync && !dp) broadcast_buffers(model, comm);
+        else if (c.broadcast_buffers && require_forward_param_sync && !dp && !broadcast_once) broadcast_buffers(model, comm);
         const bool inject = rank == c.fail_rank && step == (c.fail_step < 0 ? 0 : c.fail_step);
         if (inject && c.fail_at == "forward") throw InjectedFailure("injected failure before forward (--fail-at forward)");
         if (inject && c.fail_at == "hang") {

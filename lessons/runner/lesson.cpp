@@ -7,6 +7,7 @@
 //   6. placeholders and number formats
 //   7. requirements
 #include "lesson.h"
+#include "mutation.h"
 
 #include <algorithm>
 #include <cmath>
@@ -814,6 +815,81 @@ class Linker {
 
 }  // namespace
 
+// ---- [[torch_check]] and [[mutation]] (lesson.h) ----
+
+namespace {
+
+void read_torch_checks_and_mutations(Reader& rd, const toml::table& t, Lesson& l) {
+  std::set<std::string> ids;
+  for (const toml::table* c : rd.tables(t, "torch_check", "the top level")) {
+    TorchCheck tc;
+    tc.pos = pos_of(c->source());
+    rd.known_keys(*c, "[[torch_check]]", {"id", "claim", "script", "cite"});
+    tc.id = rd.str(*c, "id", "[[torch_check]]", true).value_or("");
+    const std::string w = "torch_check '" + tc.id + "'";
+    if (!tc.id.empty() && !std::regex_match(tc.id, kNamePattern))
+      rd.error(rd.pos(*c, "id"), w + ": id must be a name (letters, digits and _)");
+    if (!tc.id.empty() && !ids.insert(tc.id).second) rd.error(rd.pos(*c, "id"), w + " appears twice");
+    tc.claim = rd.str(*c, "claim", w, true).value_or("");
+    tc.script = rd.str(*c, "script", w, false).value_or("");
+    tc.cite = rd.str(*c, "cite", w, false).value_or("");
+    if (tc.script.empty() == tc.cite.empty())
+      rd.error(tc.pos, w + ": give either script (a python3-torch program that checks the claim) or cite (the PyTorch "
+                           "1.13 source it rests on), one of them");
+    if (!tc.script.empty()) {
+      const std::filesystem::path file = std::filesystem::path(l.file).parent_path() / tc.script;
+      std::error_code ec;
+      if (!std::filesystem::is_regular_file(file, ec))
+        rd.error(rd.pos(*c, "script"), w + ": no file " + file.string() + " (the path is relative to the lesson's folder)");
+    }
+    l.torch_checks.push_back(std::move(tc));
+  }
+  ids.clear();
+  for (const toml::table* m : rd.tables(t, "mutation", "the top level")) {
+    Mutation mu;
+    mu.pos = pos_of(m->source());
+    rd.known_keys(*m, "[[mutation]]", {"id", "what", "lab", "args", "runs", "breaks"});
+    mu.id = rd.str(*m, "id", "[[mutation]]", true).value_or("");
+    const std::string w = "mutation '" + mu.id + "'";
+    if (!mu.id.empty() && !std::regex_match(mu.id, kNamePattern))
+      rd.error(rd.pos(*m, "id"), w + ": id must be a name (letters, digits and _)");
+    if (!mu.id.empty() && !ids.insert(mu.id).second) rd.error(rd.pos(*m, "id"), w + " appears twice");
+    mu.what = rd.str(*m, "what", w, true).value_or("");
+    mu.lab = rd.str(*m, "lab", w, false).value_or("");
+    if (!mu.lab.empty()) {
+      const auto& known = lab::known_mutations();
+      if (std::none_of(known.begin(), known.end(), [&](const lab::MutationInfo& k) { return mu.lab == k.name; })) {
+        std::vector<std::string> names;
+        for (const lab::MutationInfo& k : known) names.push_back(k.name);
+        rd.error(rd.pos(*m, "lab"), w + ": unknown lab mutation '" + mu.lab + "' (known: " + quote_list(names) + ")");
+      }
+    }
+    const std::string args = rd.str(*m, "args", w, false).value_or("");
+    try {
+      mu.args = cli::split_args(args);
+    } catch (const lab::Error& e) {
+      rd.error(rd.pos(*m, "args"), w + ": " + e.what());
+    }
+    if (mu.lab.empty() && mu.args.empty())
+      rd.error(mu.pos, w + ": give lab (a lab mutation) or args (flags that break the claimed behaviour), or both");
+    mu.runs = rd.strings(*m, "runs", w);
+    mu.breaks = rd.strings(*m, "breaks", w);
+    if (mu.breaks.empty() && m->get("breaks") == nullptr)
+      rd.error(mu.pos, w + ": missing key 'breaks' (the ids of the checks that must fail)");
+    for (const std::string& r : mu.runs)
+      if (!l.find_run(r)) rd.error(rd.pos(*m, "runs"), w + ": no run '" + r + "'");
+    for (const std::string& b : mu.breaks) {
+      bool found = false;
+      for (const Part* p : l.parts())
+        for (const Check& c : p->checks) found = found || c.id == b;
+      if (!found) rd.error(rd.pos(*m, "breaks"), w + ": no check '" + b + "'");
+    }
+    l.mutations.push_back(std::move(mu));
+  }
+}
+
+}  // namespace
+
 // ---- 5. load_lesson / parse_lesson ----
 
 std::vector<const Part*> Lesson::parts() const {
@@ -850,7 +926,7 @@ Lesson parse_lesson(const std::string& text, const std::string& path) {
   rd.known_keys(t, "the top level",
                 {"format_version", "id", "version", "title", "question_source", "minutes", "budget_s", "requires", "tags",
                  "suite", "question", "predict", "runs", "quantities", "observe", "check", "hint", "explain", "variation",
-                 "teacher"});
+                 "teacher", "torch_check", "mutation"});
   const std::string top = "the top level";
   l.format_version = static_cast<int>(rd.integer(t, "format_version", top, true).value_or(kLessonFormatVersion));
   if (t.get("format_version") && l.format_version != kLessonFormatVersion)
@@ -909,6 +985,7 @@ Lesson parse_lesson(const std::string& text, const std::string& path) {
     l.teacher.expected_first_vote = rd.str(*te, "expected_first_vote", "[teacher]", false).value_or("");
     l.teacher.pitfalls = rd.strings(*te, "pitfalls", "[teacher]");
   }
+  read_torch_checks_and_mutations(rd, t, l);
   Linker(rd, l).run();
   if (!rd.diagnostics().empty()) {
     auto& d = rd.diagnostics();

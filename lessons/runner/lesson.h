@@ -147,6 +147,31 @@ struct Teacher {
   std::vector<std::string> pitfalls;
 };
 
+// A claim a lesson makes about PyTorch, checked against PyTorch ([[torch_check]]): a script that
+// runs the same situation in python3-torch 1.13 and exits 0 when PyTorch does what the claim says
+// (1 when not, 77 without torch), or a citation of the PyTorch 1.13 source the claim rests on.
+struct TorchCheck {
+  std::string id;
+  std::string claim;               // what PyTorch does, in the lesson's words
+  std::string script;              // relative to the lesson file's folder ("torch/bn_ddp.py"), or ""
+  std::string cite;                // or: PyTorch 1.13's file and function, and what it shows
+  SourcePos pos;
+};
+
+// The lab made wrong in one respect ([[mutation]]), and the lesson's checks that must then fail:
+// proof that those checks test what they claim (`dtlab lesson mutate`). A lab mutation
+// (lab/core/mutation.h) switches on a deliberately wrong behaviour; args are appended to the
+// lesson's runs (e.g. a flag that turns the claimed mechanism off).
+struct Mutation {
+  std::string id;
+  std::string what;                // what is wrong, in words
+  std::string lab;                 // a known lab mutation, or ""
+  std::vector<std::string> args;   // flags appended to the runs
+  std::vector<std::string> runs;   // the runs they apply to (empty: every `run` command)
+  std::vector<std::string> breaks; // ids of checks (in any part) that must fail
+  SourcePos pos;
+};
+
 struct Lesson {
   std::string file;                // the path it was read from
   int format_version = kLessonFormatVersion;
@@ -164,6 +189,8 @@ struct Lesson {
   Part main;
   std::vector<Part> variations;
   Teacher teacher;
+  std::vector<TorchCheck> torch_checks;
+  std::vector<Mutation> mutations;
 
   // Every part in order: main, then the variations.
   std::vector<const Part*> parts() const;
