@@ -8,6 +8,7 @@
 
 #include "checkpoint.h"
 #include "errors.h"
+#include "mode.h"
 
 namespace cli {
 
@@ -15,11 +16,10 @@ namespace cli {
 namespace {
 
 void add_mode_flags(CLI::App& app, lab::RunConfig& c) {
-  app.add_option("--mode", c.mode,
-                 "ddp (DistributedDataParallel), dp (nn.DataParallel: one process, world-size devices, "
-                 "--batch-size is the global batch), local-sgd (periodic model averaging) or async (a parameter "
-                 "server; world-size workers push gradients without waiting for each other)")
-      ->capture_default_str();
+  std::string modes;  // the registry's (lab/modes/mode.h), in its order
+  for (const lab::ParallelMode* m : lab::modes())
+    modes += (modes.empty() ? "" : m == lab::modes().back() ? " or " : ", ") + std::string(m->name()) + " (" + m->help() + ")";
+  app.add_option("--mode", c.mode, "the parallelism: " + modes)->capture_default_str();
   app.add_option("--average-every", c.average_every, "local-sgd: average the parameters every K steps (PeriodicModelAverager period)")
       ->capture_default_str();
   app.add_option("--warmup-steps", c.warmup_steps, "local-sgd: first allreduce gradients every step for W steps")

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "errors.h"
+#include "mode.h"
 
 #ifdef DTLAB_HAVE_GUI
 #include "app.h"
@@ -93,9 +94,9 @@ bool gui_available() {
 int cmd_gui(lab::RunConfig& cfg, GuiOptions& opt) {
   // Bad settings are bad with or without a window: refused first, in PyTorch's words.
   if (opt.open_dir.empty()) lab::validate(cfg);
-  if (opt.ring_steps >= 0 && cfg.mode == "dp")
-    throw lab::ConfigError("--ring-steps stops inside a gradient allreduce, and --mode dp has none",
-                           "DataParallel reduces the gradients into device 0; drop --ring-steps");
+  if (opt.ring_steps >= 0 && lab::mode_of(cfg).caps().master_device)
+    throw lab::ConfigError("--ring-steps stops inside a gradient allreduce, and --mode " + cfg.mode + " has none",
+                           std::string(lab::mode_of(cfg).title()) + " reduces the gradients into device 0; drop --ring-steps");
   if (opt.screenshot_items && opt.screenshot.empty())
     throw lab::ConfigError("--screenshot-items goes with --screenshot FILE.png", "it writes FILE.items.json beside it");
 #ifndef DTLAB_HAVE_GUI

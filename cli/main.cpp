@@ -36,6 +36,7 @@
 #include "gemm.h"
 #include "gui_command.h"
 #include "lesson_command.h"
+#include "mode.h"
 #include "cpu/openblas_env.h"
 #include "run.h"
 #include "run_progress.h"
@@ -58,14 +59,9 @@ void print_mode_header(const lab::RunConfig& c) {
     if (c.compute.cudnn_benchmark) std::printf(" cudnn_benchmark=on");
     if (c.compute.cudnn_deterministic) std::printf(" cudnn_deterministic=on");
   }
-  if (c.mode == "dp") std::printf(" (one process, %d devices, global batch %lld)", c.world_size, static_cast<long long>(c.batch_size));
-  if (c.mode == "local-sgd")
-    std::printf(" average_every=%lld warmup_steps=%lld", static_cast<long long>(c.average_every),
-                static_cast<long long>(c.warmup_steps));
-  if (c.mode == "async")
-    std::printf(" (%d workers and a parameter server; schedule %s%s)", c.world_size, c.async_schedule.c_str(),
-                c.async_schedule == "seeded" ? (" seed " + std::to_string(c.async_seed)).c_str() : "");
-  if (c.mode != "dp" && c.mode != "async") std::printf(" overlap=%s", c.overlap ? "on" : "off");
+  const lab::ParallelMode& mode = lab::mode_of(c);
+  std::printf("%s", mode.header(c).c_str());
+  if (mode.caps().gradient_allreduce) std::printf(" overlap=%s", c.overlap ? "on" : "off");
   if (c.no_sync_steps > 0) std::printf(" no_sync_steps=%lld", static_cast<long long>(c.no_sync_steps));
   if (c.uneven_data) std::printf(" uneven_data=on");
   if (c.join) std::printf(" join=on");
@@ -77,7 +73,8 @@ void print_mode_header(const lab::RunConfig& c) {
 // Bytes moved during training: the total, what each rank sent, and the share of the bytes that had
 // rank 0 (DataParallel: device 0) at one end of their message, the master bottleneck's measure.
 std::string traffic_text(const lab::RunConfig& c, const lab::TrafficStats& t) {
-  const char* who = c.mode == "dp" ? "device" : "rank";
+  const lab::ParallelMode& mode = lab::mode_of(c);
+  const char* who = mode.member();
   char buf[256];
   std::snprintf(buf, sizeof buf, "traffic: %.2f MB moved during training; sent per %s (MB):",
                 static_cast<double>(t.bytes_moved) / 1e6, who);
@@ -92,9 +89,10 @@ std::string traffic_text(const lab::RunConfig& c, const lab::TrafficStats& t) {
     std::snprintf(buf, sizeof buf, " %.2f to %.2f", static_cast<double>(*lo) / 1e6, static_cast<double>(*hi) / 1e6);
     out += buf;
   }
-  const std::string reason = c.mode == "dp" ? "DataParallel sends every byte to or from device 0"
-                             : c.world_size == 2 ? "with 2 ranks every message has rank 0 at one end"
-                                                 : "";
+  const std::string reason = mode.caps().master_device ? std::string(mode.title()) + " sends every byte to or from " + who + " 0"
+                             : c.world_size == 2 && !mode.caps().parameter_server
+                                 ? "with 2 ranks every message has rank 0 at one end"
+                                 : "";
   std::snprintf(buf, sizeof buf, "\n  %.1f%% of the bytes were in messages to or from %s 0%s%s%s\n", 100.0 * t.rank0_share,
                 who, reason.empty() ? "" : " (", reason.c_str(), reason.empty() ? "" : ")");
   return out + buf;
@@ -103,32 +101,21 @@ std::string traffic_text(const lab::RunConfig& c, const lab::TrafficStats& t) {
 // Communication figures after a run: time in collectives, how much was hidden behind backward,
 // bytes moved and rank 0's share; local SGD's drift.
 void print_mode_summary(const lab::RunConfig& c, const lab::RunSummary& s) {
-  if (c.world_size < 2 && c.mode != "async") return;
+  const lab::ParallelMode& mode = lab::mode_of(c);
+  if (c.world_size < 2 && !mode.caps().parameter_server) return;
   const lab::OverlapStats& o = s.overlap;
   const double n = static_cast<double>(c.world_size);
   std::printf("communication: %.3f s per rank in collectives, %.3f s of it hidden behind backward (%.1f%%)\n",
               o.comm_seconds_total / n, o.hidden_seconds_total / n, 100.0 * o.hidden_fraction);
   std::printf("%s", traffic_text(c, s.traffic).c_str());
-  if (c.mode == "local-sgd")
-    std::printf("local SGD: %zu averagings; replica drift before averaging (L2 to the average): max %.4g, mean %.4g\n",
-                s.drift.size(), s.drift_max, s.drift_mean);
-  if (c.mode == "async" && !s.async_updates.empty()) {
-    int64_t max_st = 0;
-    double mean = 0;
-    for (const auto& [w, st] : s.async_updates) {
-      max_st = std::max(max_st, st);
-      mean += static_cast<double>(st) / static_cast<double>(s.async_updates.size());
-    }
-    std::printf("async: the parameter server applied %zu pushes (%s schedule); staleness mean %.2f, max %lld updates\n",
-                s.async_updates.size(), c.async_schedule.c_str(), mean, static_cast<long long>(max_st));
-  }
+  for (const std::string& line : mode.summary_lines(c, s)) std::printf("%s\n", line.c_str());
 }
 
 void print_header(const lab::Run& run) {
   const lab::RunConfig& c = run.config();
   std::printf("dtlab %s run | model=%s world_size=%d batch_size=%lld (global %d) bn=%s broadcast_buffers=%s\n",
               lab::kDtlabVersion, c.model.c_str(), c.world_size, static_cast<long long>(c.batch_size),
-              c.global_batch(), c.bn.c_str(), c.broadcast_buffers ? "on" : "off");
+              static_cast<int>(lab::global_batch(c)), c.bn.c_str(), c.broadcast_buffers ? "on" : "off");
   std::printf("  lr=%g momentum=%g weight_decay=%g nesterov=%s | bn_momentum=%s bn_eps=%g track_running_stats=%s\n",
               c.lr, c.momentum, c.weight_decay, c.nesterov ? "on" : "off", lab::bn_momentum_str(c.bn_momentum).c_str(),
               c.bn_eps, c.track_running_stats ? "on" : "off");

@@ -4,6 +4,7 @@
 
 #include "checkpoint.h"
 #include "errors.h"
+#include "mode.h"
 
 namespace cli {
 
@@ -49,9 +50,9 @@ std::string what_the_run_directory_keeps(const lab::RunConfig& c) {
            " (intact); continue with:\n  " + again + " --resume " + c.out_dir;
   } catch (const lab::Error&) {
   }
-  if (c.mode == "async" || c.uneven_data || c.join)
-    return "the run directory holds what was finished (no checkpoint: checkpoints cover --mode ddp, dp and local-sgd "
-           "without --uneven-data or --join)";
+  if (!lab::checkpointable(c))
+    return "the run directory holds what was finished (no checkpoint: checkpoints cover --mode " +
+           lab::modes_with(&lab::ModeCaps::checkpoints) + " without --uneven-data or --join)";
   if (c.checkpoint_every == 0 && !c.checkpoint_every_epoch)
     return "the run directory holds what was finished; it has no checkpoint to continue from (--checkpoint-every N "
            "or --checkpoint-every-epoch write them)";

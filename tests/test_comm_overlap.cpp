@@ -12,6 +12,7 @@
 #include "ddp.h"
 #include "errors.h"
 #include "link_model.h"
+#include "mode.h"
 #include "optim.h"
 #include "rank_threads.h"
 #include "run.h"
@@ -285,10 +286,10 @@ TEST(ModesConfig, TomlRoundTripAndValidation) {
   x.mode = "local-sgd";
   x.no_sync_steps = 2;
   EXPECT_NE(bad(x).find("--no-sync-steps"), std::string::npos);
-  EXPECT_EQ(x.global_batch(), 64);
+  EXPECT_EQ(lab::global_batch(x), 64);
   x.mode = "dp";
   x.world_size = 4;
-  EXPECT_EQ(x.global_batch(), 64);  // DataParallel: --batch-size is the global batch
+  EXPECT_EQ(lab::global_batch(x), 64);  // DataParallel: --batch-size is the global batch
 }
 
 TEST(ModesConfig, RunHelpListsTheModeFlags) {

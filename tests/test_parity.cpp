@@ -21,6 +21,7 @@
 #include <sstream>
 
 #include "backends.h"
+#include "mode.h"
 #include "run.h"
 #include "test_util.h"
 #include "torch_compare.h"
@@ -132,7 +133,8 @@ TEST_P(ParityCase, MatchesPyTorch) {
   Worst worst;
   // DataParallel: the fixture holds device 0 (the module, the loss); DDP and local SGD: every rank.
   const auto& ranks = fx.at("ranks");
-  ASSERT_EQ(ranks.size(), static_cast<size_t>(cfg.mode == "dp" ? 1 : cfg.world_size)) << name;
+  const bool one_module = lab::mode_of(cfg).caps().master_device;  // DataParallel's device 0 holds the module
+  ASSERT_EQ(ranks.size(), static_cast<size_t>(one_module ? 1 : cfg.world_size)) << name;
   const auto steps = torchcmp::read_steps(tmp.file("metrics.jsonl"), cfg.world_size);
   const auto& rank0_state = ranks[0].at("state");
   int nbt_checked = 0;

@@ -167,7 +167,7 @@ void start_live(AppState& app, const lab::RunConfig& cfg, bool paused, double t0
   app.twin_label.clear();
   std::optional<lab::RunConfig> twin;
   if (twin_cfg) twin = *twin_cfg;
-  else if (app.compare_bn && cfg.world_size > 1 && cfg.mode != "dp" && cfg.mode != "async") {  // only DDP has SyncBatchNorm
+  else if (app.compare_bn && cfg.world_size > 1 && lab::mode_of(cfg).caps().sync_bn) {  // the twin trains the other BN mode
     twin = cfg;
     twin->bn = other_bn(cfg.bn);
     twin->out_dir.clear();  // one run directory per run
@@ -298,7 +298,8 @@ class AppLab : public LabHooks {
     for (RunHost* h : {m_app.host.get(), m_app.twin.get()}) {
       if (!h) continue;
       if (ring_step < 0) h->run_to_step(iteration);
-      else if (h->config().world_size > 1 && h->config().mode != "dp") h->run_into_allreduce(iteration, ring_step);
+      else if (h->config().world_size > 1 && !lab::mode_of(h->config()).caps().master_device)
+        h->run_into_allreduce(iteration, ring_step);
       else h->run_to_step(iteration + 1);  // no gradient allreduce to stop in: after the iteration
     }
   }
@@ -641,7 +642,7 @@ void draw_view(AppState& app, ViewId v, Commands& cmd) {
     const RunData& d = twin ? app.twin_data : app.data;
     switch (v) {
       case ViewId::Ring:
-        if (d.cfg.mode == "async") draw_async_view(d, twin ? app.async_twin : app.async, app.clock);
+        if (d.caps().parameter_server) draw_async_view(d, twin ? app.async_twin : app.async, app.clock);
         else draw_ring_view(d, twin ? app.ring_twin : app.ring, app.clock);
         break;
       case ViewId::Batching: draw_batching_view(d, twin ? app.batching_twin : app.batching); break;
@@ -693,7 +694,7 @@ void draw_views_window(AppState& app, Commands& cmd) {
     return;
   }
   if (app.solo) {
-    heading(*app.solo == ViewId::Ring && app.data.cfg.mode == "async" ? "Parameter server" : view_title(*app.solo));
+    heading(*app.solo == ViewId::Ring && app.data.caps().parameter_server ? "Parameter server" : view_title(*app.solo));
     ImGui::SameLine();
     if (*app.solo == ViewId::Bench) {
       ImGui::TextDisabled("  %s", describe_bench(app.bench).c_str());

@@ -363,14 +363,15 @@ void draw_batching_view(const RunData& d, BatchingViewState& st) {
     ImGui::SetNextItemWidth(ImGui::GetFontSize() * 6);
     if (ImGui::InputInt("epoch", &e)) st.epoch = std::max(0, e);
   }
-  if (c.mode != "dp") {  // DataParallel's chunks are slices of the global batch already
+  const bool global_batches = d.caps().global_batch;
+  if (!global_batches) {  // DataParallel's chunks are slices of the global batch already
     ImGui::SameLine();
     ImGui::Checkbox("group by rank", &st.by_rank);
     tooltip("On: each row shows rank 0's batch, then rank 1's, ... Off: the positions of the global list in order "
             "(rank = position mod world_size: the sampler deals them out like cards).");
   }
   const int64_t epoch = st.follow ? run_epoch : st.epoch;
-  if (c.mode == "dp") {
+  if (global_batches) {
     draw_dp_batching(d, st, L, epoch, st.follow && d.live ? in_epoch : -1);
     return;
   }

@@ -236,8 +236,8 @@ void draw_running(const RunData& d, BnViewState& st, BnViewState::Series& c, con
   for (int r = 1; same && r < c.world; ++r) same = data[static_cast<size_t>(r)] == data[0];
   std::string note;
   if (same) note = "All ranks hold the same running statistics (the lines coincide). ";
-  if (d.cfg.mode == "local-sgd" && d.world() > 1) note += "Local SGD averages the parameters, not these buffers. ";
-  if (d.cfg.mode == "dp" && d.world() > 1)
+  if (d.caps().averages_parameters && d.world() > 1) note += "Local SGD averages the parameters, not these buffers. ";
+  if (d.caps().master_device && d.world() > 1)
     note += "DataParallel: before each forward, replicate copies device 0's parameters and buffers to every device; "
             "each device updates its copy with its own chunk's statistics, and only device 0's survives (it is the "
             "module itself), so the others restart from it every iteration.";
@@ -285,7 +285,7 @@ void draw_run_column(const RunData& d, BnViewState& st, BnViewState::Series& cac
   heading(fmt("bn=%s%s", d.cfg.bn.c_str(), d.world() == 1 ? " (one rank)" : "").c_str());
   ImGui::SameLine();
   ImGui::TextDisabled(sync                   ? "every rank normalizes with the global statistics"
-                      : d.cfg.mode == "dp" ? "every device normalizes with its own chunk's statistics (DataParallel)"
+                      : d.caps().master_device ? "every device normalizes with its own chunk's statistics (DataParallel)"
                                            : "every rank normalizes with its own batch's statistics");
   broadcast_flash(d);
   const ChannelStats cs = channel_stats(d, step, st.layer, st.channel);
@@ -400,7 +400,7 @@ void draw_batchnorm_view(const RunData& d, const RunData* twin, BnViewState& st,
     ImGui::EndTable();
   } else {
     draw_run_column(d, st, st.cache[0], step, "bn_main", chart_h, Range{}, Range{});
-    if (d.live && d.world() > 1 && d.cfg.mode != "dp") {  // DataParallel has no SyncBatchNorm
+    if (d.live && d.world() > 1 && d.caps().sync_bn) {  // the twin trains the other BatchNorm mode
       if (ImGui::Button(fmt("Compare: start a twin run with bn=%s", d.cfg.bn == "sync" ? "local" : "sync").c_str()))
         cmd.compare_bn = true;
       tooltip("Same seed, same data order, the other BatchNorm mode, stepped together with this run.");

@@ -133,7 +133,7 @@ void draw_opened_run(const RunData& d, Commands& cmd) {
                       d.summary.train_seconds));
   }
   ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
-  const bool ring = d.world() > 1 && d.cfg.mode != "async";  // the async view has no steps to move through
+  const bool ring = d.world() > 1 && !d.caps().parameter_server;  // the server's view has no steps to move through
   const std::string why = std::string("A recording: nothing trains here, so there is nothing to pause, step or slow "
                                       "down. Move through what the run directory holds with the views' own controls (") +
                           (ring ? "the Allreduce view's steps, " : "") +
@@ -194,75 +194,48 @@ void choice_int(lab::RunConfig& c, const char* label, const char* setting, int64
 }
 
 bool same_settings(const lab::RunConfig& a, const lab::RunConfig& b) {
-  return a.model == b.model && a.world_size == b.world_size && a.batch_size == b.batch_size &&
-         a.limit_train == b.limit_train && a.drop_last == b.drop_last && a.sampler_drop_last == b.sampler_drop_last &&
-         a.shuffle == b.shuffle && a.seed == b.seed && a.bn == b.bn && a.broadcast_buffers == b.broadcast_buffers &&
-         a.lr == b.lr && a.momentum == b.momentum && a.epochs == b.epochs && a.eval_every == b.eval_every &&
-         a.mode == b.mode && a.allreduce == b.allreduce && a.average_every == b.average_every &&
-         a.warmup_steps == b.warmup_steps && a.overlap == b.overlap && a.no_sync_steps == b.no_sync_steps;
+  bool same = a.model == b.model && a.world_size == b.world_size && a.batch_size == b.batch_size &&
+              a.limit_train == b.limit_train && a.drop_last == b.drop_last && a.sampler_drop_last == b.sampler_drop_last &&
+              a.shuffle == b.shuffle && a.seed == b.seed && a.bn == b.bn && a.broadcast_buffers == b.broadcast_buffers &&
+              a.lr == b.lr && a.momentum == b.momentum && a.epochs == b.epochs && a.eval_every == b.eval_every &&
+              setting_value(a, "mode") == setting_value(b, "mode") && a.allreduce == b.allreduce;
+  for (const lab::ParallelMode* m : lab::modes())  // every mode's own settings (mode.h)
+    for (const lab::ModeSetting& s : m->settings()) same = same && setting_value(a, s.field) == setting_value(b, s.field);
+  return same;
 }
 
-// Parallelism mode and communication: DDP, DataParallel or local SGD, and the allreduce algorithm.
-void draw_parallelism(lab::RunConfig& c, const std::vector<SettingCheck>& checks, float w) {
-  ImGui::TextUnformatted("mode");
-  ImGui::SameLine();
-  choice_radio(c, "ddp", "mode", "ddp", c.mode == "ddp",
-               "DistributedDataParallel: every rank trains its replica on its own shard; gradients are averaged by "
-               "allreduce in buckets during backward, so every rank takes the same optimizer step.");
-  ImGui::SameLine();
-  choice_radio(c, "dp", "mode", "dp", c.mode == "dp",
-               "nn.DataParallel: one process drives world_size devices. batch_size is the global batch, split over the "
-               "devices like torch.chunk; device 0 scatters the inputs, copies its parameters and buffers to every "
-               "device each iteration, gathers the outputs, computes the loss and receives every gradient. Every byte "
-               "passes through device 0.");
-  ImGui::SameLine();
-  choice_radio(c, "local-sgd", "mode", "local-sgd", c.mode == "local-sgd",
-               "Local SGD (post-localSGD hook + PeriodicModelAverager): gradients are allreduced for warmup_steps "
-               "iterations, then every rank steps on its own gradients and the parameters are averaged every "
-               "average_every iterations. Less communication; the replicas drift apart in between.");
-  ImGui::SameLine();
-  choice_radio(c, "async", "mode", "async", c.mode == "async",
-               "Asynchronous training (Hogwild!, A3C): world_size workers and a parameter server. Each worker pulls "
-               "the weights, computes a gradient on its batch and pushes it; the server applies every push at once, "
-               "without waiting for the others. A gradient's staleness: the updates applied between its pull and its "
-               "push (the Allreduce view shows it).");
-  check_marker(checks, "mode");
-  if (c.mode == "async") {
-    ImGui::TextUnformatted("schedule");
-    ImGui::SameLine();
-    choice_radio(c, "free", "async_schedule", "free", c.async_schedule == "free",
-                 "The server serves whichever worker's message arrives first: staleness depends on timing, and two "
-                 "runs differ.");
-    ImGui::SameLine();
-    choice_radio(c, "seeded", "async_schedule", "seeded", c.async_schedule == "seeded",
-                 "The server serves the workers in an order drawn from a seed: the same seed gives the same "
-                 "staleness and the same bits.");
-    if (c.async_schedule == "seeded") {
-      int seed = static_cast<int>(c.async_seed);
-      ImGui::SetNextItemWidth(w);
-      if (ImGui::InputInt("schedule seed", &seed) && seed >= 0) c.async_seed = static_cast<uint64_t>(seed);
+// One setting a mode shows (lab/modes/mode.h: ModeSetting).
+void draw_mode_setting(lab::RunConfig& c, const lab::ModeSetting& s, const std::vector<SettingCheck>& checks, float w) {
+  if (s.shown && !s.shown(c)) return;
+  const std::string value = setting_value(c, s.field);
+  if (s.kind == lab::ModeSetting::Kind::Int) {
+    int64_t v = std::strtoll(value.c_str(), nullptr, 10);
+    choice_int(c, s.label.c_str(), s.field.c_str(), v, static_cast<int>(s.min), w, s.help);
+  } else if (s.kind == lab::ModeSetting::Kind::Bool) {
+    bool v = value == "true";
+    choice_checkbox(c, s.label.c_str(), s.field.c_str(), v, s.help);
+  } else {
+    ImGui::TextUnformatted(s.label.c_str());
+    for (const auto& [choice, what] : s.choices) {
+      ImGui::SameLine();
+      choice_radio(c, choice.c_str(), s.field.c_str(), choice.c_str(), value == choice, what);
     }
   }
-  if (c.mode == "local-sgd") {
-    choice_int(c, "average_every", "average_every", c.average_every, 1, w,
-               "PeriodicModelAverager(period): average the parameters after every this many optimizer steps.");
-    check_marker(checks, "average_every");
-    choice_int(c, "warmup_steps", "warmup_steps", c.warmup_steps, 0, w,
-               "Iterations that allreduce gradients as plain DDP does before local SGD starts (the hook's "
-               "start_localSGD_iter and the averager's warmup_steps).");
-    check_marker(checks, "warmup_steps");
+  check_marker(checks, s.field.c_str());
+}
+
+// Parallelism mode and communication: the modes of the registry (lab/modes/mode.h), the chosen
+// mode's own settings, and the allreduce algorithm.
+void draw_parallelism(lab::RunConfig& c, const std::vector<SettingCheck>& checks, float w) {
+  ImGui::TextUnformatted("mode");
+  const lab::ParallelMode* chosen = lab::find_mode(c.mode);
+  for (const lab::ParallelMode* m : lab::modes()) {
+    ImGui::SameLine();
+    choice_radio(c, m->name(), "mode", m->name(), m == chosen, m->about());
   }
-  if (c.mode == "ddp") {
-    choice_checkbox(c, "overlap", "overlap", c.overlap,
-                    "Each bucket's allreduce starts on the rank's communication thread as soon as its gradients are "
-                    "ready, during the rest of backward (DDP's overlap). Off: every allreduce after backward. The "
-                    "results are bit-identical; the timeline shows the difference.");
-    check_marker(checks, "overlap");
-    choice_int(c, "no_sync steps", "no_sync_steps", c.no_sync_steps, 0, w,
-               "K backward passes under DDP's no_sync() (gradients accumulate, no allreduce, no optimizer step) "
-               "before each synchronized one. 0: every step synchronizes.");
-    check_marker(checks, "no_sync_steps");
-  }
+  check_marker(checks, "mode");
+  if (chosen)
+    for (const lab::ModeSetting& s : chosen->settings()) draw_mode_setting(c, s, checks, w);
   ImGui::TextUnformatted("allreduce");
   ImGui::SameLine();
   const bool ar = c.allreduce == "ring";
@@ -287,7 +260,7 @@ void draw_settings(const RunData& d, ControlsState& st, bool compare_bn, Command
   lab::RunConfig& c = st.pending;
   const std::vector<SettingCheck>& checks = st.checks;
   const float w = ImGui::GetFontSize() * 8;
-  const bool dp = c.mode == "dp";
+  const bool dp = lab::mode_of(c).caps().master_device;  // DataParallel's words for its devices
 
   ImGui::TextUnformatted("model");
   ImGui::SameLine();
@@ -413,7 +386,8 @@ void draw_settings(const RunData& d, ControlsState& st, bool compare_bn, Command
   // The twin trains beside the live run (restarting both), or beside the next one when none is live.
   bool cmp = compare_bn;
   const lab::RunConfig& tc = d.live ? d.cfg : c;
-  const bool twin_dp = tc.mode == "dp" || tc.mode == "async";
+  const lab::ParallelMode* twin_mode = lab::find_mode(tc.mode);
+  const bool twin_dp = !twin_mode || !twin_mode->caps().sync_bn;
   const bool twin_off = tc.world_size == 1 || twin_dp;
   const std::string twin_label = fmt("twin run with bn=%s", tc.bn == "sync" ? "local" : "sync");
   ImGui::BeginDisabled(twin_off);
@@ -421,8 +395,7 @@ void draw_settings(const RunData& d, ControlsState& st, bool compare_bn, Command
   ImGui::EndDisabled();
   note_item("checkbox", twin_label, !twin_off);
   tooltip(tc.world_size == 1 ? "With one rank local and sync BatchNorm are the same."
-          : twin_dp          ? "DataParallel and async training have no SyncBatchNorm (it needs DistributedDataParallel): "
-                               "no twin run."
+          : twin_dp          ? "--mode " + tc.mode + " has no SyncBatchNorm (it needs DistributedDataParallel): no twin run."
           : d.live           ? "Train a second run with the other BatchNorm mode, the same seed and the same data "
                                "order, stepped together with this one; the BatchNorm view shows both side by side. "
                                "It shares the CPU, so both run at about half speed."

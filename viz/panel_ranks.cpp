@@ -71,14 +71,14 @@ void draw_ranks_panel(const RunData& d, RanksViewState& st) {
     ImGui::SameLine();
     const size_t i = c.x.size() - 1;
     std::string s;
-    for (int r = 0; r < (d.cfg.mode == "dp" ? std::min(1, c.world) : c.world); ++r)
+    for (int r = 0; r < (d.caps().master_device ? std::min(1, c.world) : c.world); ++r)
       s += fmt("%s: loss %.4f, accuracy %.3f\n", d.member(r).c_str(), c.loss[static_cast<size_t>(r)][i], c.acc[static_cast<size_t>(r)][i]);
     ImGui::TextDisabled("iteration %lld", static_cast<long long>(c.x.back()));
     tooltip("Each rank's batch loss and accuracy at this iteration (its own samples):\n" + s);
   }
   // DataParallel: device 0 computes the loss and accuracy over the whole global batch; the other
   // devices only run their chunk's forward and backward, so they have none of their own.
-  const bool dp = d.cfg.mode == "dp";
+  const bool dp = d.caps().master_device;
   const float h = std::max(fs * 4, (ImGui::GetContentRegionAvail().y - fs * (dp ? 4.6f : 3.4f)) / 2);
   if (dp) {
     ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));

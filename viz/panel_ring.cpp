@@ -29,14 +29,14 @@ constexpr double kReplayHoldSeconds = 1.5;  // on the final state before the nex
 constexpr float kPi = 3.14159265f;
 
 // The "show" choices of a parallelism mode: what synchronizes training first.
-std::vector<const char*> filter_names(const std::string& mode) {
-  if (mode == "dp") return {"gradient reduce", "every transfer"};
-  return {mode == "local-sgd" ? "gradients and averages" : "gradient buckets", "every allreduce", "every collective"};
+std::vector<const char*> filter_names(const lab::ModeCaps& caps) {
+  if (caps.master_device) return {"gradient reduce", "every transfer"};
+  return {caps.averages_parameters ? "gradients and averages" : "gradient buckets", "every allreduce", "every collective"};
 }
 
-CollectiveFilter filter_of(int i, const std::string& mode) {
-  CollectiveFilter f = training_sync_filter(mode);
-  const int n = static_cast<int>(filter_names(mode).size());
+CollectiveFilter filter_of(int i, const lab::RunConfig& c) {
+  CollectiveFilter f = training_sync_filter(c);
+  const int n = static_cast<int>(filter_names(lab::mode_of(c).caps()).size());
   i = std::clamp(i, 0, n - 1);
   if (i == n - 1 && i > 0) {
     f.op.clear();
@@ -78,7 +78,7 @@ bool combining(lab::Phase p) {
 
 // The algorithm in words, for the view's headings.
 std::string algorithm_title(const RunData& d) {
-  if (d.cfg.mode == "dp") return "DataParallel: no allreduce, everything through device 0";
+  if (d.caps().master_device) return "DataParallel: no allreduce, everything through device 0";
   if (d.cfg.allreduce == "naive") return "naive allreduce: everything through rank 0";
   if (d.cfg.allreduce == "tree") return "tree allreduce: recursive halving-doubling";
   if (d.cfg.allreduce == "mpi") return "MPI's own allreduce (its steps are not visible)";
@@ -100,7 +100,7 @@ struct Shown {
 
 Shown choose(const RunData& d, RingViewState& st, const FrameClock& clock) {
   Shown s;
-  const CollectiveFilter f = filter_of(st.filter, d.cfg.mode);
+  const CollectiveFilter f = filter_of(st.filter, d.cfg);
   const bool live_now = d.live && (d.phase == RunPhase::Paused || d.gate_delay_s >= 0.05);
   if (st.follow) {
     uint64_t seq = 0;
@@ -295,7 +295,7 @@ void draw_ring(const RunData& d, const RingViewState& st, const Shown& sh, ImVec
     const ImVec2 p = pos[static_cast<size_t>(r)];
     if ((mouse.x - p.x) * (mouse.x - p.x) + (mouse.y - p.y) * (mouse.y - p.y) > node_r * node_r) continue;
     ImGui::BeginTooltip();
-    ImGui::Text(d.cfg.mode == "dp" ? "device %d" : "rank %d", r);
+    ImGui::Text("%s", d.member(r).c_str());
     if (r < static_cast<int>(t.rank_bytes_sent.size()))
       ImGui::Text("sent %s in %d messages in this %s", fmt_bytes(static_cast<double>(t.rank_bytes_sent[static_cast<size_t>(r)])).c_str(),
                   t.rank_messages[static_cast<size_t>(r)], t.op.c_str());
@@ -533,7 +533,7 @@ void draw_side(const RunData& d, RingViewState& st, const Shown& sh) {
     const float bh = std::clamp(fs * 1.0f, 8.0f, bw * 0.8f + 6);
     for (int r = 0; r < bs.world; ++r) {
       const ImVec2 p0 = ImGui::GetCursorScreenPos();
-      dl->AddText(p0, rank_color(r), fmt(d.cfg.mode == "dp" ? "dev %d" : "rank %d", r).c_str());
+      dl->AddText(p0, rank_color(r), (d.caps().master_device ? fmt("dev %d", r) : d.member(r)).c_str());
       const int own = owned_chunk(t, r);
       for (int c = 0; c < bs.chunks; ++c) {
         const ImVec2 a(p0.x + fs * 3.5f + static_cast<float>(c) * (bw + 3), p0.y + 1);
@@ -566,12 +566,12 @@ void draw_side(const RunData& d, RingViewState& st, const Shown& sh) {
 // What the view shows, in words, before there is anything to show.
 std::string intro(const RunData& d) {
   const lab::RunConfig& c = d.cfg;
-  if (c.mode == "dp")
+  if (d.caps().master_device)
     return "With DataParallel there is no allreduce. One process drives the devices and device 0 is the hub: each "
            "iteration it scatters the batch, replicates its parameters and buffers to every device, gathers the "
            "outputs, computes the loss, scatters the output gradients and receives every device's gradients (reduce), "
            "which it adds before its optimizer step. Every arrow touches device 0. 'every transfer' shows all of them.";
-  std::string s = c.mode == "local-sgd"
+  std::string s = d.caps().averages_parameters
                       ? "Local SGD allreduces gradients only in its first warmup_steps iterations; after that every "
                         "rank steps on its own gradients and the parameters are averaged (an allreduce of 'param "
                         "average') every average_every iterations. "
@@ -594,7 +594,7 @@ std::string intro(const RunData& d) {
 
 void draw_ring_view(const RunData& d, RingViewState& st, const FrameClock& clock) {
   // controls
-  const std::vector<const char*> filters = filter_names(d.cfg.mode);
+  const std::vector<const char*> filters = filter_names(d.caps());
   st.filter = std::clamp(st.filter, 0, static_cast<int>(filters.size()) - 1);
   float combo_w = 0;  // as wide as the longest choice
   for (const char* f : filters) combo_w = std::max(combo_w, ImGui::CalcTextSize(f).x);
@@ -603,7 +603,7 @@ void draw_ring_view(const RunData& d, RingViewState& st, const FrameClock& clock
     st.have_shown = false;
     st.trace_seq = ~uint64_t{0};
   }
-  tooltip(d.cfg.mode == "dp"
+  tooltip(d.caps().master_device
               ? "Which transfers to show: DataParallel's reduce of the gradients into device 0, or every transfer of "
                 "an iteration (scatter of inputs and output gradients, replicate, gather of outputs, reduce)."
               : "Which collectives to show: the gradient bucket allreduces (and local SGD's parameter averages), or "
@@ -634,7 +634,7 @@ void draw_ring_view(const RunData& d, RingViewState& st, const FrameClock& clock
     uint64_t prev = 0;
     note_item("slider", "steps done");
     if (ImGui::SmallButton("previous") &&
-        previous_collective(d.events, filter_of(st.filter, d.cfg.mode), st.shown_seq, prev)) {
+        previous_collective(d.events, filter_of(st.filter, d.cfg), st.shown_seq, prev)) {
       st.shown_seq = prev;
       st.scrub_step = 1 << 20;
     }

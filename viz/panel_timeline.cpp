@@ -79,16 +79,16 @@ void draw_timeline_panel(const RunData& d, TimelineState& st) {
                                       {"optimizer", IM_COL32(0, 158, 115, 255)},
                                       {"eval", IM_COL32(150, 150, 150, 255)}};
   std::vector<Entry> legend = compute;
-  if (d.cfg.mode == "async")
+  if (d.caps().parameter_server)
     legend.insert(legend.end(), {{"pull (weights from the server)", kBroadcastColor},
                                  {"push (a gradient; tooltip: its staleness)", kReduceColor}});
-  else if (d.cfg.mode == "dp")
+  else if (d.caps().master_device)
     legend.insert(legend.end(), {{"replicate", kBroadcastColor},
                                  {"scatter / gather", kAllgatherColor},
                                  {"reduce", kReduceColor},
                                  {"one transfer (incl. waiting)", kChunkColor}});
   else
-    legend.insert(legend.end(), {{d.cfg.mode == "local-sgd" ? "allreduce (and average)" : "allreduce", kAllreduceColor},
+    legend.insert(legend.end(), {{d.caps().averages_parameters ? "allreduce (and average)" : "allreduce", kAllreduceColor},
                                  {"broadcast", kBroadcastColor},
                                  {"allgather", kAllgatherColor},
                                  {"one chunk (incl. waiting)", kChunkColor}});

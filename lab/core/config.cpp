@@ -7,6 +7,7 @@
 
 #include "config_effects.h"
 #include "errors.h"
+#include "mode.h"  // the modes' own checks are part of a configuration's validation
 #include "toml_parse.h"
 
 namespace lab {
@@ -27,34 +28,27 @@ std::string num(double v) {
   return s.str();
 }
 
-// --mode and the communication flags, and which combinations PyTorch itself supports.
+// --mode and the communication flags, and which combinations PyTorch itself supports: the modes'
+// own checks (lab/modes/mode.h: every mode's settings, then the chosen mode's combinations in its
+// own words), then what the chosen mode cannot do, by capability.
 void validate_modes(const RunConfig& c) {
-  if (c.mode != "ddp" && c.mode != "dp" && c.mode != "local-sgd" && c.mode != "async")
-    throw ConfigError("--mode: unknown mode '" + c.mode + "'",
-                      "ddp: DistributedDataParallel; dp: nn.DataParallel (one process, world_size devices); "
-                      "local-sgd: periodic model averaging; async: a parameter server and asynchronous workers");
-  if (c.async_schedule != "free" && c.async_schedule != "seeded")
-    throw ConfigError("--async-schedule: unknown schedule '" + c.async_schedule + "'",
-                      "free: the server serves whoever sends first; seeded: in an order drawn from --async-seed");
-  if (c.mode == "async") {
-    if (c.comm != "threads")
-      throw ConfigError("--mode async runs its parameter server as a thread beside emulated ranks",
-                        "use --comm threads (the default)");
-    if (c.bn == "sync")
-      throw ConfigError("--mode async with --bn sync: SyncBatchNorm needs every rank in the same forward",
-                        "asynchronous workers never are; use --bn local");
-    if (c.no_sync_steps > 0 || c.uneven_data || c.join)
-      throw ConfigError("--no-sync-steps, --uneven-data and --join are DDP's; --mode async has no DDP");
-    if (c.fail_rank >= 0 && c.fail_at == "allreduce")
-      throw ConfigError("--fail-at allreduce: --mode async has no allreduce", "choose --fail-at forward, backward or hang");
-  }
-  // PyTorch's own wording (PeriodicModelAverager).
-  if (c.average_every < 1) throw ConfigError("Arg ``period`` must be a positive value.", "--average-every must be >= 1");
-  if (c.warmup_steps < 0)
-    throw ConfigError("Arg ``warmup_steps`` must be a non-negative number.", "--warmup-steps must be >= 0");
+  const ParallelMode& mode = mode_of(c);
+  for (const ParallelMode* m : modes()) m->validate_settings(c);
   if (c.no_sync_steps < 0) throw ConfigError("--no-sync-steps must be >= 0, got " + std::to_string(c.no_sync_steps));
-  if (c.no_sync_steps > 0 && c.mode != "ddp")
-    throw ConfigError("--no-sync-steps applies to --mode ddp (DistributedDataParallel.no_sync)");
+  mode.validate(c);
+  const ModeCaps caps = mode.caps();
+  const std::string as = "--mode " + c.mode;
+  if (c.no_sync_steps > 0 && !caps.no_sync)
+    throw ConfigError("--no-sync-steps applies to --mode " + modes_with(&ModeCaps::no_sync) +
+                      " (DistributedDataParallel.no_sync)");
+  if (c.comm != "threads" && caps.threads_only)
+    throw ConfigError(as + " runs every rank in this process", "use --comm threads (the default)");
+  if (c.bn == "sync" && !caps.sync_bn)
+    throw ConfigError("--bn sync: " + as + " has no SyncBatchNorm (modes with it: " + modes_with(&ModeCaps::sync_bn) + ")");
+  if ((c.uneven_data || c.join) && !caps.uneven_data)
+    throw ConfigError("--uneven-data and --join apply to --mode " + modes_with(&ModeCaps::uneven_data));
+  if (c.fail_rank >= 0 && c.fail_at == "allreduce" && !caps.fail_at_allreduce)
+    throw ConfigError("--fail-at allreduce: " + as + " has no gradient allreduce", "choose --fail-at forward, backward or hang");
   if (!(c.link_latency_us >= 0) || !std::isfinite(c.link_latency_us))
     throw ConfigError("--link-latency-us must be >= 0 (microseconds)");
   if (!(c.link_gbps >= 0) || !std::isfinite(c.link_gbps))
@@ -62,28 +56,6 @@ void validate_modes(const RunConfig& c) {
   if (c.link_model() && c.comm != "threads")
     throw ConfigError("--link-latency-us/--link-gbps simulate links between emulated ranks",
                       "use --comm threads, or measure the real network of the other transports");
-  if (c.mode == "dp") {
-    if (c.comm != "threads")
-      throw ConfigError("--mode dp is torch.nn.DataParallel: one process driving all its devices",
-                        "run it with --comm threads (the default); for ranks as processes use --mode ddp");
-    if (c.bn == "sync")
-      throw ConfigError("SyncBatchNorm is only supported within torch.nn.parallel.DistributedDataParallel",
-                        "--mode dp normalizes each replica's chunk on its own; use --mode ddp --bn sync");
-    if (c.sampler_drop_last)
-      throw ConfigError("--sampler-drop-last has no effect with --mode dp",
-                        "DataParallel has one DataLoader and no DistributedSampler; --drop-last drops its last batch");
-    if (c.fail_at == "allreduce" && c.fail_rank >= 0)
-      throw ConfigError("--fail-at allreduce: --mode dp has no gradient allreduce",
-                        "choose --fail-at forward, backward or hang");
-  }
-  if ((c.uneven_data || c.join) && c.mode != "ddp")
-    throw ConfigError("--uneven-data and --join apply to --mode ddp",
-                      c.mode == "dp" ? "DataParallel has a single data loader: every step uses every device"
-                                     : "PeriodicModelAverager is not Joinable in PyTorch 1.13: a finished rank "
-                                       "cannot shadow the parameter averaging");
-  if (c.join && c.bn == "sync")
-    throw ConfigError("--join with --bn sync: SyncBatchNorm is not Joinable in PyTorch 1.13",
-                      "finished ranks cannot shadow its collectives; use --bn local");
 }
 
 }  // namespace
@@ -126,9 +98,6 @@ void validate_values(const RunConfig& c) {
     if (parse_device(c.compute.device).is_cpu())
       throw ConfigError("--comm nccl: NCCL moves GPU memory between GPUs: it needs --device cuda",
                         "add --device cuda, or use --comm threads for emulated ranks on the CPU");
-    if (c.mode == "async")
-      throw ConfigError("--mode async needs a transport that receives from whichever worker sends first: not --comm nccl",
-                        "use --comm threads");
   }
   if (c.epochs < 1 && c.steps <= 0)
     throw ConfigError("--epochs must be at least 1, got " + std::to_string(c.epochs));
@@ -163,8 +132,8 @@ void validate_values(const RunConfig& c) {
     throw ConfigError("--fail-at: unknown point '" + c.fail_at + "'", "choose forward, backward, allreduce, hang or nan");
   if (c.on_nonfinite != "stop" && c.on_nonfinite != "skip-step")
     throw ConfigError("--on-nonfinite: unknown action '" + c.on_nonfinite + "'", "choose stop or skip-step");
-  if ((c.mode == "dp" || c.mode == "async") && (c.on_nonfinite != "stop" || (c.fail_at == "nan" && c.fail_rank >= 0)))
-    throw ConfigError("--on-nonfinite skip-step and --fail-at nan cover --mode ddp and local-sgd",
+  if (!mode_of(c).caps().skip_step && (c.on_nonfinite != "stop" || (c.fail_at == "nan" && c.fail_rank >= 0)))
+    throw ConfigError("--on-nonfinite skip-step and --fail-at nan cover --mode " + modes_with(&ModeCaps::skip_step),
                       "--mode " + c.mode + " stops at a non-finite loss or gradient");
   if (c.record_bn != "auto" && c.record_bn != "all" && c.record_bn != "off") {
     char* end = nullptr;
@@ -176,9 +145,8 @@ void validate_values(const RunConfig& c) {
   }
   if (c.checkpoint_every < 0) throw ConfigError("--checkpoint-every must be >= 0 (0: off), got " + std::to_string(c.checkpoint_every));
   const bool checkpoints = c.checkpoint_every > 0 || c.checkpoint_every_epoch;
-  if ((checkpoints || !c.resume.empty()) && c.mode == "async")
-    throw ConfigError("checkpoints and --resume cover --mode ddp, dp and local-sgd",
-                      "the parameter server's order of updates is not a step boundary every worker shares");
+  if ((checkpoints || !c.resume.empty()) && !mode_of(c).caps().checkpoints)
+    throw ConfigError("checkpoints and --resume cover --mode " + modes_with(&ModeCaps::checkpoints));
   if ((checkpoints || !c.resume.empty()) && (c.uneven_data || c.join))
     throw ConfigError("checkpoints and --resume need every rank at the same iteration: not with --uneven-data or --join");
   if (checkpoints && c.out_dir.empty() && c.resume.empty())

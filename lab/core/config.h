@@ -111,8 +111,7 @@ struct RunConfig {
   uint64_t async_seed = 0;
 
   bool link_model() const { return link_latency_us > 0 || link_gbps > 0; }
-  // Samples per iteration over all ranks (DataParallel: batch_size is already the global batch).
-  int global_batch() const { return mode == "dp" ? static_cast<int>(batch_size) : static_cast<int>(batch_size) * world_size; }
+  // (Samples per iteration over all ranks depend on the mode: lab::global_batch, mode.h.)
 };
 
 // Validates values and combinations; throws ConfigError with PyTorch's wording where PyTorch has

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "errors.h"
+#include "mode.h"
 
 namespace lab {
 
@@ -23,17 +24,12 @@ std::string ranks(int n) { return std::to_string(n) + (n == 1 ? " rank" : " rank
 
 bool one_rank(const RunConfig& c) { return c.world_size == 1; }
 
-// DDP's gradient buckets (overlap, bucket_cap_mb): none in DataParallel, async, with one rank, and
-// in local SGD without a warm-up (it never allreduces gradients).
-std::string no_gradient_buckets(const RunConfig& c) {
-  if (c.mode == "async")
-    return "--mode async has no DDP and no allreduce: workers pull the weights from the parameter server and push "
-           "their gradients to it";
-  if (c.mode == "dp") return "DataParallel has no gradient buckets: device 0 reduces the gradients after backward";
-  if (one_rank(c)) return "with one rank there is no allreduce";
-  if (c.mode == "local-sgd" && c.warmup_steps == 0)
-    return "--mode local-sgd with --warmup-steps 0 never allreduces gradients (it averages parameters instead)";
-  return "";
+// The mode that owns a setting (mode.h: Mode::settings), or nullptr for a setting every mode has.
+const ParallelMode* owner_of(const std::string& setting) {
+  for (const ParallelMode* m : modes())
+    for (const ModeSetting& ms : m->settings())
+      if (ms.field == setting && ms.exclusive) return m;
+  return nullptr;
 }
 
 }  // namespace
@@ -45,42 +41,39 @@ std::string IneffectiveSetting::message() const {
 // ---- no_effect_reason: whatever the setting's value ----
 
 std::string no_effect_reason(const RunConfig& c, const std::string& setting) {
-  const bool dp = c.mode == "dp";
+  const ParallelMode& mode = mode_of(c);
+  const ModeCaps caps = mode.caps();
+  // A setting of another mode; then what the mode itself says (its own words for what it lacks).
+  if (const ParallelMode* owner = owner_of(setting); owner && owner != &mode) {
+    std::string what;
+    for (const ModeSetting& ms : owner->settings())
+      if (ms.field == setting) what = ms.pytorch;
+    return "a setting of --mode " + std::string(owner->name()) + (what.empty() ? "" : " (" + what + ")") + "; --mode is " +
+           c.mode;
+  }
+  if (std::string why = mode.no_effect_reason(c, setting); !why.empty()) return why;
+  // By capability (mode.h: ModeCaps), for modes that have no words of their own for it.
+  if ((setting == "overlap" || setting == "bucket_cap_mb") && !caps.gradient_allreduce)
+    return "--mode " + c.mode + " has no gradient allreduce (DDP's buckets)";
+  if (setting == "broadcast_buffers" && !caps.buffer_broadcast)
+    return "--mode " + c.mode + " does not broadcast buffers (DDP's broadcast_buffers)";
   if (setting == "lr_t_max" || setting == "lr_min") {
     if (c.lr_schedule != "cosine") return "--lr-schedule is " + c.lr_schedule + " (it applies to cosine)";
   } else if (setting == "lr_step_size" || setting == "lr_gamma") {
     if (c.lr_schedule != "step") return "--lr-schedule is " + c.lr_schedule + " (it applies to step)";
-  } else if (setting == "average_every" || setting == "warmup_steps") {
-    if (c.mode != "local-sgd") return "a setting of --mode local-sgd (PeriodicModelAverager); --mode is " + c.mode;
-    if (one_rank(c)) return "with one rank there is nothing to average and no gradient to allreduce";
-  } else if (setting == "async_schedule" || setting == "async_seed") {
-    if (c.mode != "async") return "a setting of --mode async (the parameter server's order); --mode is " + c.mode;
-    if (one_rank(c)) return "with one worker the parameter server has a single worker to serve";
-    if (setting == "async_seed" && c.async_schedule != "seeded")
-      return "--async-schedule is " + c.async_schedule + " (it applies to seeded)";
   } else if (setting == "link_latency_us" || setting == "link_gbps") {
-    // async: the worker and the parameter server talk over the link even with one worker
-    if (one_rank(c) && c.mode != "async")
+    // a parameter server: the worker and the server talk over the link even with one worker
+    if (one_rank(c) && !caps.parameter_server)
       return "with one rank there are no messages between ranks for the simulated link to carry";
   } else if (setting == "eval_samples") {
     if (c.eval_every == 0) return "--eval-every is 0 (off): it sets the samples of the periodic evaluation";
   } else if (setting == "fail_step" || setting == "fail_at") {
     if (c.fail_rank < 0) return "no rank is told to fail: --fail-rank is not given";
-  } else if (setting == "no_sync_steps") {
-    if (c.mode != "ddp") return "a setting of --mode ddp (DistributedDataParallel.no_sync); --mode is " + c.mode;
   } else if (setting == "overlap" || setting == "bucket_cap_mb") {
-    return no_gradient_buckets(c);
+    if (one_rank(c)) return "with one rank there is no allreduce";
   } else if (setting == "allreduce") {
-    if (c.mode == "async") return no_gradient_buckets(c);
-    if (dp)
-      return "DataParallel has no allreduce: every device sends its gradients to device 0, which adds them in device "
-             "order (reduce)";
     if (one_rank(c)) return "with one rank there is nothing to sum";
   } else if (setting == "broadcast_buffers") {
-    if (c.mode == "async") return no_gradient_buckets(c);
-    if (dp)
-      return "DataParallel copies device 0's parameters and buffers to every device at every forward (replicate): "
-             "broadcast_buffers is DDP's";
     if (one_rank(c)) return "with one rank there is nobody to broadcast to";
     if (!c.track_running_stats)
       return "BatchNorm keeps no running statistics (--no-track-running-stats): there are no buffers to broadcast";
@@ -97,7 +90,7 @@ std::string no_effect_reason(const RunConfig& c, const std::string& setting) {
   } else if (setting == "trace_steps" || setting == "record_bn") {
     if (c.out_dir.empty() && c.resume.empty()) return "there is no run directory to write it into: give --out DIR";
   } else if (setting == "sampler_drop_last") {
-    if (one_rank(c) && !dp)
+    if (one_rank(c) && caps.distributed_sampler)
       return "with one rank the DistributedSampler's only shard is the whole dataset, with nothing to pad or cut";
   } else if (setting == "uneven_data") {
     if (one_rank(c)) return "with one rank nothing is dropped: rank r drops r batches, and rank 0 drops none";
@@ -113,7 +106,7 @@ int64_t largest_local_batch(const RunConfig& c) {
   // the training samples: --limit-train, or a dataset far larger than any batch
   const int64_t samples = c.limit_train > 0 ? c.limit_train : INT64_MAX / 2;
   const int64_t w = std::max(1, c.world_size);
-  if (c.mode == "dp") {
+  if (mode_of(c).caps().global_batch) {
     // one DataLoader of global batches, each chunked over the devices (torch.chunk: ceil(B / W) first)
     const int64_t global = std::min<int64_t>(c.batch_size, samples);
     return (global + w - 1) / w;
@@ -127,22 +120,22 @@ std::vector<IneffectiveSetting> nondeterministic_no_effect(const RunConfig& c) {
   if (!c.nondeterministic || c.model != "mlp") return {};  // the cnn's sums also run over the image's positions
   const int64_t b = largest_local_batch(c);
   if (b >= 3) return {};
-  const std::string who = c.mode == "dp" ? "device" : "rank";
+  const bool global = mode_of(c).caps().global_batch;
+  const std::string who = mode_of(c).member();
   const std::string why =
       "every gradient sum of the mlp (Linear's weights and biases, BatchNorm1d's sums) adds the samples of one " + who +
       ", at most " + std::to_string(b) + " here" +
-      (c.mode == "dp" ? " (--mode dp chunks the global batch of " + std::to_string(c.batch_size) + " over " +
+      (global ? " (--mode " + c.mode + " chunks the global batch of " + std::to_string(c.batch_size) + " over " +
                             std::to_string(c.world_size) + " devices)"
                       : "") +
       ", and a + b == b + a in floating point";
   const std::string hint =
       "three contributions are the fewest whose order of addition can change a sum: use " +
-      std::string(c.mode == "dp" ? "a global --batch-size of at least " + std::to_string(2 * c.world_size + 1)
+      std::string(global ? "a global --batch-size of at least " + std::to_string(2 * c.world_size + 1)
                                  : "--batch-size 3 or more") +
       ", or --model cnn (its sums also run over the image's positions)";
   IneffectiveSetting e{"nondeterministic", "--nondeterministic", "", hint, true, false};
-  const bool naive_gather =
-      (c.mode == "ddp" || c.mode == "local-sgd") && c.allreduce == "naive" && c.world_size >= 3;
+  const bool naive_gather = mode_of(c).caps().gradient_allreduce && c.allreduce == "naive" && c.world_size >= 3;
   if (naive_gather) {
     e.refused = false;
     e.maybe = true;
@@ -161,7 +154,7 @@ std::string describe_nondeterministic(const RunConfig& c) {
                   ") add their partial sums in an order drawn per call, as a GPU's thread blocks finish";
   if (c.model == "cnn" && one_rank(c) && c.threads != 1)
     s += "; with several compute threads Conv2d adds each sample's weight gradient atomically, as the threads finish";
-  if ((c.mode == "ddp" || c.mode == "local-sgd") && c.allreduce == "naive" && c.world_size >= 3)
+  if (mode_of(c).caps().gradient_allreduce && c.allreduce == "naive" && c.world_size >= 3)
     s += "; the naive allreduce adds the ranks' buffers on rank 0 in arrival order";
   return s;
 }
@@ -212,11 +205,10 @@ std::vector<IneffectiveSetting> ineffective_settings(const RunConfig& c, const R
     std::string why;
     if (c.steps > 0 && at >= c.steps)
       why = "--steps " + std::to_string(c.steps) + " ends the run before iteration " + std::to_string(at);
-    else if (c.fail_at == "allreduce" && one_rank(c) && c.mode != "async")
+    else if (c.fail_at == "allreduce" && one_rank(c) && mode_of(c).caps().fail_at_allreduce)
       why = "with one rank there is no gradient allreduce";
-    else if (c.fail_at == "allreduce" && c.mode == "local-sgd" && at >= c.warmup_steps)
-      why = "--mode local-sgd allreduces gradients only in its first --warmup-steps " + std::to_string(c.warmup_steps) +
-            " iterations, not in iteration " + std::to_string(at);
+    else if (std::string w = mode_of(c).no_effect_reason(c, "fail_at"); !w.empty())
+      why = w;
     else if (c.fail_at == "allreduce" && c.no_sync_steps > 0 && at % (c.no_sync_steps + 1) != c.no_sync_steps)
       why = "iteration " + std::to_string(at) + " runs under no_sync (--no-sync-steps " +
             std::to_string(c.no_sync_steps) + "): it allreduces nothing";

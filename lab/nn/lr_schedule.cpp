@@ -1,5 +1,6 @@
 #include "lr_schedule.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace lab {
@@ -23,6 +24,17 @@ void LrSchedule::step() {
   } else if (m_opt.kind == "step") {
     if (m_epoch % m_opt.step_size == 0) m_lr = m_lr * m_opt.gamma;  // StepLR.get_lr()
   }
+}
+
+LrScheduleOptions lr_schedule_options(const RunConfig& c, int64_t epochs) {
+  LrScheduleOptions o;
+  o.kind = c.lr_schedule;
+  o.lr = c.lr;
+  o.t_max = c.lr_t_max > 0 ? c.lr_t_max : std::max<int64_t>(1, epochs);
+  o.eta_min = c.lr_min;
+  o.step_size = c.lr_step_size;
+  o.gamma = c.lr_gamma;
+  return o;
 }
 
 }  // namespace lab

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <string>
 
+#include "config.h"
+
 namespace lab {
 
 struct LrScheduleOptions {
@@ -31,5 +33,9 @@ class LrSchedule {
   int64_t m_epoch = 0;  // PyTorch's last_epoch
   double m_lr;
 };
+
+// A configuration's schedule (--lr-schedule and its settings); cosine's T_max defaults to the
+// epochs the run trains.
+LrScheduleOptions lr_schedule_options(const RunConfig& c, int64_t epochs);
 
 }  // namespace lab

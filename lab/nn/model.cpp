@@ -1,6 +1,7 @@
 #include "model.h"
 
 #include <cassert>
+#include <map>
 
 #include "bf16.h"
 #include "conv2d.h"
@@ -246,6 +247,15 @@ void copy_state(Model& src, Model& dst) {
       d[i].buffer->i64 = s[i].buffer->i64;
     }
   }
+}
+
+std::vector<std::string> param_names(Model& model) {
+  std::map<const Param*, std::string> by_ptr;
+  for (const StateEntry& e : model.state_dict())
+    if (e.param) by_ptr[e.param] = e.name;
+  std::vector<std::string> out;
+  for (const Param* p : model.params()) out.push_back(by_ptr.at(p));
+  return out;
 }
 
 }  // namespace lab

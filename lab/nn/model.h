@@ -124,4 +124,7 @@ std::unique_ptr<Model> build_model(const ModelOptions& opt, uint64_t seed);
 // Copies values of every parameter and buffer (not gradients) from src into dst (same model).
 void copy_state(Model& src, Model& dst);
 
+// Parameter names in params() order (state_dict's names: "1.weight").
+std::vector<std::string> param_names(Model& model);
+
 }  // namespace lab

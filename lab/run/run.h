@@ -35,10 +35,13 @@
 #include "evaluate.h"
 #include "events.h"
 #include "model.h"
+#include "run_control.h"
 
 namespace lab {
 
 class RunDir;
+struct RankCheckpoint;
+struct ModeCheckpoint;
 
 // The model a configuration trains (name and BatchNorm options).
 ModelOptions model_options(const RunConfig& c);
@@ -141,58 +144,6 @@ struct Snapshot {
   std::string error;
 };
 
-// Pause / single-step control; the Communicator's StepGate.
-class RunControl : public StepGate {
- public:
-  explicit RunControl(int world_size);
-  void pause();
-  void resume();
-  // While paused: let every rank pass n more ring steps (or, with no collective ahead, iterations).
-  void step_ring(int n = 1);
-  // While paused: let every rank complete n more iterations.
-  void step_iteration(int n = 1);
-  void stop();  // ranks stop at their next gate
-  bool stopped() const;
-  bool paused() const { return m_paused.load(); }
-  const std::atomic<bool>* hold_flag() const { return &m_paused; }
-
-  // While paused: every rank passes its gates until stop(rank, iteration, next) says true (it is
-  // asked again whenever the rank is woken, so it must give the same answer for the same gate).
-  // next: the ring step about to happen, or nullptr at the gate before iteration `iteration`.
-  // Front ends build "one allreduce", "one epoch" and "up to step k" from it. pause() clears it.
-  using StopFn = std::function<bool(int rank, int64_t iteration, const Event* next)>;
-  void run_until(StopFn stop);
-  // Slow motion: every rank waits this long before passing each gate (0: full speed).
-  void set_delay(double seconds);
-  double delay() const;
-  // Per rank: the iteration whose gate it passed or waits at last (-1 before the first).
-  std::vector<int64_t> iterations() const;
-
-  void before_step(int rank, const Event& next) override;  // ring-step gate
-  void before_iteration(int rank, int64_t step);            // iteration gate
-  // Ctrl-C with checkpoints: the first iteration no rank has reached yet becomes the stop; every
-  // rank writes a checkpoint there and stops. Returns it (the same on every call).
-  int64_t request_checkpoint_stop();
-  int64_t checkpoint_stop() const;  // INT64_MAX: none requested
-  // The ranks of several processes agreed to stop at `step` (Run's stop vote).
-  void set_checkpoint_stop(int64_t step);
-
-  // Failure injection hook (set by the run).
-  std::function<void(int rank, const Event&)> on_ring_step;
-
- private:
-  void wait_gate(int rank, const Event* next);
-  mutable std::mutex m_mu;
-  std::condition_variable m_cv;
-  std::atomic<bool> m_paused{false};
-  bool m_stop = false;
-  std::vector<int> m_ring_tokens, m_iter_tokens;
-  StopFn m_until;
-  double m_delay = 0;
-  std::vector<int64_t> m_iteration;
-  int64_t m_checkpoint_stop = INT64_MAX;
-};
-
 class Run {
  public:
   Run(const RunConfig& cfg, const WorldFactory& make_world);
@@ -244,33 +195,52 @@ class Run {
   struct RankState;
   struct ResumeState;
   struct RankCheckpointRefs;
+  struct RankLoop;  // one rank's training loop (rank_loop.cpp)
   struct EpochCounters {  // one epoch's train counters, summed over ranks
     int64_t steps = 0, samples = 0, correct = 0;
   };
+  // construction (run.cpp)
+  void make_ranks(const WorldFactory& make_world);
+  void load_data();
+  void build_replicas();
+  void open_run_dir();
+  void set_up_control();
+  // the threads (rank_loop.cpp)
   void rank_main(int rank);
-  // --mode async (run_async.cpp): a worker's loop, and the parameter server's on its own thread
-  void rank_main_async(int rank);
-  void server_main();
+  void server_main();  // the parameter server of a mode that has one (Mode::serve)
+  // ranks in other processes (run_remote.cpp)
   EpochCounters epoch_counters(int rank, Transport& transport);
   void gather_to_rank0(int rank, Transport& transport, Model& model);
   const char* intern(const std::string& name);
-  // lab::evaluate() on the test set
+  // evaluation during the run (rank_loop.cpp): lab::evaluate() on the test set
   EvalResult evaluate(Model& model, Mode mode, int64_t batch_size, int64_t begin, int64_t end,
                       std::vector<float>* first_probs = nullptr);
   bool eval_due(int64_t steps_done) const;
   EvalPoint evaluate_point(Model& model, int64_t steps_done, int64_t epoch);
+  // errors (diagnosis.cpp)
   void fail_rank(int rank, const std::exception& e, bool is_comm);
   // --uneven-data without --join: when ranks ran out of data, replaces a timeout by an error that
   // says which ranks waited in which collective and which had finished.
   void throw_if_ranks_ran_out(const std::string& root_what);
+  void throw_if_failed();
   void publish();
+  // finish's parts (run.cpp, run_summary.cpp)
+  void join_threads();
+  double write_records(std::vector<std::vector<Event>>& events);
+  void summarize(const std::vector<std::vector<Event>>& events, double t_end);
+  std::vector<int> final_evaluation();
+  ComputeStats communication(const std::vector<std::vector<Event>>& events);
+  void write_outputs(const std::vector<std::vector<Event>>& events, const std::vector<int>& differing,
+                     const ComputeStats& cs);
+  nlohmann::json summary_json(const std::vector<int>& differing, const ComputeStats& cs);
   // Checkpoints (run_checkpoint.cpp).
   void load_resume();                            // constructor, --resume
   bool checkpoint_due(int64_t step, size_t batch_in_epoch) const;
   void write_checkpoint(int rank, const RankCheckpointRefs& refs);
+  RankCheckpoint rank_checkpoint(int rank, const RankCheckpointRefs& refs, ModeCheckpoint& mode_part);
   // Ranks in several processes: at every iteration gate, whether any process was interrupted.
   void vote_on_stop(int rank, int64_t step);
-  void restore_rank(int rank, const RankCheckpointRefs& refs);
+  void restore_rank(int rank, RankCheckpointRefs& refs);
   // A resumed run's figures: what the iterations before the checkpoint added (traffic, seconds),
   // and its trace events before the checkpoint followed by this process's.
   void add_resumed_stats(RunSummary& s, ComputeStats& compute);
@@ -309,7 +279,7 @@ class Run {
   nlohmann::json device_summary();          // summary.json's "device": where the model computed, what it moved
   std::string m_device_name;                // the first executor's describe(): "cuda:0 (NVIDIA ...)"
   std::unique_ptr<Model> m_eval_model;      // rank 0's copy for periodic evaluation
-  // --mode async: the parameter server (transport world_size, a thread of its own) and what it did
+  // A mode with a parameter server (transport world_size, a thread of its own) and what it did
   std::unique_ptr<Model> m_server_model;
   std::thread m_server;
   std::atomic<bool> m_server_done{false};

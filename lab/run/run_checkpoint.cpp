@@ -20,15 +20,13 @@
 
 #include "comm_stats.h"
 #include "communicator.h"
-#include "data_parallel.h"
-#include "ddp.h"
 #include "errors.h"
-#include "local_sgd.h"
 #include "lr_schedule.h"
 #include "optim.h"
 #include "run.h"
 #include "run_dir.h"
 #include "run_internal.h"
+#include "mode.h"
 #include "run_wire.h"
 
 namespace lab {
@@ -56,15 +54,6 @@ Tensor from_f32(const SafeTensor& s, const std::vector<int64_t>& shape, const st
 }
 
 }  // namespace
-
-std::vector<std::string> param_names(Model& model) {
-  std::map<const Param*, std::string> by_ptr;
-  for (const StateEntry& e : model.state_dict())
-    if (e.param) by_ptr[e.param] = e.name;
-  std::vector<std::string> out;
-  for (const Param* p : model.params()) out.push_back(by_ptr.at(p));
-  return out;
-}
 
 namespace {
 
@@ -125,15 +114,18 @@ bool Run::checkpoint_due(int64_t step, size_t batch_in_epoch) const {
          (m_cfg.checkpoint_every_epoch && batch_in_epoch == 0);
 }
 
-void Run::write_checkpoint(int rank, const RankCheckpointRefs& refs) {
+// One rank's part of the checkpoint of iteration refs.step: its tensors (model, mode, optimizer,
+// no_sync's accumulated gradients), its counters and its traced events.
+RankCheckpoint Run::rank_checkpoint(int rank, const RankCheckpointRefs& refs, ModeCheckpoint& mode_part) {
   const RunConfig& c = m_cfg;
   const int64_t S = refs.step;
   const int world = c.world_size;
   RankState& rs = *m_ranks[static_cast<size_t>(rank)];
-  Transport& transport = m_world->transport(rank);
 
   RankCheckpoint rc;
+  refs.mode.save(mode_part);
   rc.tensors = model_tensors(refs.model);
+  rc.tensors.insert(rc.tensors.end(), mode_part.tensors.begin(), mode_part.tensors.end());
   const std::vector<std::string> names = param_names(refs.model);
   const std::vector<Param*> params = refs.model.params();
   if (refs.opt.has_momentum())
@@ -163,12 +155,10 @@ void Run::write_checkpoint(int rank, const RankCheckpointRefs& refs) {
                    {"lr", refs.opt.options().lr},
                    {"bytes_sent", refs.comm.bytes_sent()},
                    {"collectives", refs.comm.seq()},
-                   {"buckets", refs.reducer.buckets()},
-                   {"buckets_rebuilt", refs.reducer.rebuilt()},
-                   {"averager_step", refs.averager.step()},
                    {"stats", rank_stats_json(mine, rank, world, S,
                                              m_resume ? m_resume->ranks[static_cast<size_t>(rank)].counters.at("stats")
                                                       : nlohmann::json())}};
+    rc.counters.update(mode_part.counters);
     // A rank of another process: its step records so far (rank 0's process writes its own below).
     if (!is_local(0)) rc.records = encode_records(std::vector<StepRecord>(rs.pending.begin(), rs.pending.end()));
   }
@@ -183,7 +173,16 @@ void Run::write_checkpoint(int rank, const RankCheckpointRefs& refs) {
       }
     if (!ev.events.empty()) rc.events = encode_rank_report(ev);
   }
-  write_rank_checkpoint(c.out_dir, S, rank, rc);
+  return rc;
+}
+
+void Run::write_checkpoint(int rank, const RankCheckpointRefs& refs) {
+  const RunConfig& c = m_cfg;
+  const int64_t S = refs.step;
+  const int world = c.world_size;
+  Transport& transport = m_world->transport(rank);
+  ModeCheckpoint mode_part;  // what the mode keeps (DDP's buckets, the averager's count, ...)
+  write_rank_checkpoint(c.out_dir, S, rank, rank_checkpoint(rank, refs, mode_part));
   if (rank != 0) {
     transport.send(0, &S, sizeof S, kTagCheckpoint);
     return;
@@ -216,13 +215,15 @@ void Run::write_checkpoint(int rank, const RankCheckpointRefs& refs) {
   st.step = S;
   st.epoch = refs.epoch;
   st.batch = refs.batch;
-  st.require_forward_param_sync = refs.require_forward_param_sync;
+  st.require_forward_param_sync = mode_part.require_forward_param_sync;
   {
     std::lock_guard<std::mutex> lock(m_epoch_mu);
     st.epochs = m_epochs;
     st.evals = m_evals;
   }
   st.elapsed = now_seconds() - m_t0;
+  std::vector<Event> mine;
+  m_logs[static_cast<size_t>(rank)]->copy_since(0, mine);
   for (const Event& e : mine)
     if (e.kind == EventKind::Compute && e.phase == Phase::Eval) st.eval_seconds += e.t_end - e.t_start;
   if (m_resume) st.eval_seconds += m_resume->eval_seconds;
@@ -236,7 +237,7 @@ void Run::write_checkpoint(int rank, const RankCheckpointRefs& refs) {
 }
 
 bool Run::interrupt() {
-  if (m_cfg.out_dir.empty() || m_cfg.mode == "async" || m_cfg.uneven_data || m_cfg.join) return false;
+  if (m_cfg.out_dir.empty() || !checkpointable(m_cfg)) return false;
   if (m_stop_vote) {  // several processes: the ranks agree on the iteration at their next gate
     m_stop_wanted = true;
     return true;
@@ -278,9 +279,10 @@ void Run::load_resume() {
                           " ranks, this run has " + std::to_string(m_cfg.world_size),
                       "resume with the same number of ranks (--world-size " + std::to_string(st.world_size) +
                           ", or mpirun -np " + std::to_string(st.world_size) + ")");
+  // The checkpoint's recorded mode and model against the run's: an identity check, not a dispatch on the mode.
   if (st.model != m_cfg.model || st.mode != m_cfg.mode)
     throw ConfigError("--resume: " + rs->found.dir + " holds a " + st.model + " trained with --mode " + st.mode +
-                      ", this run is a " + m_cfg.model + " with --mode " + st.mode);
+                      ", this run is a " + m_cfg.model + " with --mode " + m_cfg.mode);
   if (st.step > m_steps_total)
     throw ConfigError("--resume: the checkpoint is at iteration " + std::to_string(st.step) + ", after this run's last (" +
                       std::to_string(m_steps_total) + ")");
@@ -326,8 +328,7 @@ void Run::load_resume() {
   m_resume = std::move(rs);
 }
 
-void Run::restore_rank(int rank, const RankCheckpointRefs& refs_in) {
-  RankCheckpointRefs& refs = const_cast<RankCheckpointRefs&>(refs_in);
+void Run::restore_rank(int rank, RankCheckpointRefs& refs) {
   const RunConfig& c = m_cfg;
   const CheckpointState& st = m_resume->state;
   const RankCheckpoint& rc = m_resume->ranks[static_cast<size_t>(rank)];
@@ -360,17 +361,15 @@ void Run::restore_rank(int rank, const RankCheckpointRefs& refs_in) {
   const nlohmann::json& j = rc.counters;
   try {
     refs.comm.restore_counters(j.at("bytes_sent").get<uint64_t>(), j.at("collectives").get<uint64_t>());
-    refs.reducer.restore_buckets(j.at("buckets").get<std::vector<std::vector<int>>>(), j.at("buckets_rebuilt").get<bool>());
-    refs.averager.set_step(j.at("averager_step").get<int64_t>());
-    for (int64_t e = 0; e < st.epoch; ++e) {  // the schedule and DataParallel's loader as after st.epoch epochs
-      refs.schedule.step();
-      if (c.mode == "dp") refs.dp_loader.next_epoch();
-    }
+    ModeCheckpoint mode_part;  // the mode's own state (mode.h), as it was
+    mode_part.counters = j;
+    mode_part.require_forward_param_sync = st.require_forward_param_sync;
+    refs.mode.restore(mode_part, st.epoch);
+    for (int64_t e = 0; e < st.epoch; ++e) refs.schedule.step();  // the schedule as after st.epoch epochs
     refs.opt.set_lr(refs.schedule.lr());
     if (refs.opt.options().lr != j.at("lr").get<double>())
       throw IoError(where + ".json: learning rate " + std::to_string(j.at("lr").get<double>()) +
                     " at the checkpoint, the schedule gives " + std::to_string(refs.opt.options().lr));
-    refs.require_forward_param_sync = st.require_forward_param_sync;
     refs.t_epoch0 = now_seconds() - j.at("epoch_seconds").get<double>();
     RankState& rs = *m_ranks[static_cast<size_t>(rank)];
     std::lock_guard<std::mutex> lock(rs.mu);

@@ -1,5 +1,5 @@
-// What the training loops of run.cpp (DDP, DataParallel, local SGD) and run_async.cpp (the
-// parameter server and its workers) share: not part of Run's interface.
+// What the files of Run share (run.cpp, rank_loop.cpp, run_checkpoint.cpp, run_summary.cpp,
+// diagnosis.cpp, run_remote.cpp): not part of Run's interface.
 #pragma once
 
 #include <cstdint>
@@ -13,17 +13,16 @@
 #include "checkpoint.h"
 #include "config.h"
 #include "errors.h"
+#include "faults.h"
 #include "lr_schedule.h"
 #include "run.h"
 
 namespace lab {
 
 class Communicator;
-class DdpReducer;
-class PeriodicModelAverager;
+class RankMode;
 class Sgd;
 class LrSchedule;
-class SingleProcessLoader;
 
 // Run-internal messages between processes go straight over the transport, not through a
 // Communicator: they record no events and are not counted in bytes_sent, so an MPI run's
@@ -55,16 +54,15 @@ struct Run::RankState {
   int64_t out_of_data_batches = 0; // after this many batches of it
 };
 
-// What a rank's training loop holds that a checkpoint saves and a resumed run restores.
+// What a rank's training loop holds that a checkpoint saves and a resumed run restores (besides
+// the run's own per-rank state): the model, the optimizer, the mode's state (mode.h), the
+// communicator's counters, the schedule and when the epoch began.
 struct Run::RankCheckpointRefs {
   Model& model;
   Sgd& opt;
-  DdpReducer& reducer;
-  PeriodicModelAverager& averager;
+  RankMode& mode;
   Communicator& comm;
   LrSchedule& schedule;
-  SingleProcessLoader& dp_loader;
-  bool& require_forward_param_sync;
   double& t_epoch0;      // when the current epoch's training began (now_seconds)
   int64_t step = 0;      // write_checkpoint: the iteration about to run
   int64_t epoch = 0;
@@ -84,22 +82,9 @@ struct Run::ResumeState {
   double eval_seconds = 0;                        // of which rank 0 spent evaluating
 };
 
-// Thrown at a gate after stop(): unwinds a rank without being reported as a failure.
-struct StopRequested {};
-
-// Thrown by --fail-rank/--fail-step to demonstrate what a failing rank does to the world.
-class InjectedFailure : public TrainingError {
- public:
-  using TrainingError::TrainingError;
-};
-
-// Parameter names in params() order (state_dict's names: "1.weight").
-std::vector<std::string> param_names(Model& model);
 
 // What BatchNorm's batch-of-one error adds: which batch it was and how to avoid it.
 std::string batch_of_one_hint(const RunConfig& c, int rank, size_t batch, int64_t epoch, int64_t samples_per_rank);
-// The configuration's schedule; cosine's T_max defaults to the epochs this run trains.
-LrScheduleOptions lr_schedule_options(const RunConfig& c, int64_t epochs);
 // What each BatchNorm layer saw in the last training forward, for metrics and the GUI.
 std::vector<BnLayerRecord> bn_layer_records(const std::vector<BatchNorm*>& bns, const std::vector<int>& bn_index,
                                             bool track_running_stats);

@@ -31,7 +31,7 @@ bool staged_in_allreduce(const RunData& d, int64_t iteration, int ring_steps, bo
   if (passed_without) *passed_without = false;
   auto staged = [&] {
     uint64_t seq = 0;
-    if (!latest_collective(d.events, training_sync_filter(d.cfg.mode), false, seq)) return false;
+    if (!latest_collective(d.events, training_sync_filter(d.cfg), false, seq)) return false;
     const CollectiveTrace t = collect_trace(d.events, seq, d.cfg.allreduce);
     if (t.train_step != iteration) return false;
     // every sender of each of the first ring_steps steps has recorded its transfer

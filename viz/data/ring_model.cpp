@@ -1,5 +1,7 @@
 #include "ring_model.h"
 
+#include "mode.h"
+
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -54,14 +56,12 @@ bool CollectiveFilter::matches(const lab::Event& e) const {
   return true;
 }
 
-CollectiveFilter training_sync_filter(const std::string& mode) {
+CollectiveFilter training_sync_filter(const lab::RunConfig& c) {
+  const lab::ParallelMode* m = lab::find_mode(c.mode);
+  const lab::SyncCollectives s = m ? m->sync_collectives() : lab::SyncCollectives{};
   CollectiveFilter f;
-  if (mode == "dp") {
-    f.op = "reduce";
-    f.what = {"gradients"};
-  } else if (mode == "local-sgd") {
-    f.what = {"grad bucket", "param average"};
-  }
+  f.op = s.op;
+  f.what = s.what;
   return f;
 }
 

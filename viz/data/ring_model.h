@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "config.h"
 #include "events.h"
 
 namespace viz {
@@ -63,7 +64,7 @@ struct CollectiveFilter {
 // The collectives that synchronize training in a parallelism mode (lab::RunConfig::mode): DDP's
 // gradient bucket allreduces; local SGD's, and its parameter averages; DataParallel's reduce of
 // every device's gradients into device 0.
-CollectiveFilter training_sync_filter(const std::string& mode);
+CollectiveFilter training_sync_filter(const lab::RunConfig& c);
 
 // The phases of one allreduce in the order they happen, with their steps, for an algorithm on N
 // ranks and S bytes (lab/comm/ring_allreduce.h, naive_allreduce.h, tree_allreduce.h).

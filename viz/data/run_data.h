@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "config.h"
+#include "mode.h"
 #include "events.h"
 #include "run.h"
 
@@ -69,7 +70,14 @@ class RunData {
   int world() const { return cfg.world_size; }
   // What the views call a member of the world: DataParallel has devices in one process, the
   // other modes have ranks.
-  std::string member(int r) const { return (cfg.mode == "dp" ? "device " : "rank ") + std::to_string(r); }
+  std::string member(int r) const { return std::string(caps_member().second) + " " + std::to_string(r); }
+  // The run's mode's capabilities (lab/modes/mode.h), DDP's for a mode this build does not know.
+  lab::ModeCaps caps() const { return caps_member().first; }
+  std::pair<lab::ModeCaps, const char*> caps_member() const {
+    const lab::ParallelMode* m = lab::find_mode(cfg.mode);
+    if (!m) m = lab::find_mode("ddp");
+    return {m->caps(), m->member()};
+  }
   int64_t steps_done() const { return static_cast<int64_t>(by_step.size()); }
   // A run opened from its run directory is a recording: nothing can pause, step or speed it up.
   // Its views only move through what the directory holds.

@@ -324,7 +324,7 @@ void RunHost::run_into_allreduce(int64_t iteration, int ring_steps) {
   };
   auto seen = std::make_shared<std::vector<Seen>>(static_cast<size_t>(n));
   // the allreduces that synchronize training (local SGD's averages too), numbered as the view does
-  const CollectiveFilter sync = training_sync_filter(m_cfg.mode);
+  const CollectiveFilter sync = training_sync_filter(m_cfg);
   const std::string algorithm = m_cfg.allreduce;
   ctl.run_until([=](int rank, int64_t it, const lab::Event* next) {
     Seen& s = (*seen)[static_cast<size_t>(rank)];

@@ -8,6 +8,7 @@
 #include "config_effects.h"
 #include "data_parallel.h"
 #include "errors.h"
+#include "mode.h"
 #include "sampler.h"
 
 namespace viz {
@@ -102,7 +103,7 @@ std::vector<SettingCheck> check_settings(const lab::RunConfig& c, int64_t datase
   // warns about the same ones, in the same words); validate() has refused the others
   for (const lab::IneffectiveSetting& e : lab::ineffective_settings(c))
     out.push_back({Severity::Note, e.setting, e.message()});
-  if (c.mode == "dp") {
+  if (lab::mode_of(c).caps().global_batch) {  // DataParallel's one loader and torch.chunk
     check_data_parallel(c, dataset_size, out);
     return out;
   }
@@ -136,41 +137,16 @@ std::vector<SettingCheck> check_settings(const lab::RunConfig& c, int64_t datase
   if (l.loader_dropped > 0)
     out.push_back({Severity::Note, "drop_last",
                    "the loader drops each rank's last " + std::to_string(l.loader_dropped) + " sample(s) every epoch"});
-  if (c.mode == "local-sgd" && c.world_size > 1) {
-    const int64_t by_epochs = c.epochs > 0 ? l.steps * c.epochs : c.steps;  // the first limit reached (run.h)
-    const int64_t total = c.steps > 0 ? std::min(c.steps, by_epochs) : by_epochs;
-    if (c.warmup_steps >= total)
-      out.push_back({Severity::Note, "warmup_steps",
-                     "warmup_steps " + std::to_string(c.warmup_steps) + " covers all " + std::to_string(total) +
-                         " iterations: every step allreduces gradients and the parameters are never averaged (plain "
-                         "DDP)"});
-    else
-      out.push_back({Severity::Note, "average_every",
-                     "gradients are allreduced in iterations 0 to " + std::to_string(c.warmup_steps - 1) +
-                         (c.warmup_steps == 0 ? " (none)" : "") + "; after that each rank steps on its own and the "
-                         "parameters are averaged after iterations " + std::to_string(c.warmup_steps) + ", " +
-                         std::to_string(c.warmup_steps + c.average_every) + ", " +
-                         std::to_string(c.warmup_steps + 2 * c.average_every) + ", ..."});
-  }
+  const int64_t by_epochs = c.epochs > 0 ? l.steps * c.epochs : c.steps;  // the first limit reached (run.h)
+  const int64_t total = c.steps > 0 ? std::min(c.steps, by_epochs) : by_epochs;
+  for (const auto& [setting, note] : lab::mode_of(c).notes(c, total)) out.push_back({Severity::Note, setting, note});
   return out;
 }
 
-std::string describe_parallelism(const lab::RunConfig& c) {
-  const std::string n = std::to_string(c.world_size);
-  if (c.mode == "dp") return "DataParallel, " + n + (c.world_size == 1 ? " device" : " devices");
-  if (c.mode == "async")
-    return "async, " + n + (c.world_size == 1 ? " worker" : " workers") + " and a parameter server (" + c.async_schedule +
-           " schedule)";
-  std::string s = c.mode == "local-sgd" ? "local SGD every " + std::to_string(c.average_every) + " (warm-up " +
-                                              std::to_string(c.warmup_steps) + ")"
-                                        : "DDP";
-  s += ", " + n + (c.world_size == 1 ? " rank" : " ranks");
-  if (c.world_size > 1) s += ", " + c.allreduce + " allreduce";
-  return s;
-}
+std::string describe_parallelism(const lab::RunConfig& c) { return lab::mode_of(c).describe(c); }
 
 std::string describe_batch(const lab::RunConfig& c) {
-  return "batch " + std::to_string(c.batch_size) + (c.mode == "dp" ? " (global)" : "/rank");
+  return "batch " + std::to_string(c.batch_size) + (lab::mode_of(c).caps().global_batch ? " (global)" : "/rank");
 }
 
 const SettingCheck* find_check(const std::vector<SettingCheck>& checks, const std::string& setting, Severity min) {
@@ -210,6 +186,27 @@ bool apply_choice(lab::RunConfig& c, const std::string& setting, const std::stri
   else if (setting == "async_seed") return integer(c.async_seed);
   else return false;
   return true;
+}
+
+std::string setting_value(const lab::RunConfig& c, const std::string& setting) {
+  auto b = [](bool v) { return std::string(v ? "true" : "false"); };
+  if (setting == "model") return c.model;
+  if (setting == "bn") return c.bn;
+  if (setting == "mode") return c.mode;
+  if (setting == "allreduce") return c.allreduce;
+  if (setting == "broadcast_buffers") return b(c.broadcast_buffers);
+  if (setting == "drop_last") return b(c.drop_last);
+  if (setting == "sampler_drop_last") return b(c.sampler_drop_last);
+  if (setting == "shuffle") return b(c.shuffle);
+  if (setting == "overlap") return b(c.overlap);
+  if (setting == "world_size") return std::to_string(c.world_size);
+  if (setting == "batch_size") return std::to_string(c.batch_size);
+  if (setting == "average_every") return std::to_string(c.average_every);
+  if (setting == "warmup_steps") return std::to_string(c.warmup_steps);
+  if (setting == "no_sync_steps") return std::to_string(c.no_sync_steps);
+  if (setting == "async_schedule") return c.async_schedule;
+  if (setting == "async_seed") return std::to_string(c.async_seed);
+  return "";
 }
 
 std::string unavailable_reason(const lab::RunConfig& c, const std::string& setting, const std::string& value) {

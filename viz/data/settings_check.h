@@ -30,6 +30,8 @@ std::vector<SettingCheck> check_settings(const lab::RunConfig& c, int64_t datase
 // ("mode" "dp", "allreduce" "mpi", "bn" "sync", "sampler_drop_last" "true", "average_every" "4").
 // Sets it in c; false for a setting the controls do not offer or a value that does not parse.
 bool apply_choice(lab::RunConfig& c, const std::string& setting, const std::string& value);
+// A setting's value as the flag's text ("ddp", "true", "4"); "" for a setting the controls do not offer.
+std::string setting_value(const lab::RunConfig& c, const std::string& setting);
 
 // Why the controls grey out a choice for the configuration being edited ("" when it can be
 // chosen): what lab::validate would reject after the change (in its words, with its hint), what
