@@ -29,6 +29,7 @@
 #include "linear.h"
 #include "maxpool2d.h"
 #include "model.h"
+#include "mutation.h"
 #include "optim.h"
 #include "parallel.h"
 #include "relu.h"
@@ -365,7 +366,8 @@ void batched_pass(Model& model, const Batch& b, Tensor& dlogits) {
 // Zeroes the gradients, then B forward and backward passes of one sample each, accumulated.
 void per_sample_passes(Model& model, const Samples& s, Tensor& dlogits) {
   model.zero_grad();
-  const float batch = static_cast<float>(s.xs.size());
+  // mutated: a lesson's mutation test (mutation.h) leaves out the mean's 1/B
+  const float batch = mutated("per-sample-sum") ? 1.0f : static_cast<float>(s.xs.size());
   for (size_t i = 0; i < s.xs.size(); ++i) {
     const Tensor& logits = model.forward(s.xs[i], Mode::Train);
     cross_entropy(logits, s.ys[i], &dlogits, nullptr);  // (1, 10): the gradient of sample i's own loss

@@ -7,12 +7,20 @@
 #include <string>
 
 #include "gemm.h"
+#include "mutation.h"
 
 namespace lab {
 
 void sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
            const float* b, int ldb, float beta, float* c, int ldc) {
   if (m == 0 || n == 0) return;
+  if (m > 1 && mutated("sgemm-row-by-row")) {  // a lesson's mutation test (mutation.h)
+    // Row i of op(A) starts at a + i (a column of A) when transposed, else at row i.
+    for (int i = 0; i < m; ++i)
+      sgemm(trans_a, trans_b, 1, n, k, alpha, trans_a ? a + i : a + static_cast<long>(i) * lda, lda, b, ldb, beta,
+            c + static_cast<long>(i) * ldc, ldc);
+    return;
+  }
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, m, n, k,
               alpha, a, lda, b, ldb, beta, c, ldc);
 }

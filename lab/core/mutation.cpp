@@ -13,6 +13,21 @@ const std::vector<MutationInfo>& known_mutations() {
       {"ddp-broadcast-once",
        "DDP broadcasts rank 0's buffers at construction only, not before every training forward "
        "(broadcast_buffers then changes nothing during training)"},
+      {"autocast-ignored",
+       "Model::set_autocast keeps the float32 model: `dtlab eval --autocast bf16` evaluates float32 twice"},
+      {"autocast-coarse-activations",
+       "under autocast the activations between layers (BatchNorm, ReLU, pooling outputs) are rounded to 3 "
+       "significant bits instead of bfloat16's 8"},
+      {"sgemm-row-by-row",
+       "sgemm computes C one row at a time (M products of one row): no reuse of op(B) across the rows, as "
+       "if a framework looped over the samples of a batch"},
+      {"per-sample-sum",
+       "bench train --per-sample adds the single samples' gradients without the 1/B of the batch's mean loss"},
+      {"batchnorm-batch-of-one",
+       "BatchNorm in training mode accepts one value per channel (no 'Expected more than 1 value per "
+       "channel' refusal)"},
+      {"nondeterministic-ignored",
+       "--nondeterministic does not switch the layers to arrival-order sums: the fixed order stays"},
   };
   return k;
 }
