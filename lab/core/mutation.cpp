@@ -13,6 +13,21 @@ const std::vector<MutationInfo>& known_mutations() {
       {"ddp-broadcast-once",
        "DDP broadcasts rank 0's buffers at construction only, not before every training forward "
        "(broadcast_buffers then changes nothing during training)"},
+      {"link-per-pair",
+       "the simulated network gives every ordered pair of ranks a link of its own instead of one link per rank "
+       "to a switch: a rank's messages to different ranks leave at the same time, so sending to N-1 ranks costs "
+       "one message time"},
+      {"naive-relay",
+       "the naive allreduce's rank 0 sends the sum to rank 1 only, and each rank passes it on to the next: rank 0 "
+       "sends S instead of (N-1) S (the same sum, the same bits)"},
+      {"dp-replicate-chain",
+       "DataParallel's replicate passes the parameters and buffers from device to device (0 -> 1 -> 2 ...) "
+       "instead of device 0 sending a copy to every device: device 0 is no longer at one end of every transfer"},
+      {"naive-drops-last-rank",
+       "the naive allreduce's rank 0 receives the last rank's buffer but leaves it out of the sum"},
+      {"bench-busbw-own-traffic",
+       "dtlab bench allreduce reports naive's busbw from its rank 0's traffic, algbw x 2(N-1), instead of "
+       "nccl-tests' algbw x 2(N-1)/N for every algorithm"},
   };
   return k;
 }
