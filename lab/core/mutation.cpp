@@ -23,6 +23,14 @@ const std::vector<MutationInfo>& known_mutations() {
       {"dp-replicate-chain",
        "DataParallel's replicate passes the parameters and buffers from device to device (0 -> 1 -> 2 ...) "
        "instead of device 0 sending a copy to every device: device 0 is no longer at one end of every transfer"},
+      {"ddp-launch-after-backward",
+       "DDP with overlap on launches every bucket's allreduce after the whole backward, as --no-overlap does"},
+      {"ddp-no-overlap-in-hook",
+       "DDP with --no-overlap launches each bucket's allreduce inside backward, on the backward thread, as soon "
+       "as the bucket is ready (InHook) instead of after backward"},
+      {"ddp-launch-unfinished-bucket",
+       "DDP with overlap launches a bucket's allreduce at the first of its gradients to be ready, reducing the "
+       "others before backward has computed them"},
       {"naive-drops-last-rank",
        "the naive allreduce's rank 0 receives the last rank's buffer but leaves it out of the sum"},
       {"bench-busbw-own-traffic",
