@@ -23,6 +23,12 @@ const std::vector<MutationInfo>& known_mutations() {
       {"dp-replicate-chain",
        "DataParallel's replicate passes the parameters and buffers from device to device (0 -> 1 -> 2 ...) "
        "instead of device 0 sending a copy to every device: device 0 is no longer at one end of every transfer"},
+      {"async-no-interleaving",
+       "the parameter server serves a worker that pulled again until it has pushed: no other push comes between a "
+       "worker's pull and its push, so no gradient is ever stale"},
+      {"async-take-turns",
+       "the seeded parameter server serves the workers in turn, each worker's push followed by its next pull: "
+       "the N-1 other workers push between any worker's pull and its push (staleness N-1 once under way)"},
       {"ddp-launch-after-backward",
        "DDP with overlap on launches every bucket's allreduce after the whole backward, as --no-overlap does"},
       {"ddp-no-overlap-in-hook",
