@@ -489,8 +489,10 @@ void Run::rank_main(int rank) {
     if (rank == 0 && m_dir && !m_resume)
       m_dir->write_weights("init.safetensors", model_tensors(model),
                            {{"format", "pt"}, {"producer", std::string("dtlab ") + kDtlabVersion}, {"rank", "0"}});
-    DdpReducer reducer(model, comm, c.bucket_cap_mb, c.overlap ? BucketLaunch::CommThread : BucketLaunch::AfterBackward,
-                       &worker);
+    BucketLaunch launch = c.overlap ? BucketLaunch::CommThread : BucketLaunch::AfterBackward;
+    if (c.overlap && mutated("ddp-launch-after-backward")) launch = BucketLaunch::AfterBackward;  // lessons' mutation
+    if (!c.overlap && mutated("ddp-no-overlap-in-hook")) launch = BucketLaunch::InHook;            // tests (mutation.h)
+    DdpReducer reducer(model, comm, c.bucket_cap_mb, launch, &worker);
     SgdOptions so;
     so.lr = c.lr;
     so.momentum = c.momentum;
@@ -1200,7 +1202,8 @@ const RunSummary& Run::finish() {
       for (const BucketInfo& b : grad_buckets(events)) bj.push_back({{"index", b.index}, {"bytes", b.bytes}});
       j["ddp"] = {{"buckets", bj}, {"bucket_cap_mb", m_cfg.bucket_cap_mb},
                   {"what", "the gradient buckets of the last training step: bucket 0 holds the last layers' "
-                           "gradients (ready first in backward; at most 1 MiB after the first iteration's rebuild)"}};
+                           "gradients (ready first in backward; after the first iteration's rebuild it closes "
+                           "once it holds 1 MiB or more)"}};
     }
     if (m_cfg.mode == "async") {
       std::lock_guard<std::mutex> lock(m_async_mu);
