@@ -13,6 +13,14 @@ const std::vector<MutationInfo>& known_mutations() {
       {"ddp-broadcast-once",
        "DDP broadcasts rank 0's buffers at construction only, not before every training forward "
        "(broadcast_buffers then changes nothing during training)"},
+      {"ddp-eval-no-broadcast",
+       "the first forward after training (the end-of-epoch evaluation) does not broadcast rank 0's buffers, "
+       "although DDP's forward does whenever the forward before it was a synchronized training forward"},
+      {"ddp-broadcast-ignores-flag",
+       "DDP broadcasts rank 0's buffers before forwards even with --no-broadcast-buffers (broadcast_buffers=False)"},
+      {"syncbn-local-stats",
+       "SyncBatchNorm exchanges nothing: every rank normalizes with its own batch's statistics, like ordinary "
+       "BatchNorm (no all-gather of mean, variance and count, no allreduce in backward)"},
   };
   return k;
 }

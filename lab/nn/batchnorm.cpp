@@ -17,6 +17,7 @@
 
 #include "elementwise.h"
 #include "errors.h"
+#include "mutation.h"
 #include "parallel.h"
 
 namespace lab {
@@ -396,7 +397,8 @@ void BatchNorm::prepare_from_local_stats(const std::vector<int64_t>& shape, Mode
   const bool track = m_opt.track_running_stats;
   const bool batch_stats = uses_batch_stats(mode);
   // Eval never communicates, even when it normalizes with batch statistics (no running stats).
-  const bool sync = train && m_sync != nullptr && m_sync->world_size() > 1;
+  // (a lesson's mutation test, mutation.h: SyncBatchNorm made ordinary BatchNorm)
+  const bool sync = train && m_sync != nullptr && m_sync->world_size() > 1 && !mutated("syncbn-local-stats");
   if (batch_stats && (local_mean.size() != static_cast<size_t>(c) || local_var_sum.size() != static_cast<size_t>(c)))
     throw Error(describe() + ": local statistics of " + std::to_string(local_mean.size()) + " and " +
                 std::to_string(local_var_sum.size()) + " channels, expected " + std::to_string(c));

@@ -544,6 +544,8 @@ void Run::rank_main(int rank) {
     };
     bool require_forward_param_sync = true;  // DDP: sync buffers before the next forward
     const bool broadcast_once = mutated("ddp-broadcast-once");  // a lesson's mutation test (mutation.h)
+    const bool eval_no_broadcast = mutated("ddp-eval-no-broadcast");  // (mutation.h)
+    const bool broadcast = c.broadcast_buffers || mutated("ddp-broadcast-ignores-flag");  // (mutation.h)
     Tensor x, dlogits;
     std::vector<int> labels;
     const std::vector<Param*> params = model.params();
@@ -589,7 +591,7 @@ void Run::rank_main(int rank) {
         const bool grad_allreduce =
             world > 1 && synced && (!local_sgd || post_local_sgd_allreduces(step, c.warmup_steps));
         if (c.join) join.before_forward(require_forward_param_sync, synced);  // buffers from the common rank
-        else if (c.broadcast_buffers && require_forward_param_sync && !dp && !broadcast_once) broadcast_buffers(model, comm);
+        else if (broadcast && require_forward_param_sync && !dp && !broadcast_once) broadcast_buffers(model, comm);
         const bool inject = rank == c.fail_rank && step == (c.fail_step < 0 ? 0 : c.fail_step);
         if (inject && c.fail_at == "forward") throw InjectedFailure("injected failure before forward (--fail-at forward)");
         if (inject && c.fail_at == "hang") {
@@ -720,7 +722,7 @@ void Run::rank_main(int rank) {
       // of the test set in eval mode and the sums are allreduced.
       comm.set_train_step(-1);
       if (dp) dp_device.replicate_all();  // DataParallel: the evaluation forward's replicas
-      else if (c.broadcast_buffers && require_forward_param_sync) broadcast_buffers(model, comm);
+      else if (broadcast && require_forward_param_sync && !eval_no_broadcast) broadcast_buffers(model, comm);
       require_forward_param_sync = false;
       const int64_t L = m_test.size;
       const double t_eval = now_seconds();
