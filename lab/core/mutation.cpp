@@ -21,6 +21,16 @@ const std::vector<MutationInfo>& known_mutations() {
       {"syncbn-local-stats",
        "SyncBatchNorm exchanges nothing: every rank normalizes with its own batch's statistics, like ordinary "
        "BatchNorm (no all-gather of mean, variance and count, no allreduce in backward)"},
+      {"bn-allow-one-value",
+       "BatchNorm trains on one value per channel instead of refusing it (PyTorch's size check left out: the "
+       "output is the bias alone and running_var takes 0 / 0)"},
+      {"bn-refuses-batch-of-one",
+       "BatchNorm refuses every batch of one sample (N = 1), where PyTorch refuses only one value per channel "
+       "(N x H x W = 1)"},
+      {"loader-drops-last-always", "the DataLoader drops the short last batch even with drop_last=False"},
+      {"sampler-drop-last-inverted",
+       "DistributedSampler reads its drop_last the wrong way round: it cuts the dataset by default and pads it "
+       "with drop_last=True"},
   };
   return k;
 }

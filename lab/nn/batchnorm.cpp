@@ -422,7 +422,9 @@ void BatchNorm::prepare_from_local_stats(const std::vector<int64_t>& shape, Mode
 
     std::vector<float> var(static_cast<size_t>(c), 0.0f);
     if (!sync) {
-      if (n == 1) throw_batch_of_one(shape, m_hint, "");
+      // (lesson mutation tests, mutation.h: the size check left out, or made a check of N alone)
+      if ((n == 1 && !mutated("bn-allow-one-value")) || (nb == 1 && mutated("bn-refuses-batch-of-one")))
+        throw_batch_of_one(shape, m_hint, "");
       m_mean = local_mean;
       var = local_var;
       if (update && n > 0) {
