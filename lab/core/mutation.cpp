@@ -27,6 +27,14 @@ const std::vector<MutationInfo>& known_mutations() {
       {"bn-refuses-batch-of-one",
        "BatchNorm refuses every batch of one sample (N = 1), where PyTorch refuses only one value per channel "
        "(N x H x W = 1)"},
+      {"bn-eval-uses-batch-stats",
+       "BatchNorm in eval mode normalizes with the batch's statistics instead of running_mean and running_var "
+       "(model.eval() changes nothing for BatchNorm)"},
+      {"bn-untracked-eval-uses-init-stats",
+       "BatchNorm with track_running_stats=False normalizes in eval mode with mean 0 and variance 1 (the initial "
+       "running statistics) instead of the batch's"},
+      {"eval-train-mode-as-eval",
+       "an evaluation in train mode (model.train() at test time) runs the model in eval mode: the mode is ignored"},
       {"loader-drops-last-always", "the DataLoader drops the short last batch even with drop_last=False"},
       {"sampler-drop-last-inverted",
        "DistributedSampler reads its drop_last the wrong way round: it cuts the dataset by default and pads it "

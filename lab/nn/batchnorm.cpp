@@ -357,7 +357,13 @@ void BatchNorm::check_input(const std::vector<int64_t>& shape) const {
                       std::to_string(m_opt.num_features) + " channels");
 }
 
-bool BatchNorm::uses_batch_stats(Mode mode) const { return mode == Mode::Train || !m_opt.track_running_stats; }
+bool BatchNorm::uses_batch_stats(Mode mode) const {
+  if (mode == Mode::Train) return true;
+  // (lesson mutation tests, mutation.h: eval mode made to use the batch's statistics, or an
+  // untracked layer's eval mode made to use the running statistics' initial 0 and 1)
+  if (mutated("bn-eval-uses-batch-stats")) return true;
+  return !m_opt.track_running_stats && !mutated("bn-untracked-eval-uses-init-stats");
+}
 
 void BatchNorm::local_stats(const Tensor& x, std::vector<float>& local_mean, std::vector<float>& local_var_sum) const {
   check_input(x.shape);
