@@ -27,6 +27,18 @@ const std::vector<MutationInfo>& known_mutations() {
       {"bn-refuses-batch-of-one",
        "BatchNorm refuses every batch of one sample (N = 1), where PyTorch refuses only one value per channel "
        "(N x H x W = 1)"},
+      {"ddp-no-sync-allreduces",
+       "DDP allreduces the gradient in every backward, under no_sync too (no_sync only postpones the optimizer step)"},
+      {"ddp-no-sync-broadcasts",
+       "DDP broadcasts rank 0's buffers before every training forward, also after a forward under no_sync"},
+      {"grad-accumulation-overwrites",
+       "every backward overwrites .grad instead of adding into it: no_sync accumulates nothing, the synchronized "
+       "step uses the last micro-batch's gradient alone"},
+      {"bn-updates-on-sync-only",
+       "BatchNorm's running statistics (and num_batches_tracked) are updated only in synchronized forwards, not "
+       "under DDP's no_sync"},
+      {"checkpoint-drops-momentum",
+       "a resumed run restores the parameters and buffers but not SGD's momentum buffers (a fresh optimizer)"},
       {"bn-eval-uses-batch-stats",
        "BatchNorm in eval mode normalizes with the batch's statistics instead of running_mean and running_var "
        "(model.eval() changes nothing for BatchNorm)"},
