@@ -39,6 +39,11 @@ const std::vector<MutationInfo>& known_mutations() {
        "under DDP's no_sync"},
       {"checkpoint-drops-momentum",
        "a resumed run restores the parameters and buffers but not SGD's momentum buffers (a fresh optimizer)"},
+      {"local-sgd-keeps-own-params",
+       "PeriodicModelAverager allreduces the parameters but every rank keeps its own: the replicas never meet"},
+      {"local-sgd-averages-late",
+       "PeriodicModelAverager averages after iterations K - 1, 2K - 1, ... instead of 0, K, 2K, ... "
+       "(step >= warmup_steps and (step - warmup_steps) % period == 0)"},
       {"bn-eval-uses-batch-stats",
        "BatchNorm in eval mode normalizes with the batch's statistics instead of running_mean and running_var "
        "(model.eval() changes nothing for BatchNorm)"},
