@@ -53,6 +53,8 @@ const std::vector<MutationInfo>& known_mutations() {
       {"eval-train-mode-as-eval",
        "an evaluation in train mode (model.train() at test time) runs the model in eval mode: the mode is ignored"},
       {"loader-drops-last-always", "the DataLoader drops the short last batch even with drop_last=False"},
+      {"sampler-no-sharding",
+       "DistributedSampler gives every rank the whole dataset (as if num_replicas were 1): no sharding"},
       {"sampler-drop-last-inverted",
        "DistributedSampler reads its drop_last the wrong way round: it cuts the dataset by default and pads it "
        "with drop_last=True"},

@@ -40,8 +40,9 @@ DistributedSampler::DistributedSampler(const SamplerOptions& opt) : m_opt(opt) {
     throw ConfigError("Invalid dataset size " + std::to_string(opt.dataset_size) + ": it must be >= 0");
   }
   if (mutated("sampler-drop-last-inverted")) m_opt.drop_last = !m_opt.drop_last;  // a lesson's mutation test
+  if (mutated("sampler-no-sharding")) m_opt.num_replicas = 1, m_opt.rank = 0;  // (mutation.h)
   const int64_t len = opt.dataset_size;
-  const int64_t world = opt.num_replicas;
+  const int64_t world = m_opt.num_replicas;
   if (m_opt.drop_last && len % world != 0) {
     // Largest multiple of R not above L, as torch computes it: ceil((L - R) / R).
     m_num_samples = ceil_div(len - world, world);
