@@ -1211,7 +1211,7 @@ const RunSummary& Run::finish() {
     j["compute"] = {{"per_rank", cpr}, {"forward_seconds", fw}, {"backward_seconds", bw}, {"optimizer_seconds", opt},
                     {"what", "seconds of forward, backward and optimizer steps during training (mean over ranks, and "
                              "per rank); a backward includes the waits DDP's buckets make it do"}};
-    if (m_cfg.mode != "dp" && m_cfg.world_size > 1) {
+    if (m_cfg.mode != "dp" && m_cfg.mode != "async" && m_cfg.world_size > 1) {  // (the parameter server has no buckets)
       nlohmann::json bj = nlohmann::json::array();
       for (const BucketInfo& b : grad_buckets(events)) bj.push_back({{"index", b.index}, {"bytes", b.bytes}});
       j["ddp"] = {{"buckets", bj}, {"bucket_cap_mb", m_cfg.bucket_cap_mb},
