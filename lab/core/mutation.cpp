@@ -42,6 +42,51 @@ const std::vector<MutationInfo>& known_mutations() {
       {"bench-busbw-own-traffic",
        "dtlab bench allreduce reports naive's busbw from its rank 0's traffic, algbw x 2(N-1), instead of "
        "nccl-tests' algbw x 2(N-1)/N for every algorithm"},
+      {"ddp-eval-no-broadcast",
+       "the first forward after training (the end-of-epoch evaluation) does not broadcast rank 0's buffers, "
+       "although DDP's forward does whenever the forward before it was a synchronized training forward"},
+      {"ddp-broadcast-ignores-flag",
+       "DDP broadcasts rank 0's buffers before forwards even with --no-broadcast-buffers (broadcast_buffers=False)"},
+      {"syncbn-local-stats",
+       "SyncBatchNorm exchanges nothing: every rank normalizes with its own batch's statistics, like ordinary "
+       "BatchNorm (no all-gather of mean, variance and count, no allreduce in backward)"},
+      {"bn-allow-one-value",
+       "BatchNorm trains on one value per channel instead of refusing it (PyTorch's size check left out: the "
+       "output is the bias alone and running_var takes 0 / 0)"},
+      {"bn-refuses-batch-of-one",
+       "BatchNorm refuses every batch of one sample (N = 1), where PyTorch refuses only one value per channel "
+       "(N x H x W = 1)"},
+      {"ddp-no-sync-allreduces",
+       "DDP allreduces the gradient in every backward, under no_sync too (no_sync only postpones the optimizer step)"},
+      {"ddp-no-sync-broadcasts",
+       "DDP broadcasts rank 0's buffers before every training forward, also after a forward under no_sync"},
+      {"grad-accumulation-overwrites",
+       "every backward overwrites .grad instead of adding into it: no_sync accumulates nothing, the synchronized "
+       "step uses the last micro-batch's gradient alone"},
+      {"bn-updates-on-sync-only",
+       "BatchNorm's running statistics (and num_batches_tracked) are updated only in synchronized forwards, not "
+       "under DDP's no_sync"},
+      {"checkpoint-drops-momentum",
+       "a resumed run restores the parameters and buffers but not SGD's momentum buffers (a fresh optimizer)"},
+      {"local-sgd-keeps-own-params",
+       "PeriodicModelAverager allreduces the parameters but every rank keeps its own: the replicas never meet"},
+      {"local-sgd-averages-late",
+       "PeriodicModelAverager averages after iterations K - 1, 2K - 1, ... instead of 0, K, 2K, ... "
+       "(step >= warmup_steps and (step - warmup_steps) % period == 0)"},
+      {"bn-eval-uses-batch-stats",
+       "BatchNorm in eval mode normalizes with the batch's statistics instead of running_mean and running_var "
+       "(model.eval() changes nothing for BatchNorm)"},
+      {"bn-untracked-eval-uses-init-stats",
+       "BatchNorm with track_running_stats=False normalizes in eval mode with mean 0 and variance 1 (the initial "
+       "running statistics) instead of the batch's"},
+      {"eval-train-mode-as-eval",
+       "an evaluation in train mode (model.train() at test time) runs the model in eval mode: the mode is ignored"},
+      {"loader-drops-last-always", "the DataLoader drops the short last batch even with drop_last=False"},
+      {"sampler-no-sharding",
+       "DistributedSampler gives every rank the whole dataset (as if num_replicas were 1): no sharding"},
+      {"sampler-drop-last-inverted",
+       "DistributedSampler reads its drop_last the wrong way round: it cuts the dataset by default and pads it "
+       "with drop_last=True"},
   };
   return k;
 }
