@@ -576,7 +576,8 @@ int cmd_mutate(const LessonCommandOptions& o) {
     if (!dir) throw lab::IoError("cannot create a temporary folder for the mutation's runs");
     heading("Mutation " + m.id + ": " + m.what);
     if (!m.lab.empty()) std::printf("  lab mutation: DTLAB_MUTATE=%s\n", m.lab.c_str());
-    if (!m.args.empty()) std::printf("  flags added: %s\n", cli::command_line("", m.args).substr(1).c_str());
+    if (!m.args.empty())  // command_line("", args) is "dtlab  " and the flags
+      std::printf("  flags added: %s\n", cli::command_line("", m.args).substr(7).c_str());
     if (!m.lab.empty()) setenv("DTLAB_MUTATE", m.lab.c_str(), 1);
     std::map<std::string, CheckResult> checks;
     try {

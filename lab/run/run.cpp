@@ -489,8 +489,10 @@ void Run::rank_main(int rank) {
     if (rank == 0 && m_dir && !m_resume)
       m_dir->write_weights("init.safetensors", model_tensors(model),
                            {{"format", "pt"}, {"producer", std::string("dtlab ") + kDtlabVersion}, {"rank", "0"}});
-    DdpReducer reducer(model, comm, c.bucket_cap_mb, c.overlap ? BucketLaunch::CommThread : BucketLaunch::AfterBackward,
-                       &worker);
+    BucketLaunch launch = c.overlap ? BucketLaunch::CommThread : BucketLaunch::AfterBackward;
+    if (c.overlap && mutated("ddp-launch-after-backward")) launch = BucketLaunch::AfterBackward;  // lessons' mutation
+    if (!c.overlap && mutated("ddp-no-overlap-in-hook")) launch = BucketLaunch::InHook;            // tests (mutation.h)
+    DdpReducer reducer(model, comm, c.bucket_cap_mb, launch, &worker);
     SgdOptions so;
     so.lr = c.lr;
     so.momentum = c.momentum;
@@ -544,6 +546,12 @@ void Run::rank_main(int rank) {
     };
     bool require_forward_param_sync = true;  // DDP: sync buffers before the next forward
     const bool broadcast_once = mutated("ddp-broadcast-once");  // a lesson's mutation test (mutation.h)
+    const bool eval_no_broadcast = mutated("ddp-eval-no-broadcast");  // (mutation.h)
+    const bool broadcast = c.broadcast_buffers || mutated("ddp-broadcast-ignores-flag");  // (mutation.h)
+    const bool no_sync_allreduces = mutated("ddp-no-sync-allreduces");  // (mutation.h)
+    const bool no_sync_broadcasts = mutated("ddp-no-sync-broadcasts");  // (mutation.h)
+    const bool grad_overwrites = mutated("grad-accumulation-overwrites");  // (mutation.h)
+    const bool bn_update_on_sync_only = mutated("bn-updates-on-sync-only");  // (mutation.h)
     Tensor x, dlogits;
     std::vector<int> labels;
     const std::vector<Param*> params = model.params();
@@ -587,9 +595,9 @@ void Run::rank_main(int rank) {
         // averages the accumulated sums and steps. Local SGD allreduces only during its warm-up.
         const bool synced = c.no_sync_steps == 0 || step % (c.no_sync_steps + 1) == c.no_sync_steps;
         const bool grad_allreduce =
-            world > 1 && synced && (!local_sgd || post_local_sgd_allreduces(step, c.warmup_steps));
+            world > 1 && (synced || no_sync_allreduces) && (!local_sgd || post_local_sgd_allreduces(step, c.warmup_steps));
         if (c.join) join.before_forward(require_forward_param_sync, synced);  // buffers from the common rank
-        else if (c.broadcast_buffers && require_forward_param_sync && !dp && !broadcast_once) broadcast_buffers(model, comm);
+        else if (broadcast && require_forward_param_sync && !dp && !broadcast_once) broadcast_buffers(model, comm);
         const bool inject = rank == c.fail_rank && step == (c.fail_step < 0 ? 0 : c.fail_step);
         if (inject && c.fail_at == "forward") throw InjectedFailure("injected failure before forward (--fail-at forward)");
         if (inject && c.fail_at == "hang") {
@@ -608,7 +616,16 @@ void Run::rank_main(int rank) {
           continue;
         }
 
+        std::vector<Buffer> kept;  // (mutation bn-updates-on-sync-only: a no_sync forward's running statistics undone)
+        if (bn_update_on_sync_only && !synced)
+          for (BatchNorm* b : bns)
+            for (Buffer* buf : b->buffers()) kept.push_back(*buf);
         const Tensor& logits = comm.timed(Phase::Forward, "forward", step, [&]() -> const Tensor& { return model.forward(x, Mode::Train); });
+        if (!kept.empty()) {
+          size_t k = 0;
+          for (BatchNorm* b : bns)
+            for (Buffer* buf : b->buffers()) *buf = kept[k++];
+        }
         int correct = 0;
         const float loss = cross_entropy(logits, labels, &dlogits, &correct);
         if (inject && c.fail_at == "nan") dlogits.data[0] = NAN;  // --fail-at nan: a NaN enters this rank's backward
@@ -617,7 +634,8 @@ void Run::rank_main(int rank) {
         // The backward event is the computation; waiting for the last buckets' allreduces (or,
         // with --no-overlap, running them all) follows it on the communication track.
         comm.timed(Phase::Backward, "backward", step, [&] {
-          if (c.no_sync_steps == 0 || step % (c.no_sync_steps + 1) == 0) model.zero_grad();  // no_sync accumulates
+          if (c.no_sync_steps == 0 || step % (c.no_sync_steps + 1) == 0 || grad_overwrites)
+            model.zero_grad();  // no_sync accumulates
           if (grad_allreduce) reducer.prepare_for_backward();
           bool first_grad = true;
           model.backward(dlogits, [&](int i) {
@@ -652,7 +670,7 @@ void Run::rank_main(int rank) {
         if (synced && !skipped) comm.timed(Phase::OptimizerStep, "optimizer-step", step, [&] { opt.step(); });
         // PeriodicModelAverager.average_parameters after every optimizer step (local SGD).
         const double drift = local_sgd ? averager.average_parameters(model, comm) : -1.0;
-        require_forward_param_sync = synced;  // DDP: a no_sync forward leaves the next one unsynced
+        require_forward_param_sync = synced || no_sync_broadcasts;  // DDP: a no_sync forward leaves the next one unsynced
 
         StepRecord rec;
         rec.rank = rank;
@@ -720,7 +738,7 @@ void Run::rank_main(int rank) {
       // of the test set in eval mode and the sums are allreduced.
       comm.set_train_step(-1);
       if (dp) dp_device.replicate_all();  // DataParallel: the evaluation forward's replicas
-      else if (c.broadcast_buffers && require_forward_param_sync) broadcast_buffers(model, comm);
+      else if (broadcast && require_forward_param_sync && !eval_no_broadcast) broadcast_buffers(model, comm);
       require_forward_param_sync = false;
       const int64_t L = m_test.size;
       const double t_eval = now_seconds();
@@ -1200,7 +1218,8 @@ const RunSummary& Run::finish() {
       for (const BucketInfo& b : grad_buckets(events)) bj.push_back({{"index", b.index}, {"bytes", b.bytes}});
       j["ddp"] = {{"buckets", bj}, {"bucket_cap_mb", m_cfg.bucket_cap_mb},
                   {"what", "the gradient buckets of the last training step: bucket 0 holds the last layers' "
-                           "gradients (ready first in backward; at most 1 MiB after the first iteration's rebuild)"}};
+                           "gradients (ready first in backward; after the first iteration's rebuild it closes "
+                           "once it holds 1 MiB or more)"}};
     }
     if (m_cfg.mode == "async") {
       std::lock_guard<std::mutex> lock(m_async_mu);
