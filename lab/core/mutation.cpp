@@ -13,6 +13,12 @@ const std::vector<MutationInfo>& known_mutations() {
       {"ddp-broadcast-once",
        "DDP broadcasts rank 0's buffers at construction only, not before every training forward "
        "(broadcast_buffers then changes nothing during training)"},
+      {"gemm-one-thread",
+       "sgemm ignores the thread count it is given and computes every product on one thread "
+       "(gemm_set_threads: a product no longer uses the cores it may)"},
+      {"chain-dp-costliest",
+       "the matrix-chain dynamic program keeps the costliest split instead of the cheapest "
+       "(bench chain's \"optimal\" order is then the most expensive one)"},
   };
   return k;
 }
