@@ -395,6 +395,10 @@ int bench_chain(const BenchChainOptions& opt) {
       }
       jorders.push_back(jo);
     }
+    // the dynamic program's order's time at the first thread count (a lesson compares it with the fastest)
+    double optimal_ms = 0;
+    for (size_t oi = 0; oi < orders.size(); ++oi)
+      if (orders[oi].text == optimal.text) optimal_ms = results[0][oi].seconds * 1e3;
     write_result_json(opt.json_out, {{"command", "bench chain"},
                                      {"producer", std::string("dtlab ") + kDtlabVersion},
                                      {"sgemm", gemm_backend_name()},
@@ -404,6 +408,7 @@ int bench_chain(const BenchChainOptions& opt) {
                                      {"optimal", optimal.text},
                                      {"optimal_flops", optimal_flops < 9e15 ? nlohmann::json(static_cast<long long>(optimal_flops))
                                                                             : nlohmann::json(optimal_flops)},
+                                     {"optimal_time_ms", optimal_ms},
                                      {"tolerance", kChainRelTolerance},
                                      {"ratio_slowest_fastest", ratio},
                                      {"noise", noise},

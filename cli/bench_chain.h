@@ -17,7 +17,8 @@
 // time at N. The last line printed is `ratio slowest/fastest order <x>` at the smallest count.
 //
 // --json: {"command": "bench chain", "producer", "sgemm", "seed", "dims": [...], "threads": [...],
-//   "optimal": "((A1 A2) A3)", "optimal_flops", "tolerance", "ratio_slowest_fastest", "noise",
+//   "optimal": "((A1 A2) A3)", "optimal_flops", "optimal_time_ms" (its time at the first thread
+//   count; 0 when it is not among the orders timed), "tolerance", "ratio_slowest_fastest", "noise",
 //   "contention", "orders": [{"order": "...", "flops": ..., "is_optimal": bool (the dynamic
 //     program's order), "results": [{"threads": 1, "time_ms", "gflops", "max_rel_diff",
 //     "scaling", "noise", "contention"}]}]}

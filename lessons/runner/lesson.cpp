@@ -1174,7 +1174,7 @@ const std::set<std::string> kTimingKeys = {
     // bench train, sgemm, chain, allreduce; eval
     "step_ms", "gflops", "ms_per_sample", "speedup_per_sample", "ratio_smallest_largest", "batched_ms",
     "per_sample_ms", "ratio", "time_ms", "scaling", "ratio_slowest_fastest", "time_us", "algbw_gbps", "busbw_gbps",
-    "best_step_ms", "noise"};
+    "best_step_ms", "noise", "optimal_time_ms"};
 
 std::string last_key(const std::string& pointer) {
   std::string key = pointer;
