@@ -1,12 +1,15 @@
 // sgemm backend over OpenBLAS's cblas_sgemm. Supports: row-major float32, any transposes.
 // Thread count is global to OpenBLAS; with emulated ranks every rank thread calls sgemm
 // concurrently with OpenBLAS set to one thread.
+// DTLAB_SGEMM=reference (gemm_choice.h) replaces it by the reference kernel for the whole process.
 #include <cblas.h>
 
 #include <cstdio>
 #include <string>
 
 #include "gemm.h"
+#include "gemm_blocked.h"
+#include "gemm_choice.h"
 #include "mutation.h"
 
 namespace lab {
@@ -21,14 +24,23 @@ void sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const f
             c + static_cast<long>(i) * ldc, ldc);
     return;
   }
+  if (sgemm_choice() == SgemmChoice::Reference) {
+    sgemm_blocked(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, m, n, k,
               alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-void gemm_set_threads(int threads) { openblas_set_num_threads(threads < 1 ? 1 : threads); }
+void gemm_set_threads(int threads) {
+  if (mutated("gemm-one-thread")) threads = 1;  // a lesson's mutation test (mutation.h)
+  if (sgemm_choice() == SgemmChoice::Reference) sgemm_blocked_set_threads(threads);
+  else openblas_set_num_threads(threads < 1 ? 1 : threads);
+}
 
 const char* gemm_backend_name() {
   static std::string name = [] {
+    if (sgemm_choice() == SgemmChoice::Reference) return std::string("reference (DTLAB_SGEMM=reference)");
     std::string s = "openblas";
     const char* core = openblas_get_corename();
     if (core) s += std::string(" (") + core + ")";

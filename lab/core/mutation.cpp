@@ -99,6 +99,12 @@ const std::vector<MutationInfo>& known_mutations() {
        "bench train --per-sample adds the single samples' gradients without the 1/B of the batch's mean loss"},
       {"nondeterministic-ignored",
        "--nondeterministic does not switch the layers to arrival-order sums: the fixed order stays"},
+      {"gemm-one-thread",
+       "sgemm ignores the thread count it is given and computes every product on one thread "
+       "(gemm_set_threads: a product no longer uses the cores it may)"},
+      {"chain-dp-costliest",
+       "the matrix-chain dynamic program keeps the costliest split instead of the cheapest "
+       "(bench chain's \"optimal\" order is then the most expensive one)"},
   };
   return k;
 }
