@@ -3,6 +3,8 @@
 // Sections: orders (enumeration, the dynamic program, FLOPs) | evaluation with sgemm | the
 // command: validation, timing, tables, JSON
 #include "bench_chain.h"
+#include "bench_rounds.h"
+#include "mutation.h"
 
 #include <algorithm>
 #include <cassert>
@@ -104,6 +106,8 @@ ChainOrder chain_optimal_order(const std::vector<long long>& dims) {
   // cost[i][j]: fewest multiply-adds for matrices i..j (double: exact below 2^53, no overflow)
   std::vector<std::vector<double>> cost(static_cast<size_t>(n), std::vector<double>(static_cast<size_t>(n), 0.0));
   std::vector<std::vector<int>> split(static_cast<size_t>(n), std::vector<int>(static_cast<size_t>(n), 0));
+  // a lesson's mutation test (mutation.h): the program made wrong, it keeps the costliest split
+  const double sign = mutated("chain-dp-costliest") ? -1.0 : 1.0;
   for (int len = 2; len <= n; ++len)
     for (int i = 0; i + len - 1 < n; ++i) {
       const int j = i + len - 1;
@@ -111,12 +115,12 @@ ChainOrder chain_optimal_order(const std::vector<long long>& dims) {
       for (int k = i; k < j; ++k) {
         const double c = cost[static_cast<size_t>(i)][static_cast<size_t>(k)] +
                          cost[static_cast<size_t>(k + 1)][static_cast<size_t>(j)] + d(i) * d(k + 1) * d(j + 1);
-        if (c <= best) {  // ties: the largest k, so that of equal orders the one listed first wins
-          best = c;
+        if (sign * c <= best) {  // ties: the largest k, so that of equal orders the one listed first wins
+          best = sign * c;
           split[static_cast<size_t>(i)][static_cast<size_t>(j)] = k;
         }
       }
-      cost[static_cast<size_t>(i)][static_cast<size_t>(j)] = best;
+      cost[static_cast<size_t>(i)][static_cast<size_t>(j)] = sign * best;
     }
   return order_from_splits(split, 0, n - 1);
 }
@@ -183,26 +187,30 @@ std::pair<double, std::string> largest_matrix(const std::vector<ChainOrder>& ord
   return best;
 }
 
-// Median seconds of one call: one warm-up call (it also touches every page of the results),
-// then `rounds` rounds of about `seconds`, at least one call each.
+// Seconds of one call, median and noise of the rounds: one warm-up call (it also touches every
+// page of the results), then `rounds` rounds of about `seconds`, at least one call each.
 template <class Fn>
-double median_seconds(Fn&& fn, double seconds, int rounds) {
+RoundTimes median_seconds(Fn&& fn, double seconds, int rounds, int threads) {
   double t0 = now_seconds();
   fn();
   const double first = now_seconds() - t0;
   const int calls = static_cast<int>(std::max(1.0, std::min(1e6, seconds / std::max(first, 1e-9))));
   std::vector<double> ts;
+  const Contention others(threads);
   for (int r = 0; r < rounds; ++r) {
     t0 = now_seconds();
     for (int i = 0; i < calls; ++i) fn();
     ts.push_back((now_seconds() - t0) / calls);
   }
-  std::sort(ts.begin(), ts.end());
-  return ts[ts.size() / 2];
+  RoundTimes times = round_times(std::move(ts));
+  times.contention = others.cores();
+  return times;
 }
 
 struct OrderResult {
   double seconds = 0;
+  double noise = 0;
+  double contention = 0;
   double max_rel_diff = 0;
 };
 
@@ -313,11 +321,14 @@ int bench_chain(const BenchChainOptions& opt) {
       const ChainOrder& o = orders[oi];
       std::vector<Tensor> scratch;
       const Tensor* result = nullptr;
-      const double secs = median_seconds([&] { result = &chain_multiply(o, dims, mats, scratch); }, opt.seconds,
-                                         opt.rounds);
+      const RoundTimes timed = median_seconds([&] { result = &chain_multiply(o, dims, mats, scratch); }, opt.seconds,
+                                              opt.rounds, thread_counts[ti]);
+      const double secs = timed.median;
       if (ti == 0 && oi == 0) reference = *result;
       OrderResult& r = results[ti][oi];
       r.seconds = secs;
+      r.noise = timed.noise;
+      r.contention = timed.contention;
       r.max_rel_diff = chain_max_rel_diff(*result, reference);
       if (!(r.max_rel_diff <= worst_diff)) {
         worst_diff = r.max_rel_diff;
@@ -358,6 +369,12 @@ int bench_chain(const BenchChainOptions& opt) {
     fastest = std::min(fastest, r.seconds);
   }
   const double ratio = slowest / fastest;
+  double noise = 0, contention = 0;
+  for (const auto& per_threads : results)
+    for (const OrderResult& r : per_threads) {
+      noise = std::max(noise, r.noise);
+      contention = std::max(contention, r.contention);
+    }
 
   if (!opt.json_out.empty()) {
     nlohmann::json jorders = nlohmann::json::array();
@@ -372,10 +389,16 @@ int bench_chain(const BenchChainOptions& opt) {
                                  {"time_ms", r.seconds * 1e3},
                                  {"gflops", flops / r.seconds / 1e9},
                                  {"max_rel_diff", r.max_rel_diff},
-                                 {"scaling", results[0][oi].seconds / r.seconds}});
+                                 {"scaling", results[0][oi].seconds / r.seconds},
+                                 {"noise", r.noise},
+                                 {"contention", r.contention}});
       }
       jorders.push_back(jo);
     }
+    // the dynamic program's order's time at the first thread count (a lesson compares it with the fastest)
+    double optimal_ms = 0;
+    for (size_t oi = 0; oi < orders.size(); ++oi)
+      if (orders[oi].text == optimal.text) optimal_ms = results[0][oi].seconds * 1e3;
     write_result_json(opt.json_out, {{"command", "bench chain"},
                                      {"producer", std::string("dtlab ") + kDtlabVersion},
                                      {"sgemm", gemm_backend_name()},
@@ -385,8 +408,11 @@ int bench_chain(const BenchChainOptions& opt) {
                                      {"optimal", optimal.text},
                                      {"optimal_flops", optimal_flops < 9e15 ? nlohmann::json(static_cast<long long>(optimal_flops))
                                                                             : nlohmann::json(optimal_flops)},
+                                     {"optimal_time_ms", optimal_ms},
                                      {"tolerance", kChainRelTolerance},
                                      {"ratio_slowest_fastest", ratio},
+                                     {"noise", noise},
+                                     {"contention", contention},
                                      {"orders", jorders}});
   }
   if (!(worst_diff <= kChainRelTolerance))

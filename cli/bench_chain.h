@@ -17,10 +17,14 @@
 // time at N. The last line printed is `ratio slowest/fastest order <x>` at the smallest count.
 //
 // --json: {"command": "bench chain", "producer", "sgemm", "seed", "dims": [...], "threads": [...],
-//   "optimal": "((A1 A2) A3)", "optimal_flops", "tolerance", "ratio_slowest_fastest",
-//   "orders": [{"order": "...", "flops": ..., "is_optimal": bool (the dynamic program's order),
-//     "results": [{"threads": 1, "time_ms", "gflops", "max_rel_diff", "scaling"}]}]}
-//   ("scaling": time at the first thread count / this one's; 1 for the first).
+//   "optimal": "((A1 A2) A3)", "optimal_flops", "optimal_time_ms" (its time at the first thread
+//   count; 0 when it is not among the orders timed), "tolerance", "ratio_slowest_fastest", "noise",
+//   "contention", "orders": [{"order": "...", "flops": ..., "is_optimal": bool (the dynamic
+//     program's order), "results": [{"threads": 1, "time_ms", "gflops", "max_rel_diff",
+//     "scaling", "noise", "contention"}]}]}
+//   ("scaling": time at the first thread count / this one's; 1 for the first; "noise": (slowest
+//   round - fastest) / median; "contention": cores' worth of CPU other programs took from the
+//   cores it needed (bench_rounds.h); the top-level ones are the largest of them).
 #pragma once
 
 #include <cstdint>

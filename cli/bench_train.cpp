@@ -4,6 +4,7 @@
 // emulated ranks; the median of rounds) | per-sample vs batched (gradients and times) | the
 // command: one size, the sweep, per sample | bench sgemm
 #include "bench_train.h"
+#include "bench_rounds.h"
 
 #include <algorithm>
 #include <cassert>
@@ -29,6 +30,7 @@
 #include "linear.h"
 #include "maxpool2d.h"
 #include "model.h"
+#include "mutation.h"
 #include "optim.h"
 #include "parallel.h"
 #include "relu.h"
@@ -180,9 +182,12 @@ namespace {
 
 constexpr int kWarmupSteps = 5;  // as tools/peers/torch_train_peer.py
 
-// Median seconds per call of fn: kWarmupSteps calls, then `rounds` rounds of about `seconds`
-// each (at least one call). With comm (several ranks) every rank runs rank 0's count per round.
-double median_call_seconds(const std::function<void()>& fn, double seconds, int rounds, Communicator* comm) {
+// Seconds per call of fn, median, noise and contention of the rounds (bench_rounds.h): kWarmupSteps
+// calls, then `rounds` rounds of about `seconds` each (at least one call). With comm (several
+// ranks) every rank runs rank 0's count per round. `cores`: how many cores the benchmark keeps
+// busy (all ranks' threads together).
+RoundTimes median_call_seconds(const std::function<void()>& fn, double seconds, int rounds, Communicator* comm,
+                               int cores) {
   for (int i = 0; i < kWarmupSteps; ++i) fn();
   double t0 = now_seconds();
   fn();
@@ -191,13 +196,15 @@ double median_call_seconds(const std::function<void()>& fn, double seconds, int 
   if (comm) comm->broadcast(&m, sizeof m, 0, CollectiveInfo{"bench steps", -1});
   const int calls = static_cast<int>(m);
   std::vector<double> ts;
+  const Contention others(cores);
   for (int round = 0; round < rounds; ++round) {
     t0 = now_seconds();
     for (int i = 0; i < calls; ++i) fn();
     ts.push_back((now_seconds() - t0) / calls);
   }
-  std::sort(ts.begin(), ts.end());
-  return ts[ts.size() / 2];
+  RoundTimes r = round_times(std::move(ts));
+  r.contention = others.cores();
+  return r;
 }
 
 // A fixed random batch, as tools/peers/torch_train_peer.py makes it: x (B, 1, 28, 28) in [-1, 1], labels in 0..9,
@@ -226,9 +233,10 @@ BenchBatchNorm batchnorm_of(const BenchTrainOptions& opt) {
 }
 
 // Median seconds of one training step at per-rank batch `batch` on opt.world_size emulated
-// ranks (DDP, ring allreduce), a fresh model (seed 0) and batch per call; the slowest rank's.
-// A rank's error is rethrown with its type (a BatchNorm batch of one stays a TrainingError).
-double time_train_step(const BenchTrainOptions& opt, long long batch) {
+// ranks (DDP, ring allreduce), a fresh model (seed 0) and batch per call: the slowest rank's, with
+// the largest noise of any rank's rounds. A rank's error is rethrown with its type (a BatchNorm
+// batch of one stays a TrainingError).
+RoundTimes time_train_step(const BenchTrainOptions& opt, long long batch) {
   const int world = opt.world_size;
   std::vector<std::unique_ptr<Model>> models(static_cast<size_t>(world));
   for (auto& m : models) m = build_bench_model(opt.model, 0, batchnorm_of(opt));
@@ -244,7 +252,7 @@ double time_train_step(const BenchTrainOptions& opt, long long batch) {
       m.set_executor(make(m, o, rank));
     }
   }
-  std::vector<double> step_seconds(static_cast<size_t>(world), 0.0);
+  std::vector<RoundTimes> step_seconds(static_cast<size_t>(world));
   std::vector<std::exception_ptr> errors(static_cast<size_t>(world));
   ThreadsWorld tw(world);
   std::vector<std::thread> threads;
@@ -270,7 +278,8 @@ double time_train_step(const BenchTrainOptions& opt, long long batch) {
           if (world > 1) reducer.finalize_backward();
           sgd.step();
         };
-        step_seconds[static_cast<size_t>(rank)] = median_call_seconds(step, opt.seconds, opt.rounds, &comm);
+        step_seconds[static_cast<size_t>(rank)] =
+            median_call_seconds(step, opt.seconds, opt.rounds, &comm, world == 1 ? opt.threads : world);
       } catch (const std::exception& e) {
         errors[static_cast<size_t>(rank)] = std::current_exception();
         tw.transport(rank).abort(e.what());
@@ -289,7 +298,13 @@ double time_train_step(const BenchTrainOptions& opt, long long batch) {
       throw Error(std::string("bench train failed: ") + err.what());
     }
   }
-  return *std::max_element(step_seconds.begin(), step_seconds.end());
+  RoundTimes slowest;
+  for (const RoundTimes& t : step_seconds) {
+    slowest.median = std::max(slowest.median, t.median);
+    slowest.noise = std::max(slowest.noise, t.noise);
+    slowest.contention = std::max(slowest.contention, t.contention);
+  }
+  return slowest;
 }
 
 // ---- per-sample vs batched ----
@@ -365,7 +380,8 @@ void batched_pass(Model& model, const Batch& b, Tensor& dlogits) {
 // Zeroes the gradients, then B forward and backward passes of one sample each, accumulated.
 void per_sample_passes(Model& model, const Samples& s, Tensor& dlogits) {
   model.zero_grad();
-  const float batch = static_cast<float>(s.xs.size());
+  // mutated: a lesson's mutation test (mutation.h) leaves out the mean's 1/B
+  const float batch = mutated("per-sample-sum") ? 1.0f : static_cast<float>(s.xs.size());
   for (size_t i = 0; i < s.xs.size(); ++i) {
     const Tensor& logits = model.forward(s.xs[i], Mode::Train);
     cross_entropy(logits, s.ys[i], &dlogits, nullptr);  // (1, 10): the gradient of sample i's own loss
@@ -379,6 +395,7 @@ void per_sample_passes(Model& model, const Samples& s, Tensor& dlogits) {
 
 struct PerSampleResult {
   double batched_seconds = 0, per_sample_seconds = 0;
+  double noise = 0, contention = 0;  // the larger of the two timings' (bench_rounds.h)
   GradDiff grad;              // per-sample vs the batched step as timed
   bool has_same_computation = false;
   GradDiff same_computation;  // per-sample vs a batched step computing the same (not for "train")
@@ -433,15 +450,19 @@ PerSampleResult run_per_sample(const BenchTrainOptions& opt, long long batch_siz
   }
 
   // Times: the batched step exactly as the one-size mode times it, and the per-sample step.
-  r.batched_seconds = time_train_step(opt, batch_size);
+  const RoundTimes batched_time = time_train_step(opt, batch_size);
+  r.batched_seconds = batched_time.median;
   auto timed = build_bench_model(opt.model, 0, per_sample_bn);
   Sgd sgd(timed->params(), bench_sgd());
-  r.per_sample_seconds = median_call_seconds(
+  const RoundTimes one_by_one = median_call_seconds(
       [&] {
         per_sample_passes(*timed, samples, dlogits);
         sgd.step();
       },
-      opt.seconds, opt.rounds, nullptr);
+      opt.seconds, opt.rounds, nullptr, opt.threads);
+  r.per_sample_seconds = one_by_one.median;
+  r.noise = std::max(batched_time.noise, one_by_one.noise);
+  r.contention = std::max(batched_time.contention, one_by_one.contention);
   return r;
 }
 
@@ -536,7 +557,7 @@ int bench_train(const BenchTrainOptions& opt) {
   // The per-sample comparison at batch size b: printed, and returned as the JSON's "per_sample".
   struct PerSamplePart {
     nlohmann::json json;
-    double batched_seconds = 0, ratio = 0;
+    double batched_seconds = 0, ratio = 0, noise = 0, contention = 0;
   };
   auto per_sample_part = [&](long long b) {
     const PerSampleResult r = run_per_sample(opt, b);
@@ -578,10 +599,14 @@ int bench_train(const BenchTrainOptions& opt) {
     PerSamplePart p;
     p.batched_seconds = r.batched_seconds;
     p.ratio = ratio;
+    p.noise = r.noise;
+    p.contention = r.contention;
     p.json = {{"batch_size", b},
               {"batched_ms", r.batched_seconds * 1e3},
               {"per_sample_ms", r.per_sample_seconds * 1e3},
               {"ratio", ratio},
+              {"noise", r.noise},
+              {"contention", r.contention},
               {"grad_max_abs_diff", r.grad.max_abs},
               {"grad_max_rel_diff", r.grad.max_rel},
               {"grad_max_rel_param", r.grad.rel_param},
@@ -598,9 +623,12 @@ int bench_train(const BenchTrainOptions& opt) {
     std::fprintf(out, "%10s %10s %14s %12s %9s %22s\n", "batch", "step_ms", "ms_per_sample", "samples/s", "GFLOP/s",
                  "speedup_per_sample");
     std::fflush(out);
-    double first_ms_per_sample = 0, last_ms_per_sample = 0;
+    double first_ms_per_sample = 0, last_ms_per_sample = 0, noise = 0, contention = 0;
     for (long long b : sizes) {
-      const double step = time_train_step(opt, b);
+      const RoundTimes timed = time_train_step(opt, b);
+      const double step = timed.median;
+      noise = std::max(noise, timed.noise);
+      contention = std::max(contention, timed.contention);
       const double global_batch = static_cast<double>(b) * world;
       const double sps = global_batch / step;
       const double ms_per_sample = step * 1e3 / global_batch;
@@ -615,7 +643,9 @@ int bench_train(const BenchTrainOptions& opt) {
                             {"ms_per_sample", ms_per_sample},
                             {"samples_per_s", sps},
                             {"gflops", gflops_of(sps)},
-                            {"speedup_per_sample", speedup}});
+                            {"speedup_per_sample", speedup},
+                            {"noise", timed.noise},
+                            {"contention", timed.contention}});
     }
     const double ratio = first_ms_per_sample / last_ms_per_sample;
     j["batch_sizes"] = sizes;
@@ -623,8 +653,13 @@ int bench_train(const BenchTrainOptions& opt) {
     if (opt.per_sample) {
       // the largest batch of the sweep, one sample at a time
       std::fprintf(out, "\nper sample: the batch of %lld one sample at a time\n", sizes.back());
-      j["per_sample"] = per_sample_part(sizes.back()).json;
+      const PerSamplePart p = per_sample_part(sizes.back());
+      j["per_sample"] = p.json;
+      noise = std::max(noise, p.noise);
+      contention = std::max(contention, p.contention);
     }
+    j["noise"] = noise;  // the largest of any timing's
+    j["contention"] = contention;
     if (!opt.json_out.empty()) write_result_json(opt.json_out, j);
     std::fprintf(out, "ratio per-sample time smallest/largest batch %.2f\n", ratio);
     return kExitOk;
@@ -639,11 +674,14 @@ int bench_train(const BenchTrainOptions& opt) {
     j["step_ms"] = p.batched_seconds * 1e3;
     j["samples_per_s"] = sps;
     j["per_sample"] = p.json;
+    j["noise"] = p.noise;
+    j["contention"] = p.contention;
     if (!opt.json_out.empty()) write_result_json(opt.json_out, j);
     return kExitOk;
   }
 
-  const double slowest = time_train_step(opt, b);
+  const RoundTimes timed = time_train_step(opt, b);
+  const double slowest = timed.median;
   const double sps = static_cast<double>(b) * world / slowest;
   std::fprintf(out, "gflops %.1f\n", gflops_of(sps));
   std::fprintf(out, "step_ms %.3f\n", slowest * 1e3);
@@ -652,6 +690,8 @@ int bench_train(const BenchTrainOptions& opt) {
   j["gflops"] = gflops_of(sps);
   j["step_ms"] = slowest * 1e3;
   j["samples_per_s"] = sps;
+  j["noise"] = timed.noise;
+  j["contention"] = timed.contention;
   if (!opt.json_out.empty()) write_result_json(opt.json_out, j);
   return kExitOk;
 }
@@ -675,13 +715,15 @@ int bench_sgemm(const BenchSgemmOptions& opt) {
   call();
   const int calls = static_cast<int>(std::max(1.0, opt.seconds / std::max(now_seconds() - t0, 1e-6)));
   std::vector<double> ts;
+  const Contention others(opt.threads);
   for (int round = 0; round < opt.rounds; ++round) {
     t0 = now_seconds();
     for (int i = 0; i < calls; ++i) call();
     ts.push_back((now_seconds() - t0) / calls);
   }
-  std::sort(ts.begin(), ts.end());
-  const double gflops = 2.0 * n * n * n / ts[ts.size() / 2] / 1e9;
+  RoundTimes timed = round_times(std::move(ts));
+  timed.contention = others.cores();
+  const double gflops = 2.0 * n * n * n / timed.median / 1e9;
   std::fprintf(out, "gflops %.1f\n", gflops);
   if (!opt.json_out.empty())
     write_result_json(opt.json_out, {{"command", "bench sgemm"},
@@ -689,7 +731,9 @@ int bench_sgemm(const BenchSgemmOptions& opt) {
                                      {"size", n},
                                      {"threads", opt.threads},
                                      {"sgemm", gemm_backend_name()},
-                                     {"gflops", gflops}});
+                                     {"gflops", gflops},
+                                     {"noise", timed.noise},
+                                     {"contention", timed.contention}});
   return kExitOk;
 }
 

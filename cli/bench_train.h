@@ -6,7 +6,11 @@
 //   one size (--batch-size B, the default)   the last line printed is `samples_per_s <N>`
 //     --json: {"command": "bench train", "producer", "model", "batchnorm", "batch_size",
 //              "world_size", "threads", "sgemm", "train_flops_per_sample", "gflops", "step_ms",
-//              "samples_per_s"}; "batchnorm": true, false with --no-batchnorm
+//              "samples_per_s", "noise", "contention"}; "batchnorm": true, false with
+//              --no-batchnorm; "noise": (slowest round - fastest round) / median round, the
+//              largest of any rank's; "contention": cores' worth of CPU time other programs took
+//              from the cores the benchmark needed while it timed (bench_rounds.h). Every mode's
+//              JSON has a top-level "noise" and "contention", the largest of what it timed.
 //
 //   a sweep (--batch-sizes 2,8,32,...)       "is a minibatch processed all at once?"
 //     One row per size, in increasing order (a fresh model and batch per size): step ms, ms per
@@ -16,7 +20,7 @@
 //     --json: the one-size keys without the per-size ones ("batch_size", "gflops", "step_ms",
 //     "samples_per_s"), plus "batch_sizes": [...], "ratio_smallest_largest": x and
 //     "sweep": [{"batch_size", "step_ms", "ms_per_sample", "samples_per_s", "gflops",
-//                "speedup_per_sample"}, ...]        (e.g. "/sweep/0/ms_per_sample")
+//                "speedup_per_sample", "noise", "contention"}, ...]        (e.g. "/sweep/0/ms_per_sample")
 //     With --per-sample too: after the sweep, the per-sample comparison below at the largest
 //     size (its lines, then the sweep's last line), and its "per_sample" object in the JSON: the
 //     lab window's Benchmark view draws it as the one-at-a-time reference.
@@ -46,7 +50,7 @@
 //     `ratio per-sample/batched step time <x>`.
 //     --json: the one-size keys (the batched step's figures) plus
 //       "per_sample": {"batch_size", "batched_ms", "per_sample_ms", "ratio" (per_sample_ms /
-//         batched_ms), "grad_max_abs_diff", "grad_max_rel_diff", "grad_max_rel_param",
+//         batched_ms), "noise", "contention" (the larger of the two timings'), "grad_max_abs_diff", "grad_max_rel_diff", "grad_max_rel_param",
 //         "same_computation_max_abs_diff", "same_computation_max_rel_diff",
 //         "batchnorm" ("none" | "frozen" | "train"), "batchnorm_note", "train_mode_error"
 //         (BatchNorm's batch-of-one error in train mode; "" when it accepts one or has no BatchNorm)}
@@ -108,7 +112,8 @@ std::unique_ptr<Model> build_bench_model(const std::string& name, uint64_t seed,
 
 // dtlab bench sgemm: the sgemm backend's GFLOP/s on square (size x size) float32 matrices with
 // `threads` threads, the roofline that training throughput is compared with (tools/
-// bench_train_vs_torch.sh). The last line printed is `gflops <N>`.
+// bench_train_vs_torch.sh). The last line printed is `gflops <N>`. --json: {"command", "producer",
+// "size", "threads", "sgemm", "gflops", "noise", "contention"} (bench_rounds.h).
 struct BenchSgemmOptions {
   int size = 1024;
   int threads = 1;

@@ -37,6 +37,7 @@
 #include "gui_command.h"
 #include "lesson_command.h"
 #include "mode.h"
+#include "cpu/gemm_choice.h"
 #include "cpu/openblas_env.h"
 #include "run.h"
 #include "run_progress.h"
@@ -380,6 +381,7 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? lab::kExitOk : lab::kExitUsage;
   }
   try {
+    lab::sgemm_choice_from_env();  // refuses a DTLAB_SGEMM that names no kernel
     if (app.got_subcommand("version")) {
       std::string transports;
       for (const std::string& t : lab::available_transports()) transports += (transports.empty() ? "" : ", ") + t;

@@ -128,6 +128,8 @@ TEST(LessonDriver, PredictThenRunObserveTheTwinsAndRecord) {
   d.next_part();
   EXPECT_EQ(d.stage(), LessonStage::Question);
   EXPECT_FALSE(d.can_run());
+  d.session().answer("after_last_step", "b");
+  EXPECT_FALSE(d.can_run());  // both of the variation's predictions first
   d.session().answer("eval_without_broadcast", "b");
   ASSERT_TRUE(d.run());
   ASSERT_TRUE(wait_for(d, lab, LessonStage::Results)) << d.error();

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "bn_stats.h"
 #include "catalog.h"
 #include "executor.h"
 #include "lesson.h"
@@ -560,6 +561,43 @@ TEST(LessonQuantity, CountsAnArrayOfObjects) {
   EXPECT_EQ(files.read(q, o).number, 1);
   q.path = "/ddp/buckets/0/bytes";  // a number has no count
   EXPECT_THROW(files.read(q, o), QuantityError);
+}
+
+// bn.* statistics come from bn_stats.bin as float32 values: read through the quantity, they are
+// those floats exactly, so that a lesson can compare them bit for bit with the same buffer in a
+// weights file (bn-ddp's broadcast_makes_ranks_agree).
+TEST(LessonQuantity, BatchNormStatisticsAreTheRecordedFloats) {
+  testutil::TempDir d;
+  const std::vector<float> rm = {0.1f, 1.0f / 3.0f, -0.190534f};
+  {
+    lab::StepRecord r;
+    r.rank = 0;
+    r.step = 0;
+    lab::BnLayerRecord b;
+    b.layer = "2";
+    b.count = 32;
+    b.batch_mean = b.batch_var = b.running_var = {1.0f, 1.0f, 1.0f};
+    b.running_mean = rm;
+    r.bn.push_back(b);
+    lab::BnStatsWriter w(d.file("bn_stats.bin"), 1);
+    w.append({&r});
+    w.flush();
+  }
+  testutil::write_file(d.file("metrics.jsonl"), R"({"kind":"step","rank":0,"step":0,"epoch":0,"loss":1.0})" "\n");
+  RunOutcome o;
+  o.name = "r";
+  o.dir = d.path();
+  QuantitySpec q;
+  q.name = "rm";
+  q.source = "metrics";
+  q.path = "bn.running_mean";
+  q.layer = "2";
+  q.rank = 0;
+  q.step = 0;
+  RunFiles files;
+  const Value v = files.read(q, o);
+  ASSERT_EQ(v.tensor.size(), rm.size());
+  for (size_t i = 0; i < rm.size(); ++i) EXPECT_EQ(v.tensor[i], static_cast<double>(rm[i])) << i;
 }
 
 // [[mutation]]: the lab made wrong in one respect; `dtlab lesson mutate` passes only when every

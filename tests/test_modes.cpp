@@ -179,6 +179,36 @@ TEST(DataParallel, DeviceZeroCarriesEveryByte) {
   EXPECT_DOUBLE_EQ(sj["data_parallel"]["device0_share_of_bytes"].get<double>(), 1.0);
 }
 
+// On the simulated network (link_model.h: one link per device to a switch) device 0's copies of
+// the model leave through its one link out one after another, and the N-1 gradients come in
+// through its one link in one after another: every iteration takes at least
+// (N-1) (state + gradient bytes) / bandwidth, where a link per pair of devices would take one of
+// each. A lower bound only: the modeled delays are exact, compute and scheduling add to them.
+TEST(DataParallel, OnTheSimulatedNetworkDeviceZerosTransfersGoOneAfterAnother) {
+  DTLAB_REQUIRE_DATASET();
+  testutil::TempDir tmp;
+  lab::RunConfig cfg;
+  cfg.mode = "dp";
+  cfg.model = "mlp";
+  cfg.world_size = 4;
+  cfg.batch_size = 32;  // 8 per device
+  cfg.limit_train = 96;
+  cfg.limit_test = 20;
+  cfg.steps = 3;
+  cfg.epochs = 0;
+  cfg.threads = 1;
+  cfg.link_gbps = 0.8;  // 100 MB/s per direction of every device's link
+  cfg.out_dir = tmp.path();
+  lab::Run run(cfg, lab::make_world);
+  run.run();
+  const double floor = 3.0 * static_cast<double>(state_bytes(run.replica(0)) + param_bytes(run.replica(0))) / 1e8;
+  EXPECT_NEAR(floor, 0.0568, 0.0005);  // 3 x (946,744 + 943,656) bytes at 100 MB/s
+  const auto steps = torchcmp::read_steps(tmp.file("metrics.jsonl"), cfg.world_size);
+  ASSERT_EQ(steps[0].size(), 3u);
+  for (size_t k = 1; k < 3; ++k)
+    EXPECT_GE(steps[0][k]["t"].get<double>() - steps[0][k - 1]["t"].get<double>(), floor) << "iteration " << k;
+}
+
 // ---- local SGD ----
 
 TEST_P(LocalSgdCase, MatchesPeriodicModelAverager) {

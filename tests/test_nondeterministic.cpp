@@ -251,6 +251,7 @@ INSTANTIATE_TEST_SUITE_P(
                    c.async_schedule = "seeded";
                    c.async_seed = 3;
                    c.steps = 0;
+                   c.epochs = 1;           // one epoch: the parameter server's end is the data's end
                    c.limit_train = 128;  // 2 batches per worker
                  }}),
     [](const ::testing::TestParamInfo<RunClass>& info) { return info.param.name; });

@@ -449,8 +449,10 @@ void update_lesson(AppState& app, double t0) {
   if (d.stage() != before && d.stage() == LessonStage::Results) {
     const lessons::PartResult* r = d.result();
     app.log.add(r && r->passed() ? LogLevel::Info : LogLevel::Warning,
-                fmt("lesson %s, part %s: %d of %zu checks hold; record %s", d.lesson().id.c_str(), d.part().id.c_str(),
-                    r ? static_cast<int>(r->checks.size()) - r->failed_checks() : 0, r ? r->checks.size() : 0,
+                fmt("lesson %s, part %s: %d of %zu checks hold%s; record %s", d.lesson().id.c_str(), d.part().id.c_str(),
+                    r ? static_cast<int>(r->checks.size()) - r->failed_checks() - r->unjudged_checks() : 0,
+                    r ? r->checks.size() : 0,
+                    r && r->unjudged_checks() ? fmt(", %d not judged (machine too busy)", r->unjudged_checks()).c_str() : "",
                     d.record_path().c_str()),
                 since_start(t0));
   }

@@ -222,14 +222,20 @@ void draw_results(const LessonDriver& d, const LessonPanelState& st) {
   heading("Explanation");
   wrapped(r->explanation);
   ImGui::Spacing();
-  const int failed = r->failed_checks();
-  const std::string title = fmt("Checks: %d of %zu hold###checks", static_cast<int>(r->checks.size()) - failed, r->checks.size());
-  ImGui::SetNextItemOpen(st.show_checks || failed > 0, ImGuiCond_Appearing);
+  const int failed = r->failed_checks(), unjudged = r->unjudged_checks();
+  const int held = static_cast<int>(r->checks.size()) - failed - unjudged;
+  const std::string title = unjudged ? fmt("Checks: %d of %zu hold, %d not judged (machine too busy)###checks", held,
+                                           r->checks.size(), unjudged)
+                                     : fmt("Checks: %d of %zu hold###checks", held, r->checks.size());
+  ImGui::SetNextItemOpen(st.show_checks || failed > 0 || unjudged > 0, ImGuiCond_Appearing);
   if (ImGui::CollapsingHeader(title.c_str())) {
     for (const lessons::CheckResult& c : r->checks) {
-      ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(c.passed ? col::kGood : col::kError), "%s", c.passed ? "PASS" : "FAIL");
+      // a timing claim on a busy machine is neither right nor wrong here: it says why
+      const ImU32 colour = !c.judged ? col::kWarn : c.passed ? col::kGood : col::kError;
+      ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(colour), "%s", !c.judged ? "NOT JUDGED" : c.passed ? "PASS" : "FAIL");
       ImGui::SameLine();
       wrapped(c.id + ": " + (c.why.empty() ? c.that : c.why));
+      if (!c.judged) text_wrapped_colored(col::kDim, c.not_judged + ". Run the lesson again when the machine is idle.");
       std::string tip = c.that;
       for (const auto& [k, v] : c.values) tip += "\n" + k + " = " + v;
       if (!c.error.empty()) tip += "\nerror: " + c.error;

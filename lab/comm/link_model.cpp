@@ -3,15 +3,19 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <deque>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "errors.h"
 #include "events.h"
+#include "mutation.h"
 
 namespace lab {
 
@@ -21,13 +25,6 @@ namespace {
 constexpr double kSpinSeconds = 3e-4;
 constexpr double kMaxSleepSeconds = 2e-3;
 
-// One directed link src -> dst.
-struct Link {
-  std::mutex mu;
-  double free_at = 0;  // when the link has finished serializing the messages posted so far
-  std::deque<std::pair<uint64_t, double>> arrivals;  // (tag, arrival time) in posting order
-};
-
 std::string fmt(double s) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.3g", s);
@@ -36,10 +33,105 @@ std::string fmt(double s) {
 
 }  // namespace
 
+// One resource a message occupies while its bytes pass (a rank's link out, a rank's link in): its
+// bandwidth and the intervals for which messages already placed hold it.
+struct LinkTimetable::Resource {
+  double bytes_per_s = 0;                       // 0: unlimited
+  std::vector<std::pair<double, double>> busy;  // [start, end), disjoint, sorted by start
+
+  // The earliest t' >= t at which [t', t' + d) overlaps no busy interval.
+  double first_fit(double t, double d) const {
+    if (d <= 0) return t;
+    for (const auto& [s, e] : busy) {
+      if (e <= t) continue;
+      if (t + d <= s) return t;
+      t = e;
+    }
+    return t;
+  }
+  void reserve(double s, double e) {
+    if (e <= s) return;
+    busy.insert(std::lower_bound(busy.begin(), busy.end(), std::make_pair(s, e)), {s, e});
+  }
+  // Intervals over by `now` can hold up no message posted from now on.
+  void forget_before(double now) {
+    busy.erase(busy.begin(),
+               std::find_if(busy.begin(), busy.end(), [&](const std::pair<double, double>& iv) { return iv.second > now; }));
+  }
+};
+
+LinkTimetable::LinkTimetable(int ranks, const LinkModelOptions& opt, bool per_pair)
+    : m_n(ranks), m_opt(opt), m_per_pair(per_pair) {
+  const size_t n = static_cast<size_t>(ranks);
+  // [0, n): rank r's link out; [n, 2n): rank r's link in; with per_pair, [2n, 2n + n^2): src -> dst
+  m_resources.resize(2 * n + (per_pair ? n * n : 0));
+  for (Resource& r : m_resources) r.bytes_per_s = opt.bytes_per_s;
+  m_pair_leave.assign(n * n, 0.0);
+}
+
+LinkTimetable::~LinkTimetable() = default;
+
+std::vector<size_t> LinkTimetable::path(int src, int dst) const {
+  const size_t n = static_cast<size_t>(m_n), s = static_cast<size_t>(src), d = static_cast<size_t>(dst);
+  if (m_per_pair) return {2 * n + s * n + d};
+  return {s, n + d};  // src's link out, dst's link in (a shared NIC or uplink would join here)
+}
+
+LinkTimetable::Placed LinkTimetable::place(int src, int dst, size_t bytes, double posted) {
+  const std::vector<size_t> on = path(src, dst);
+  double rate = std::numeric_limits<double>::infinity();  // the slowest resource on the path
+  for (size_t r : on) {
+    m_resources[r].forget_before(posted);
+    if (m_resources[r].bytes_per_s > 0) rate = std::min(rate, m_resources[r].bytes_per_s);
+  }
+  const double d = std::isinf(rate) ? 0.0 : static_cast<double>(bytes) / rate;
+  double& pair_leave = m_pair_leave[static_cast<size_t>(src) * static_cast<size_t>(m_n) + static_cast<size_t>(dst)];
+  double start = std::max(posted, pair_leave);
+  for (;;) {  // every first_fit only moves later: stop once all resources agree
+    double next = start;
+    for (size_t r : on) next = m_resources[r].first_fit(next, d);
+    if (next == start) break;
+    start = next;
+  }
+  for (size_t r : on) m_resources[r].reserve(start, start + d);
+  pair_leave = start + d;
+  return {start, start + d, start + d + m_opt.latency_s};
+}
+
+// The timetable and the arrival times of the messages not yet received, shared by the ranks.
 struct LinkState {
-  int n = 0;
-  std::unique_ptr<Link[]> links;  // links[src * n + dst]
-  Link& link(int src, int dst) { return links[static_cast<size_t>(src) * static_cast<size_t>(n) + static_cast<size_t>(dst)]; }
+  LinkState(int n, const LinkModelOptions& opt, bool per_pair)
+      : n(n), timetable(n, opt, per_pair), arrivals(static_cast<size_t>(n) * static_cast<size_t>(n)) {}
+  const int n;
+  std::mutex mu;  // placing a message and matching an arrival
+  LinkTimetable timetable;
+  std::vector<std::deque<std::pair<uint64_t, double>>> arrivals;  // [src * n + dst]: (tag, arrival), posting order
+
+  std::deque<std::pair<uint64_t, double>>& queue(int src, int dst) {
+    return arrivals[static_cast<size_t>(src) * static_cast<size_t>(n) + static_cast<size_t>(dst)];
+  }
+
+  // Places a message posted now; returns when its last byte leaves.
+  double place(int src, int dst, size_t bytes, uint64_t tag) {
+    std::lock_guard<std::mutex> lock(mu);
+    // read under the lock: placements come in the order of their posting times
+    const LinkTimetable::Placed p = timetable.place(src, dst, bytes, now_seconds());
+    queue(src, dst).emplace_back(tag, p.arrival);
+    return p.leave;
+  }
+
+  // Arrival time of the first message with `tag` from src to dst (the one just received).
+  double arrival(int src, int dst, uint64_t tag) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto& q = queue(src, dst);
+    for (auto it = q.begin(); it != q.end(); ++it)
+      if (it->first == tag) {
+        const double t = it->second;
+        q.erase(it);
+        return t;
+      }
+    return 0;  // not placed: a message posted before the decorator existed
+  }
 };
 
 namespace {
@@ -118,29 +210,11 @@ class LinkModelTransport final : public Transport {
                       " is outside the world of " + std::to_string(m_state.n) + " ranks");
   }
 
-  // Posts a message's timing on our link to dst; returns when its last byte has left.
-  double stamp(int dst, size_t bytes, uint64_t tag) {
-    Link& l = m_state.link(rank(), dst);
-    std::lock_guard<std::mutex> lock(l.mu);
-    const double now = now_seconds();
-    const double start = std::max(now, l.free_at);
-    l.free_at = start + (m_opt.bytes_per_s > 0 ? static_cast<double>(bytes) / m_opt.bytes_per_s : 0.0);
-    l.arrivals.emplace_back(tag, l.free_at + m_opt.latency_s);
-    return l.free_at;
-  }
+  // Places a message on the simulated network; returns when its last byte has left.
+  double stamp(int dst, size_t bytes, uint64_t tag) { return m_state.place(rank(), dst, bytes, tag); }
 
-  // Arrival time of the first message with `tag` on the link src -> us (the one just received).
-  double arrival(int src, uint64_t tag) {
-    Link& l = m_state.link(src, rank());
-    std::lock_guard<std::mutex> lock(l.mu);
-    for (auto it = l.arrivals.begin(); it != l.arrivals.end(); ++it)
-      if (it->first == tag) {
-        const double t = it->second;
-        l.arrivals.erase(it);
-        return t;
-      }
-    return 0;  // not stamped: a message posted before the decorator existed
-  }
+  // Arrival time of the first message with `tag` from src to us (the one just received).
+  double arrival(int src, uint64_t tag) { return m_state.arrival(src, rank(), tag); }
 
   void wait_until(double deadline, const char* call, int peer, size_t bytes, uint64_t tag) {
     double waited = 0;
@@ -187,13 +261,12 @@ LinkModelOptions link_model_options(double latency_us, double gbps) {
 }
 
 LinkModelWorld::LinkModelWorld(std::unique_ptr<World> inner, const LinkModelOptions& opt)
-    : m_inner(std::move(inner)), m_opt(opt), m_state(new LinkState) {
+    : m_inner(std::move(inner)), m_opt(opt) {
   const int n = m_inner->world_size();
   if (static_cast<int>(m_inner->local_ranks().size()) != n)
     throw ConfigError("--link-latency-us/--link-gbps need every rank in this process (emulated ranks)",
                       "the simulated link shares message arrival times in memory; use --comm threads");
-  m_state->n = n;
-  m_state->links.reset(new Link[static_cast<size_t>(n) * static_cast<size_t>(n)]);
+  m_state = std::make_unique<LinkState>(n, opt, mutated("link-per-pair"));  // a lesson's mutation test (mutation.h)
   for (int r = 0; r < n; ++r)
     m_transports.push_back(std::make_unique<LinkModelTransport>(m_inner->transport(r), *m_state, m_opt));
 }

@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "mutation.h"
+
 namespace lab {
 
 void naive_allreduce(Communicator& comm, float* data, size_t count, CollectiveInfo info) {
@@ -63,11 +65,34 @@ void naive_allreduce(Communicator& comm, float* data, size_t count, CollectiveIn
       }
       for (int dst = 1; dst < n; ++dst)
         step(Phase::Broadcast, dst - 1, 0, dst, [&] { t.sendrecv(dst, data, bytes, dst, nullptr, 0, tag); });
+    } else if (!comm.arrival_order() && mutated("naive-relay")) {
+      // A lesson's mutation test (mutation.h): the sum leaves rank 0 once and is passed on from
+      // rank to rank (broadcast step s: rank s -> s + 1); the gather is the usual one.
+      if (r == 0)
+        for (int src = 1; src < n; ++src)
+          step(Phase::Gather, src - 1, src, 0, [&] { t.sendrecv_reduce(src, nullptr, 0, src, data, count, tag); });
+      else
+        step(Phase::Gather, r - 1, r, 0, [&] { t.sendrecv(0, data, bytes, 0, nullptr, 0, tag); });
+      if (r > 0) step(Phase::Broadcast, r - 1, r - 1, r, [&] { t.sendrecv(r - 1, nullptr, 0, r - 1, data, bytes, tag); });
+      if (r < n - 1) step(Phase::Broadcast, r, r, r + 1, [&] { t.sendrecv(r + 1, data, bytes, r + 1, nullptr, 0, tag); });
     } else if (r == 0) {
       // Gather in rank order: acc = ((x0 + x1) + x2) + ..., added straight from each sender's buffer.
+      // (The mutation naive-drops-last-rank, mutation.h, receives the last rank's buffer and leaves
+      // it out of the sum.)
+      const bool drop_last = mutated("naive-drops-last-rank");
+      std::vector<float> dropped;
       for (int src = 1; src < n; ++src)
-        step(Phase::Gather, src - 1, src, 0, [&] { t.sendrecv_reduce(src, nullptr, 0, src, data, count, tag); });
-      // Broadcast the sum, one rank after another.
+        step(Phase::Gather, src - 1, src, 0, [&] {
+          if (drop_last && src == n - 1) {
+            dropped.resize(count);
+            t.sendrecv(src, nullptr, 0, src, dropped.data(), bytes, tag);
+          } else {
+            t.sendrecv_reduce(src, nullptr, 0, src, data, count, tag);
+          }
+        });
+      // Broadcast the sum, one rank after another. On the simulated network (link_model.h) these
+      // messages leave through rank 0's one link out one after another, as the gather's arrive
+      // through its link in: 2 (N-1) message times in all, however the sends are posted.
       for (int dst = 1; dst < n; ++dst)
         step(Phase::Broadcast, dst - 1, 0, dst, [&] { t.sendrecv(dst, data, bytes, dst, nullptr, 0, tag); });
     } else {

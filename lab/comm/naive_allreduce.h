@@ -14,7 +14,10 @@
 // copies it: all ranks end with bitwise identical results (the bits of a rank-order sum).
 // Traffic: rank 0 receives (N-1) S and sends (N-1) S; every other rank sends S and receives S.
 // Rank 0's link carries 2(N-1) S where a ring carries 2(N-1)/N S per rank: that, and rank 0
-// doing every addition alone, is why a parameter server does not scale.
+// doing every addition alone, is why a parameter server does not scale. On the simulated network
+// (link_model.h: one full-duplex link per rank to a switch) the N-1 gradients come in through rank
+// 0's link in one after another and the N-1 copies of the sum leave through its link out one
+// after another: 2(N-1) S / bandwidth, N times the ring's 2(N-1)/N S / bandwidth.
 //
 // Every rank calls comm.gate() before each step it takes part in (rank 0: all 2(N-1) of them;
 // rank r > 0: its gather step r-1 and its broadcast step r-1) with the event of that step's

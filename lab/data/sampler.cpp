@@ -7,6 +7,7 @@
 #include <string>
 
 #include "errors.h"
+#include "mutation.h"
 #include "torch_rng.h"
 
 namespace lab {
@@ -38,9 +39,11 @@ DistributedSampler::DistributedSampler(const SamplerOptions& opt) : m_opt(opt) {
   if (opt.dataset_size < 0) {
     throw ConfigError("Invalid dataset size " + std::to_string(opt.dataset_size) + ": it must be >= 0");
   }
+  if (mutated("sampler-drop-last-inverted")) m_opt.drop_last = !m_opt.drop_last;  // a lesson's mutation test
+  if (mutated("sampler-no-sharding")) m_opt.num_replicas = 1, m_opt.rank = 0;  // (mutation.h)
   const int64_t len = opt.dataset_size;
-  const int64_t world = opt.num_replicas;
-  if (opt.drop_last && len % world != 0) {
+  const int64_t world = m_opt.num_replicas;
+  if (m_opt.drop_last && len % world != 0) {
     // Largest multiple of R not above L, as torch computes it: ceil((L - R) / R).
     m_num_samples = ceil_div(len - world, world);
   } else {
@@ -90,6 +93,7 @@ std::vector<int64_t> DistributedSampler::indices() const {
 std::vector<std::vector<int64_t>> make_batches(const std::vector<int64_t>& indices, int64_t batch_size,
                                                bool drop_last) {
   check_batch_size(batch_size);
+  drop_last = drop_last || mutated("loader-drops-last-always");  // a lesson's mutation test (mutation.h)
   const int64_t n = static_cast<int64_t>(indices.size());
   std::vector<std::vector<int64_t>> batches;
   batches.reserve(static_cast<size_t>(batches_per_epoch(n, batch_size, drop_last)));
@@ -103,6 +107,7 @@ std::vector<std::vector<int64_t>> make_batches(const std::vector<int64_t>& indic
 
 int64_t batches_per_epoch(int64_t n, int64_t batch_size, bool drop_last) {
   check_batch_size(batch_size);
+  drop_last = drop_last || mutated("loader-drops-last-always");  // as make_batches
   assert(n >= 0);
   return drop_last ? n / batch_size : ceil_div(n, batch_size);
 }

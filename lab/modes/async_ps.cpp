@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "errors.h"
+#include "mutation.h"
 
 namespace lab {
 
@@ -68,12 +69,23 @@ void ParameterServer::serve(const std::function<void(const Update&, int64_t upda
   std::vector<int> active(static_cast<size_t>(m_workers));
   for (int w = 0; w < m_workers; ++w) active[static_cast<size_t>(w)] = w;
   const size_t bytes = state_bytes(m_model);
+  // Lessons' mutation tests (mutation.h). async-no-interleaving: a worker that pulled is served
+  // again until it has pushed, so no other push comes between its pull and its push (nothing is
+  // ever stale). async-take-turns: the seeded schedule serves the workers in turn, each worker's
+  // push followed by its next pull, so the N-1 others push between any worker's pull and push.
+  const bool no_interleaving = mutated("async-no-interleaving");
+  const bool take_turns = m_seeded && mutated("async-take-turns");
+  int stay = -1;       // with a mutation: the worker whose next message is served next
+  size_t turn = 0;     // with take_turns: the next worker's turn
   while (!active.empty()) {
     AsyncHeader h;
     int w = -1;
-    if (m_seeded) {
+    if (stay >= 0) {
+      w = stay;
+      m_t.recv(w, &h, sizeof h, kAsyncHeaderTag);
+    } else if (m_seeded) {
       // the drawn worker's next message, whatever the others have sent meanwhile
-      w = next_worker(active);
+      w = take_turns ? active[turn++ % active.size()] : next_worker(active);
       m_t.recv(w, &h, sizeof h, kAsyncHeaderTag);
     } else {
       w = m_t.recv_any(active, &h, sizeof h, kAsyncHeaderTag);
@@ -84,6 +96,7 @@ void ParameterServer::serve(const std::function<void(const Update&, int64_t upda
     answer.step = h.step;
     switch (static_cast<AsyncMsg>(h.type)) {
       case AsyncMsg::Pull:
+        stay = no_interleaving ? w : -1;
         answer.version = m_version;
         pack_state(m_model, false, m_buf);
         m_t.send(w, &answer, sizeof answer, kAsyncAnswerTag);
@@ -100,9 +113,11 @@ void ParameterServer::serve(const std::function<void(const Update&, int64_t upda
         answer.version = m_version;
         m_t.send(w, &answer, sizeof answer, kAsyncAnswerTag);
         if (on_update) on_update(Update{w, h.step, answer.staleness, h.loss, h.correct, h.samples}, m_version);
+        stay = take_turns ? w : -1;
         break;
       }
       case AsyncMsg::Done:
+        stay = -1;
         active.erase(std::find(active.begin(), active.end(), w));
         break;
       default:

@@ -14,6 +14,7 @@
 #include <limits>
 
 #include "errors.h"
+#include "mutation.h"
 
 namespace lab {
 
@@ -225,7 +226,19 @@ DpStepResult DataParallelDevice::train_step(const Tensor& x, const std::vector<i
 
   // 2. replicate: parameters and buffers, device 0 -> every device with a chunk.
   std::vector<uint8_t> state = pack_state();
-  if (root) {
+  if (mutated("dp-replicate-chain")) {
+    // A lesson's mutation test (mutation.h): the copy travels device 0 -> 1 -> 2 -> ..., each
+    // device passing it on, as a pipelined broadcast would; device 0 sends it once.
+    const bool forward = m_device + 1 < used;
+    collective("replicate", "parameters and buffers", seq_replicate,
+               state.size() * static_cast<uint64_t>((root ? 0 : 1) + (forward ? 1 : 0)), [&] {
+                 if (!root) recv(m_device - 1, state.data(), state.size(), seq_replicate);
+                 if (forward)
+                   send(m_device + 1, state.data(), state.size(), seq_replicate, Phase::Broadcast, "replicate",
+                        "parameters and buffers");
+               });
+    if (!root) unpack_state(state);
+  } else if (root) {
     collective("replicate", "parameters and buffers", seq_replicate, state.size() * static_cast<uint64_t>(used - 1), [&] {
       for (int i = 1; i < used; ++i)
         send(i, state.data(), state.size(), seq_replicate, Phase::Broadcast, "replicate", "parameters and buffers");

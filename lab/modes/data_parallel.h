@@ -21,7 +21,14 @@
 //                 order, ((g0 + g1) + g2) + ... (comm.reduce_add: the root's tensor, then the
 //                 others one by one) - the sum, not the mean: the loss already divided by B.
 //   9. step       SGD on device 0.
-// Device 0 carries every transfer: the master bottleneck DDP removes.
+// Device 0 carries every transfer: the master bottleneck DDP removes. This is PyTorch's path
+// without NCCL: torch/csrc/cuda/comm.cpp's broadcast copies the flattened parameters to each
+// device in turn, torch/nn/parallel/comm.py's reduce_add adds each device's gradients, copied to
+// device 0, to device 0's in device order. With NCCL (nccl::is_available), broadcast_coalesced
+// and reduce_add_coalesced call NCCL's broadcast and reduce instead, which pass the bytes from
+// device to device (and sum in NCCL's order). On the simulated network (link_model.h) device 0's
+// sends leave through its one link out one after another, and the gradients come in through its
+// one link in one after another: (N-1) model sizes each way per iteration.
 //
 // Data order: DataLoader(dataset, batch_size=B, shuffle=True,
 // generator=torch.Generator().manual_seed(seed)) - SingleProcessLoader.

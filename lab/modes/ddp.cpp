@@ -4,6 +4,8 @@
 #include <cstring>
 #include <limits>
 
+#include "mutation.h"
+
 namespace lab {
 
 std::vector<std::vector<int>> compute_bucket_assignment(const std::vector<size_t>& param_bytes,
@@ -56,13 +58,17 @@ void DdpReducer::prepare_for_backward() {
   m_next_bucket = 0;
   m_flat.resize(m_buckets.size());
   if (!m_rebuilt) m_ready_order.clear();
+  m_launch_unfinished = m_launch == BucketLaunch::CommThread && mutated("ddp-launch-unfinished-bucket");
 }
 
 void DdpReducer::mark_param_ready(int i) {
   assert(!m_ready[static_cast<size_t>(i)] && "gradient marked ready twice");
   m_ready[static_cast<size_t>(i)] = 1;
   if (!m_rebuilt) m_ready_order.push_back(i);
-  --m_pending[static_cast<size_t>(m_bucket_of[static_cast<size_t>(i)])];
+  int& pending = m_pending[static_cast<size_t>(m_bucket_of[static_cast<size_t>(i)])];
+  // The mutation ddp-launch-unfinished-bucket (mutation.h) launches a bucket at its first ready
+  // gradient: copy_in then takes the others as they are before backward has computed them.
+  pending = m_launch_unfinished ? 0 : pending - 1;
   // Buckets are launched in index order: a ready bucket waits for all earlier ones.
   while (m_next_bucket < m_buckets.size() && m_pending[m_next_bucket] == 0) launch_bucket(m_next_bucket++);
 }

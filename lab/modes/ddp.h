@@ -84,6 +84,7 @@ class DdpReducer {
   std::vector<int> m_ready_order;    // first iteration's ready order
   size_t m_next_bucket = 0;
   bool m_rebuilt = false;
+  bool m_launch_unfinished = false;  // mutation ddp-launch-unfinished-bucket (mutation.h), read per iteration
   // Per bucket: its gradients, flattened and scaled (one buffer per bucket: with CommThread the
   // rank thread fills bucket b + 1 while the worker reduces bucket b).
   std::vector<std::vector<float>> m_flat;

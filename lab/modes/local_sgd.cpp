@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "mutation.h"
+
 namespace lab {
 
 PeriodicModelAverager::PeriodicModelAverager(int64_t period, int64_t warmup_steps)
@@ -12,7 +14,10 @@ PeriodicModelAverager::PeriodicModelAverager(int64_t period, int64_t warmup_step
 }
 
 double PeriodicModelAverager::average_parameters(Model& model, Communicator& comm) {
-  const bool average = averages_now();
+  // (a lesson's mutation test, mutation.h: averaging after iterations K - 1, 2K - 1, ... instead of 0, K, 2K)
+  const bool average = mutated("local-sgd-averages-late")
+                           ? m_step >= m_warmup && (m_step - m_warmup + 1) % m_period == 0
+                           : averages_now();
   ++m_step;
   if (!average) return -1.0;
   // flat_params = torch.cat([p.data.reshape(-1) for p in params]); flat_params /= world_size
@@ -28,6 +33,7 @@ double PeriodicModelAverager::average_parameters(Model& model, Communicator& com
     const double d = static_cast<double>(m_before[i]) - static_cast<double>(m_flat[i]);
     sq += d * d;
   }
+  if (mutated("local-sgd-keeps-own-params")) return std::sqrt(sq);  // (mutation.h: the average is not taken)
   size_t off = 0;
   for (Param* p : params) {
     std::memcpy(p->value.data.data(), m_flat.data() + off, p->value.data.size() * sizeof(float));

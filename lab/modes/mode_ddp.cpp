@@ -12,6 +12,7 @@
 #include <cmath>
 #include <thread>
 
+#include "batchnorm.h"
 #include "communicator.h"
 #include "dataset.h"
 #include "errors.h"
@@ -23,6 +24,13 @@
 namespace lab {
 
 namespace {
+
+// When a bucket's allreduce starts: on the communication thread as its gradients are ready
+// (overlap), or after backward; the overlap lesson's mutation tests swap them (mutation.h).
+BucketLaunch bucket_launch(const RunConfig& c) {
+  if (c.overlap) return mutated("ddp-launch-after-backward") ? BucketLaunch::AfterBackward : BucketLaunch::CommThread;
+  return mutated("ddp-no-overlap-in-hook") ? BucketLaunch::InHook : BucketLaunch::AfterBackward;
+}
 
 bool all_finite(const Tensor& t) {
   float acc = 0;  // NaN and inf survive a sum times zero; finite values give 0
@@ -40,11 +48,16 @@ std::string nonfinite_kind(const Tensor& t) {
 
 DdpRank::DdpRank(RankEnv& env)
     : m_env(env),
-      m_reducer(env.model, env.comm, env.cfg.bucket_cap_mb,
-                env.cfg.overlap ? BucketLaunch::CommThread : BucketLaunch::AfterBackward, &env.worker),
+      m_reducer(env.model, env.comm, env.cfg.bucket_cap_mb, bucket_launch(env.cfg), &env.worker),
       m_join(env.model, env.comm, m_reducer, env.cfg.broadcast_buffers),
       m_sampler({env.train.size, env.world, env.rank, env.cfg.shuffle, env.cfg.seed, env.cfg.sampler_drop_last}),
       m_broadcast_once(mutated("ddp-broadcast-once")),
+      m_broadcast(env.cfg.broadcast_buffers || mutated("ddp-broadcast-ignores-flag")),
+      m_eval_no_broadcast(mutated("ddp-eval-no-broadcast")),
+      m_no_sync_allreduces(mutated("ddp-no-sync-allreduces")),
+      m_no_sync_broadcasts(mutated("ddp-no-sync-broadcasts")),
+      m_grad_overwrites(mutated("grad-accumulation-overwrites")),
+      m_bn_update_on_sync_only(mutated("bn-updates-on-sync-only")),
       m_pnames(param_names(env.model)) {}
 
 void DdpRank::start() { broadcast_state(m_env.model, m_env.comm); }  // DDP construction: rank 0's state everywhere
@@ -60,7 +73,7 @@ void DdpRank::before_step(const StepInput& in) {
   const RunConfig& c = m_env.cfg;
   const bool synced = c.no_sync_steps == 0 || in.step % (c.no_sync_steps + 1) == c.no_sync_steps;
   if (c.join) m_join.before_forward(m_require_forward_param_sync, synced);  // buffers from the common rank
-  else if (c.broadcast_buffers && m_require_forward_param_sync && !m_broadcast_once)
+  else if (m_broadcast && m_require_forward_param_sync && !m_broadcast_once)
     broadcast_buffers(m_env.model, m_env.comm);
 }
 
@@ -74,10 +87,19 @@ StepCount DdpRank::step(const StepInput& in, StepRecord& rec) {
   // no_sync cycles (--no-sync-steps K): K local backward passes, then a synchronized one that
   // averages the accumulated sums and steps.
   const bool synced = c.no_sync_steps == 0 || step % (c.no_sync_steps + 1) == c.no_sync_steps;
-  const bool grad_allreduce = m_env.world > 1 && synced && allreduces(step);
+  const bool grad_allreduce = m_env.world > 1 && (synced || m_no_sync_allreduces) && allreduces(step);
 
+  std::vector<Buffer> kept;  // (mutation bn-updates-on-sync-only: a no_sync forward's running statistics undone)
+  if (m_bn_update_on_sync_only && !synced)
+    for (BatchNorm* b : model.batchnorms())
+      for (Buffer* buf : b->buffers()) kept.push_back(*buf);
   const Tensor& logits =
       comm.timed(Phase::Forward, "forward", step, [&]() -> const Tensor& { return model.forward(*in.x, Mode::Train); });
+  if (!kept.empty()) {
+    size_t k = 0;
+    for (BatchNorm* b : model.batchnorms())
+      for (Buffer* buf : b->buffers()) *buf = kept[k++];
+  }
   int correct = 0;
   const float loss = cross_entropy(logits, *in.labels, &m_dlogits, &correct);
   if (m_env.faults.here(rank, step, "nan")) m_dlogits.data[0] = NAN;  // --fail-at nan: a NaN enters this rank's backward
@@ -87,7 +109,8 @@ StepCount DdpRank::step(const StepInput& in, StepRecord& rec) {
   // The backward event is the computation; waiting for the last buckets' allreduces (or, with
   // --no-overlap, running them all) follows it on the communication track.
   comm.timed(Phase::Backward, "backward", step, [&] {
-    if (c.no_sync_steps == 0 || step % (c.no_sync_steps + 1) == 0) model.zero_grad();  // no_sync accumulates
+    if (c.no_sync_steps == 0 || step % (c.no_sync_steps + 1) == 0 || m_grad_overwrites)
+      model.zero_grad();  // no_sync accumulates
     if (grad_allreduce) m_reducer.prepare_for_backward();
     bool first_grad = true;
     model.backward(m_dlogits, [&](int i) {
@@ -120,7 +143,7 @@ StepCount DdpRank::step(const StepInput& in, StepRecord& rec) {
   }
   if (synced && !skipped) comm.timed(Phase::OptimizerStep, "optimizer-step", step, [&] { m_env.opt.step(); });
   const double drift = after_optimizer_step();
-  m_require_forward_param_sync = synced;  // DDP: a no_sync forward leaves the next one unsynced
+  m_require_forward_param_sync = synced || m_no_sync_broadcasts;  // DDP: a no_sync forward leaves the next one unsynced
 
   rec.batch_size = n;
   rec.loss = loss;
@@ -160,7 +183,7 @@ void DdpRank::after_batches(int64_t epoch, int64_t& step, int64_t batches_done) 
 
 void DdpRank::before_evaluation() {
   // The first no-grad forward after training broadcasts rank 0's buffers (broadcast_buffers).
-  if (m_env.cfg.broadcast_buffers && m_require_forward_param_sync) broadcast_buffers(m_env.model, m_env.comm);
+  if (m_broadcast && m_require_forward_param_sync && !m_eval_no_broadcast) broadcast_buffers(m_env.model, m_env.comm);
   m_require_forward_param_sync = false;
 }
 
@@ -237,7 +260,7 @@ void ddp_summary(const SummaryEnv& env, nlohmann::json& j) {
   for (const BucketInfo& b : grad_buckets(env.events)) bj.push_back({{"index", b.index}, {"bytes", b.bytes}});
   j["ddp"] = {{"buckets", bj}, {"bucket_cap_mb", env.cfg.bucket_cap_mb},
               {"what", "the gradient buckets of the last training step: bucket 0 holds the last layers' gradients "
-                       "(ready first in backward; at most 1 MiB after the first iteration's rebuild)"}};
+                       "(ready first in backward; after the first iteration's rebuild it closes once it holds 1 MiB or more)"}};
 }
 
 std::unique_ptr<ParallelMode> make_ddp_mode() { return std::make_unique<DdpMode>(); }

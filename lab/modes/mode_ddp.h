@@ -43,6 +43,10 @@ class DdpRank : public RankMode {
   int64_t m_batches_per_epoch = 0;     // the steps of a full epoch (uneven data: before the cut)
   bool m_require_forward_param_sync = true;  // DDP: sync buffers before the next forward
   const bool m_broadcast_once;         // a lesson's mutation test (mutation.h)
+  const bool m_broadcast;              // broadcast_buffers (or the mutation that ignores the flag)
+  // lessons' mutation tests (mutation.h): each the one place its wrong behaviour lives
+  const bool m_eval_no_broadcast, m_no_sync_allreduces, m_no_sync_broadcasts, m_grad_overwrites,
+      m_bn_update_on_sync_only;
   std::vector<std::string> m_pnames;   // parameter names, for a non-finite gradient's message
   Tensor m_dlogits;                    // (n, 10)
 };

@@ -17,6 +17,7 @@
 
 #include "elementwise.h"
 #include "errors.h"
+#include "mutation.h"
 #include "parallel.h"
 
 namespace lab {
@@ -356,7 +357,13 @@ void BatchNorm::check_input(const std::vector<int64_t>& shape) const {
                       std::to_string(m_opt.num_features) + " channels");
 }
 
-bool BatchNorm::uses_batch_stats(Mode mode) const { return mode == Mode::Train || !m_opt.track_running_stats; }
+bool BatchNorm::uses_batch_stats(Mode mode) const {
+  if (mode == Mode::Train) return true;
+  // (lesson mutation tests, mutation.h: eval mode made to use the batch's statistics, or an
+  // untracked layer's eval mode made to use the running statistics' initial 0 and 1)
+  if (mutated("bn-eval-uses-batch-stats")) return true;
+  return !m_opt.track_running_stats && !mutated("bn-untracked-eval-uses-init-stats");
+}
 
 void BatchNorm::local_stats(const Tensor& x, std::vector<float>& local_mean, std::vector<float>& local_var_sum) const {
   check_input(x.shape);
@@ -396,7 +403,8 @@ void BatchNorm::prepare_from_local_stats(const std::vector<int64_t>& shape, Mode
   const bool track = m_opt.track_running_stats;
   const bool batch_stats = uses_batch_stats(mode);
   // Eval never communicates, even when it normalizes with batch statistics (no running stats).
-  const bool sync = train && m_sync != nullptr && m_sync->world_size() > 1;
+  // (a lesson's mutation test, mutation.h: SyncBatchNorm made ordinary BatchNorm)
+  const bool sync = train && m_sync != nullptr && m_sync->world_size() > 1 && !mutated("syncbn-local-stats");
   if (batch_stats && (local_mean.size() != static_cast<size_t>(c) || local_var_sum.size() != static_cast<size_t>(c)))
     throw Error(describe() + ": local statistics of " + std::to_string(local_mean.size()) + " and " +
                 std::to_string(local_var_sum.size()) + " channels, expected " + std::to_string(c));
@@ -420,7 +428,9 @@ void BatchNorm::prepare_from_local_stats(const std::vector<int64_t>& shape, Mode
 
     std::vector<float> var(static_cast<size_t>(c), 0.0f);
     if (!sync) {
-      if (n == 1) throw_batch_of_one(shape, m_hint, "");
+      // (lesson mutation tests, mutation.h: the size check left out, or made a check of N alone)
+      if ((n == 1 && !mutated("bn-allow-one-value")) || (nb == 1 && mutated("bn-refuses-batch-of-one")))
+        throw_batch_of_one(shape, m_hint, "");
       m_mean = local_mean;
       var = local_var;
       if (update && n > 0) {

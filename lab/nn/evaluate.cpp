@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "mutation.h"
 #include "optim.h"
 
 namespace lab {
@@ -23,6 +24,8 @@ void softmax_row(const float* z, int64_t k, float* out) {
 
 EvalResult evaluate(Model& model, Mode mode, const Dataset& data, int64_t batch_size, int64_t begin, int64_t end,
                     const EvalOutputs& out) {
+  // (a lesson's mutation test, mutation.h: model.train() at test time made to change nothing)
+  if (mode == Mode::Train && mutated("eval-train-mode-as-eval")) mode = Mode::Eval;
   EvalResult r;
   Tensor x;
   std::vector<int> labels;

@@ -2,6 +2,8 @@
 
 #include <cassert>
 #include <map>
+#include <cstdint>
+#include <cstring>
 
 #include "bf16.h"
 #include "conv2d.h"
@@ -9,10 +11,25 @@
 #include "flatten.h"
 #include "linear.h"
 #include "maxpool2d.h"
+#include "mutation.h"
 #include "relu.h"
 #include "torch_rng.h"
 
 namespace lab {
+
+namespace {
+// The mutation "autocast-coarse-activations" (mutation.h): p[i] rounded to nearest with `bits`
+// stored mantissa bits (bf16 keeps 7), a precision far below bfloat16's. Finite values only.
+void round_mantissa_bits(float* p, size_t n, int bits) {
+  const int drop = 23 - bits;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, &p[i], sizeof u);
+    u = (u + (1u << (drop - 1))) & ~((1u << drop) - 1u);
+    std::memcpy(&p[i], &u, sizeof u);
+  }
+}
+}  // namespace
 
 bool Model::fused_at(size_t i) const {
   if (!m_fusion || i + 2 >= m_modules.size()) return false;
@@ -43,8 +60,8 @@ void Model::set_executor(std::unique_ptr<ModelExecutor> exec) {
 void Model::set_autocast(Autocast a) {
   if (m_exec && a != Autocast::None)
     throw ConfigError("autocast bf16 is the CPU's emulation: it cannot run on " + m_exec->describe());
-  m_autocast = a;
-  for (size_t i = 0; i < m_modules.size(); ++i) m_lower_precision[i] = m_modules[i]->set_autocast(a) ? 1 : 0;
+  m_autocast = mutated("autocast-ignored") ? Autocast::None : a;  // a lesson's mutation test (mutation.h)
+  for (size_t i = 0; i < m_modules.size(); ++i) m_lower_precision[i] = m_modules[i]->set_autocast(m_autocast) ? 1 : 0;
 }
 
 // Under autocast, `bf16` follows PyTorch's dtype of each activation: Linear and Conv2d return bf16
@@ -66,10 +83,12 @@ const Tensor& Model::forward(const Tensor& x, Mode mode) {
   m_input = &x;
   const Tensor* in = &x;
   bool bf16 = false;  // autocast: *in is a bfloat16 tensor in PyTorch
+  const bool coarse = m_autocast == Autocast::BF16 && mutated("autocast-coarse-activations");
   for (size_t i = 0; i < count; ++i) {
     const size_t last = forward_step(i, *in, mode);
     if (m_autocast == Autocast::BF16) {
       if (m_lower_precision[i]) bf16 = true;
+      else if (bf16 && coarse) round_mantissa_bits(m_acts[last].ptr(), static_cast<size_t>(m_acts[last].numel()), 2);
       else if (bf16) round_bf16(m_acts[last].ptr(), static_cast<size_t>(m_acts[last].numel()));
     }
     in = &m_acts[last];

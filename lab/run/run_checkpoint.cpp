@@ -22,6 +22,7 @@
 #include "communicator.h"
 #include "errors.h"
 #include "lr_schedule.h"
+#include "mutation.h"
 #include "optim.h"
 #include "run.h"
 #include "run_dir.h"
@@ -343,7 +344,8 @@ void Run::restore_rank(int rank, RankCheckpointRefs& refs) {
   load_model_tensors(refs.model, model_part, where + ".safetensors");
   const std::vector<std::string> names = param_names(refs.model);
   const std::vector<Param*> params = refs.model.params();
-  if (extra.count("optim.momentum." + names[0])) {
+  // (a lesson's mutation test, mutation.h: the resumed optimizer starts without its momentum)
+  if (extra.count("optim.momentum." + names[0]) && !mutated("checkpoint-drops-momentum")) {
     std::vector<Tensor> bufs;
     for (size_t i = 0; i < params.size(); ++i) {
       auto it = extra.find("optim.momentum." + names[i]);

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "gemm.h"
+#include "mutation.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -156,7 +157,10 @@ namespace {
 std::atomic<bool> g_nondeterministic{false};
 }  // namespace
 
-void set_nondeterministic(bool on) { g_nondeterministic.store(on, std::memory_order_relaxed); }
+void set_nondeterministic(bool on) {
+  if (mutated("nondeterministic-ignored")) on = false;  // a lesson's mutation test (mutation.h)
+  g_nondeterministic.store(on, std::memory_order_relaxed);
+}
 bool nondeterministic() { return g_nondeterministic.load(std::memory_order_relaxed); }
 
 void atomic_add(float* p, float v) {

@@ -19,11 +19,11 @@
 #include <regex>
 #include <set>
 #include <sstream>
-#include <thread>
 
 #include "backends.h"
 #include "config_effects.h"
 #include "dataset.h"
+#include "machine.h"
 #include "toml_parse.h"
 
 namespace lessons {
@@ -434,10 +434,21 @@ void read_checks(Reader& rd, const toml::table& t, const std::string& where, Par
     Check ck;
     ck.pos = pos_of(c->source());
     const std::string w = "[[check]] of " + where;
-    rd.known_keys(*c, w, {"id", "that", "why"});
+    rd.known_keys(*c, w, {"id", "that", "why", "timing", "quiet_if"});
     ck.id = rd.str(*c, "id", w, true).value_or("");
     ck.that = rd.expr(*c, "that", "check '" + ck.id + "'", true);
     ck.why = rd.str(*c, "why", w, true).value_or("");
+    if (const auto timing = rd.boolean(*c, "timing", w)) {
+      ck.timing = *timing;
+      ck.timing_given = true;
+    }
+    ck.quiet_if = rd.expr(*c, "quiet_if", "check '" + ck.id + "'", false);
+    if (!ck.quiet_if.empty() && !ck.timing)
+      rd.error(rd.pos(*c, "quiet_if"), "check '" + ck.id + "': quiet_if says when a timing claim can be judged: add timing = true");
+    if (ck.timing && ck.quiet_if.empty() && c->get("timing"))
+      rd.error(rd.pos(*c, "timing"), "check '" + ck.id + "' is a timing claim: give quiet_if, when the measurement is quiet "
+                                     "enough to judge it (e.g. quiet_if = \"max(noise_a, noise_b) < 0.05\": the benchmark "
+                                     "rounds agree within 5%)");
     if (!ck.id.empty() && !ids.insert(ck.id).second) rd.error(rd.pos(*c, "id"), "check id '" + ck.id + "' appears twice");
     part.checks.push_back(std::move(ck));
   }
@@ -707,6 +718,21 @@ class Linker {
     return best.empty() ? "" : " (did you mean '" + best + "'?)";
   }
 
+  // A check that reads a measured time says what kind of claim it is (lesson.h, Check): a claim
+  // about speed is judged only when the machine was quiet enough; an identity is judged always.
+  void check_timing(const Part& p, const Check& c) {
+    std::vector<std::string> timings;
+    for (const auto& [name, off] : c.that.names()) {
+      const QuantitySpec* q = visible_quantity(p, name);
+      if (q && is_timing_quantity(m_l, p, *q) && std::find(timings.begin(), timings.end(), name) == timings.end())
+        timings.push_back(name);
+    }
+    // A check that reads times and says nothing is judged on every machine (timing = false), as
+    // every check was before timing existed; the guide (lessons/README.md, section 7) asks new
+    // lessons to say which it is.
+    if (timings.empty() && c.timing) m_rd.error(c.pos, "check '" + c.id + "' reads no measured time: drop timing = true (it is judged on every machine)");
+  }
+
   // Texts the learner reads before anything runs (the question, prompts, choices) hold no
   // placeholders: there is nothing measured yet.
   void before_runs(const std::string& text, SourcePos pos, const std::string& where) {
@@ -779,7 +805,11 @@ class Linker {
       for (const Prediction& pr : p.predictions) found |= pr.id == h.prediction;
       if (!found) m_rd.error(h.pos, "hint for prediction '" + h.prediction + "': no such prediction in " + where);
     }
-    for (const Check& c : p.checks) check_names(p, c.that, c.pos, "check '" + c.id + "'");
+    for (const Check& c : p.checks) {
+      check_names(p, c.that, c.pos, "check '" + c.id + "'");
+      if (!c.quiet_if.empty()) check_names(p, c.quiet_if, c.pos, "quiet_if of check '" + c.id + "'");
+      check_timing(p, c);
+    }
     for (const Observe& o : p.observe) {
       for (const std::string& r : o.runs) {
         const RunSpec* rs = visible_run(p, r);
@@ -1131,7 +1161,54 @@ std::string reflow(const std::string& text) {
   return out;
 }
 
-// ---- 7. requirements ----
+// ---- 7. requirements and timing quantities ----
+
+namespace {
+
+// The last key of a JSON pointer that names a measured time, a rate or a ratio of times, in
+// summary.json (dtlab run) and the result.json of dtlab bench and eval (cli/bench_*.h).
+const std::set<std::string> kTimingKeys = {
+    // summary.json
+    "seconds", "train_seconds", "samples_per_s", "comm_seconds", "hidden_seconds", "hidden_fraction",
+    "forward_seconds", "backward_seconds", "optimizer_seconds",
+    // bench train, sgemm, chain, allreduce; eval
+    "step_ms", "gflops", "ms_per_sample", "speedup_per_sample", "ratio_smallest_largest", "batched_ms",
+    "per_sample_ms", "ratio", "time_ms", "scaling", "ratio_slowest_fastest", "time_us", "algbw_gbps", "busbw_gbps",
+    "best_step_ms", "noise", "optimal_time_ms"};
+
+std::string last_key(const std::string& pointer) {
+  std::string key = pointer;
+  for (;;) {
+    const size_t slash = key.find_last_of('/');
+    const std::string tail = slash == std::string::npos ? key : key.substr(slash + 1);
+    if (tail.empty() || tail.find_first_not_of("0123456789") != std::string::npos || slash == std::string::npos) return tail;
+    key = key.substr(0, slash);  // an array index: the key above it
+  }
+}
+
+}  // namespace
+
+namespace {
+
+bool timing_quantity(const Lesson& l, const Part& p, const QuantitySpec& q, int depth) {
+  if (q.source == "metrics") return q.path == "t";
+  if (q.source == "summary" || q.source == "result") return q.reduce != "count" && kTimingKeys.count(last_key(q.path)) > 0;
+  if (q.source != "expr" || depth > 64) return false;  // deeper: a cycle, reported by the linker
+  for (const auto& [name, off] : q.expr.names()) {
+    const QuantitySpec* d = nullptr;
+    for (const QuantitySpec& x : p.quantities)
+      if (x.name == name) d = &x;
+    if (!d)
+      for (const QuantitySpec& x : l.main.quantities)
+        if (x.name == name) d = &x;
+    if (d && timing_quantity(l, p, *d, depth + 1)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool is_timing_quantity(const Lesson& l, const Part& p, const QuantitySpec& q) { return timing_quantity(l, p, q, 0); }
 
 const std::vector<std::string>& known_requirements() {
   static const std::vector<std::string> k = {"mpi", "cuda", "full-dataset", "2-cores"};
@@ -1153,11 +1230,7 @@ std::string missing_requirement(const std::string& what) {
     if (!std::filesystem::exists(f, ec)) return "Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist)";
     return "";
   }
-  if (what == "2-cores") {
-    const unsigned n = std::thread::hardware_concurrency();
-    if (n < 2) return "the lesson measures how work spreads over 2 cores, and this machine has " + std::to_string(n);
-    return "";
-  }
+  if (what == "2-cores") return two_idle_cores_missing();  // measured now: machine.h
   return "unknown requirement '" + what + "'";
 }
 

@@ -116,6 +116,17 @@ struct Check {
   std::string id;
   Expr that;
   std::string why;                 // the claim it verifies, in words
+  // A check that reads a measured time (is_timing_quantity) says which kind of claim it is:
+  //   timing = true: a claim about speed, judged only when the measurement can say it: quiet_if
+  //     holds (e.g. the benchmark's rounds agree within a few percent) and, in a lesson that
+  //     requires 2-cores, two cores are still idle after the runs. Otherwise it is "not judged"
+  //     with the reason (never a failure); a lesson with a check not judged and none failed
+  //     ends skipped (exit 77).
+  //   timing = false: an identity or a bound that holds however fast or slow the machine ran
+  //     (busbw = 2(N-1)/N algbw; a simulated link's time is at least what it models).
+  bool timing = false;
+  bool timing_given = false;       // the file says timing = true or false
+  Expr quiet_if;                   // timing = true: when the measurement is quiet enough to judge
   SourcePos pos;
 };
 
@@ -181,7 +192,7 @@ struct Lesson {
   std::string question_source;
   double minutes = 0;              // class time
   double budget_s = 0;             // time the lesson's runs may take on 2 cores (its ctest timeout)
-  std::vector<std::string> requires_;  // mpi | cuda | gui | full-dataset
+  std::vector<std::string> requires_;  // mpi | cuda | full-dataset | 2-cores
   std::vector<std::string> tags;
   std::string suite = "lesson";    // ctest label: lesson (default) or long
   std::string question;            // [question] text, in the asker's words
@@ -221,9 +232,15 @@ std::string format_value(const Value& v, const std::string& format);
 std::string reflow(const std::string& text);
 
 // What `requires` may name, and whether this build and machine has it (mpi: the MPI transport and
-// mpirun; cuda: a CUDA device; gui: the lab window and a display; full-dataset: the whole
-// Fashion-MNIST installed). Returns "" when available, else why not.
+// mpirun; cuda: a CUDA device; full-dataset: the whole Fashion-MNIST installed; 2-cores: two cores
+// this process may use, idle now, measured: machine.h). Returns "" when available, else why not.
 std::string missing_requirement(const std::string& what);
 const std::vector<std::string>& known_requirements();
+
+// Whether a quantity is a measured time, or computed from one (then the checks that read it say
+// timing = true or false): metrics "t"; summary and result pointers whose last key is a time, a
+// rate or a ratio of times (train_seconds, samples_per_s, step_ms, time_us, gflops, busbw_gbps,
+// scaling, hidden_fraction, noise, ...); an expr quantity that reads one.
+bool is_timing_quantity(const Lesson& l, const Part& p, const QuantitySpec& q);
 
 }  // namespace lessons

@@ -304,6 +304,20 @@ const std::vector<nlohmann::json>& RunFiles::metrics(const std::string& dir) {
   return m_metrics[dir] = std::move(recs);
 }
 
+namespace {
+
+// bn_stats.bin holds float32 values; step_record_json writes each as the shortest decimal that
+// reads back as that float, which read as a double is a different double. Rounding it to float
+// gives back the recorded value, so that bitwise_equal(a bn.* statistic, the same tensor from a
+// weights file) holds when the bits are the same.
+void round_to_recorded_floats(nlohmann::json& j) {
+  if (j.is_number_float()) j = static_cast<double>(static_cast<float>(j.get<double>()));
+  else if (j.is_array() || j.is_object())
+    for (auto& e : j) round_to_recorded_floats(e);
+}
+
+}  // namespace
+
 const std::map<int64_t, std::vector<nlohmann::json>>* RunFiles::bn_stats(const std::string& dir) {
   auto it = m_bn.find(dir);
   if (it != m_bn.end()) return &it->second;
@@ -314,7 +328,10 @@ const std::map<int64_t, std::vector<nlohmann::json>>* RunFiles::bn_stats(const s
     const lab::BnStatsFile f = lab::read_bn_stats(path);
     for (const auto& step : f.steps) {
       std::vector<nlohmann::json> ranks;
-      for (const lab::StepRecord& r : step) ranks.push_back(lab::step_record_json(r)["bn"]);
+      for (const lab::StepRecord& r : step) {
+        ranks.push_back(lab::step_record_json(r)["bn"]);
+        round_to_recorded_floats(ranks.back());
+      }
       if (!step.empty()) out[step.front().step] = std::move(ranks);
     }
   } catch (const lab::Error& e) {

@@ -9,6 +9,7 @@
 #include "command_line.h"
 #include "config.h"
 #include "errors.h"
+#include "machine.h"
 
 namespace lessons {
 
@@ -46,7 +47,13 @@ bool PartResult::passed() const { return failed_checks() == 0; }
 
 int PartResult::failed_checks() const {
   int n = 0;
-  for (const CheckResult& c : checks) n += c.passed ? 0 : 1;
+  for (const CheckResult& c : checks) n += c.passed || !c.judged ? 0 : 1;
+  return n;
+}
+
+int PartResult::unjudged_checks() const {
+  int n = 0;
+  for (const CheckResult& c : checks) n += c.judged ? 0 : 1;
   return n;
 }
 
@@ -244,6 +251,14 @@ std::string render(const std::string& text, const std::function<const Value*(con
 
 }  // namespace
 
+std::string Session::cores_busy_after(const Part& part) const {
+  if (std::find(m_lesson.requires_.begin(), m_lesson.requires_.end(), "2-cores") == m_lesson.requires_.end()) return "";
+  // prepared runs were timed when they were prepared (on a machine that then had two idle cores)
+  for (const RunSpec& r : part.runs)
+    if (const RunOutcome* o = outcome(r.name); o && o->prepared) return "";
+  return m_cores_check ? m_cores_check() : two_idle_cores_missing();
+}
+
 const PartResult& Session::evaluate(const Part& part) {
   for (const RunSpec& r : part.runs)
     if (!m_outcomes.count(r.name)) throw lab::Error("lesson " + m_lesson.id + ": run '" + r.name + "' has not run yet");
@@ -343,12 +358,33 @@ const PartResult& Session::evaluate(const Part& part) {
     res.checks.push_back(std::move(c));
   }
 
-  // the lesson's checks
+  // the lesson's checks; a timing claim only where the machine was quiet enough to judge it
+  std::optional<std::string> busy;  // why two cores were not idle after the runs ("": they were)
   for (const Check& ck : part.checks) {
     CheckResult c;
     c.id = ck.id;
     c.that = ck.that.text();
     c.why = ck.why;
+    if (ck.timing) {
+      if (!busy) busy = cores_busy_after(part);
+      if (!busy->empty()) {
+        c.judged = false;
+        c.not_judged = "not judged: when the runs ended, " + *busy;
+      } else {
+        try {
+          if (!ck.quiet_if.eval_bool(get))
+            c.not_judged = "not judged: too noisy, quiet_if (" + ck.quiet_if.text() + ") is false";
+        } catch (const ExprError& e) {
+          c.not_judged = std::string("not judged: quiet_if could not be evaluated: ") + e.what();
+        }
+        c.judged = c.not_judged.empty();
+        if (!c.judged) {
+          std::string vals;
+          for (const auto& [k, v] : values_of(ck.quiet_if, get)) vals += (vals.empty() ? "" : ", ") + k + "=" + v;
+          if (!vals.empty()) c.not_judged += " (" + vals + ")";
+        }
+      }
+    }
     try {
       c.passed = ck.that.eval_bool(get);
     } catch (const ExprError& e) {
@@ -466,6 +502,10 @@ nlohmann::json Session::record(const std::string& front_end, const std::string& 
       for (const auto& [k, v] : c.values) vals[k] = v;
       nlohmann::json j = {{"id", c.id}, {"that", c.that}, {"why", c.why}, {"passed", c.passed}, {"values", vals}};
       if (!c.error.empty()) j["error"] = c.error;
+      if (!c.judged) {
+        j["judged"] = false;  // a timing check the machine was too busy to judge: passed says nothing
+        j["not_judged"] = c.not_judged;
+      }
       checks.push_back(j);
     }
     nlohmann::json qs = nlohmann::json::object();
@@ -482,7 +522,8 @@ nlohmann::json Session::record(const std::string& front_end, const std::string& 
         runs.push_back(j);
       }
     parts.push_back({{"part", p->id}, {"title", p->id == "main" ? m_lesson.title : p->title}, {"predictions", preds},
-                     {"checks", checks}, {"passed", r->passed()}, {"quantities", qs}, {"runs", runs}});
+                     {"checks", checks}, {"passed", r->passed()}, {"not_judged", r->unjudged_checks()},
+                     {"quantities", qs}, {"runs", runs}});
   }
   return {{"format", "dtlab-lesson-record"},
           {"format_version", kRecordFormatVersion},

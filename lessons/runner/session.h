@@ -11,6 +11,7 @@
 //   - the explanation and the observe texts render (every placeholder has a value): "explain".
 #pragma once
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -27,7 +28,8 @@ namespace lessons {
 constexpr int kRecordFormatVersion = 1;
 // Exit code of `dtlab lesson run` when a check fails (the lab no longer behaves as the lesson says).
 constexpr int kExitLessonCheckFailed = 8;
-// Exit code when a requirement (mpi, cuda, ...) is missing: ctest's skip code.
+// Exit code when a requirement (mpi, cuda, two idle cores, ...) is missing, or when a timing
+// check could not be judged on a busy machine and none failed: ctest's skip code.
 constexpr int kExitLessonSkipped = 77;
 
 struct Answer {
@@ -55,6 +57,10 @@ struct CheckResult {
   bool passed = false;
   std::string error;   // it could not be evaluated
   std::vector<std::pair<std::string, std::string>> values;  // the quantities it read, as text
+  // A timing check (Check::timing) measured on a machine too busy to judge it: neither passed
+  // nor failed; not_judged says why (its quiet_if was false, the second core was busy).
+  bool judged = true;
+  std::string not_judged;
 };
 
 struct PartResult {
@@ -66,8 +72,9 @@ struct PartResult {
   std::string explanation;                   // placeholders filled in
   std::vector<std::string> observations;     // each [[observe]] say, filled in
   std::vector<std::string> hints;            // for the wrong predictions, numbers filled in
-  bool passed() const;
+  bool passed() const;        // no check failed (checks not judged do not fail)
   int failed_checks() const;
+  int unjudged_checks() const;  // timing checks the machine was too busy to judge
 };
 
 class Session {
@@ -99,7 +106,9 @@ class Session {
 
   // ---- results ----
   // Reads every quantity, judges the predictions, runs the checks, fills the texts. Needs every
-  // run of the part to have an outcome (throws lab::Error otherwise).
+  // run of the part to have an outcome (throws lab::Error otherwise). A timing check is judged
+  // only when its quiet_if holds and, in a lesson that requires 2-cores, two cores are still idle
+  // after the runs (measured here, when the part's runs were not prepared ahead: machine.h).
   const PartResult& evaluate(const Part& part);
   const PartResult* result(const Part& part) const;
 
@@ -111,7 +120,12 @@ class Session {
   // version, who and when, every evaluated part's predictions with confidence, quantities, checks.
   nlohmann::json record(const std::string& front_end, const std::string& learner) const;
 
+  // What evaluate() asks to learn whether two cores are still idle ("" when they are); by default
+  // two_idle_cores_missing() (machine.h). Tests stand in a busy or an idle machine.
+  void set_cores_check(std::function<std::string()> check) { m_cores_check = std::move(check); }
+
  private:
+  std::string cores_busy_after(const Part& part) const;
   const Value* lookup(const Part& part, const std::string& name, std::vector<std::string>& stack);
   Lesson m_lesson;
   std::string m_out;
@@ -123,6 +137,7 @@ class Session {
   std::map<std::string, Value> m_values;        // quantity values read so far
   std::map<std::string, std::string> m_errors;  // quantities that could not be read
   std::string m_started;                        // ISO time of the first answer
+  std::function<std::string()> m_cores_check;
 };
 
 // The current time as ISO 8601 UTC ("2026-11-24T18:30:00Z").
