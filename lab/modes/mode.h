@@ -181,8 +181,8 @@ struct SummaryEnv {
 // The collectives that synchronize training in a mode (the views show these first): an op ("" any)
 // and what they carry ("grad bucket", ...; empty: anything).
 struct SyncCollectives {
-  std::string op;
-  std::vector<std::string> what;
+  std::string op = "allreduce";                  // "" for any
+  std::vector<std::string> what{"grad bucket"};  // empty for any (default: DDP's gradient buckets)
 };
 
 // ---- ParallelMode ----

@@ -116,7 +116,7 @@ class LocalSgdMode : public ParallelMode {
                                   std::to_string(c.warmup_steps + c.average_every) + ", " +
                                   std::to_string(c.warmup_steps + 2 * c.average_every) + ", ..."}};
   }
-  SyncCollectives sync_collectives() const override { return {"", {"grad bucket", "param average"}}; }
+  SyncCollectives sync_collectives() const override { return {"allreduce", {"grad bucket", "param average"}}; }
   void summary(const SummaryEnv& env, nlohmann::json& j) const override {
     ddp_summary(env, j);
     nlohmann::json av = nlohmann::json::array();
