@@ -634,6 +634,70 @@ breaks = ["drop_last_steps"]
   EXPECT_TRUE(contains(r.out, "has no [[mutation]]")) << r.out;
 }
 
+// `dtlab lesson mutate` runs only what the checks it names read: through their quantities (expr
+// quantities followed, a variation's view of the main part's included) and the runs those runs read.
+TEST(LessonMutation, OnlyTheRunsTheNamedChecksReadRun) {
+  const std::string text = std::string(kGood) + R"TOML(
+[runs.evaluated]
+command = "eval"
+args = "--run {run:dropped} --limit-test 64"
+
+[runs.unread]
+args = "--model mlp --batch-size 32 --limit-train 64 --limit-test 64 --epochs 1"
+
+[[variation]]
+id = "v"
+title = "A variation"
+text = "Reads the main part's quantity."
+
+[[variation.predict]]
+id = "more"
+kind = "numeric"
+prompt = "How many steps?"
+answer = "own_steps"
+atol = 0.5
+
+[[variation.hint]]
+text = "Count."
+
+[variation.explain]
+text = "{own_steps:d} steps."
+
+[variation.runs.own]
+args = "--model mlp --batch-size 16 --limit-train 64 --limit-test 64 --epochs 1"
+
+[variation.quantities]
+own_steps = { run = "own", summary = "/steps_per_epoch" }
+both = { expr = "own_steps + twice" }
+acc = { run = "evaluated", result = "/accuracy" }
+
+[[variation.check]]
+id = "through_main"
+that = "both > 0"
+why = "reads the variation's run and, through the main part's expr quantity, main's run 'dropped'"
+
+[[variation.check]]
+id = "through_after"
+that = "acc >= 0"
+why = "reads an eval run, which reads 'dropped'"
+
+[[variation.check]]
+id = "timed"
+that = "own_steps > 0"
+timing = false
+why = "the variation's own run only"
+)TOML";
+  const Lesson l = parse_lesson(text, "lessons/tiny.toml");
+  using V = std::vector<std::string>;
+  EXPECT_EQ(runs_read_by_checks(l, {"fails_with_pytorch_text"}), V({"one"}));
+  EXPECT_EQ(runs_read_by_checks(l, {"drop_last_steps"}), V({"dropped"}));  // twice is an expr over dropped_steps
+  EXPECT_EQ(runs_read_by_checks(l, {"through_main"}), V({"dropped", "own"}));
+  EXPECT_EQ(runs_read_by_checks(l, {"through_after"}), V({"dropped", "evaluated"}));
+  EXPECT_EQ(runs_read_by_checks(l, {"timed"}), V({"own"}));
+  EXPECT_EQ(runs_read_by_checks(l, {"fails_with_pytorch_text", "timed"}), V({"one", "own"}));
+  EXPECT_EQ(runs_read_by_checks(l, {}), V());
+}
+
 TEST(LessonFile, MutationsAndTorchChecksAreChecked) {
   auto p = problems(std::string(kGood) + R"TOML(
 [[mutation]]

@@ -936,6 +936,43 @@ const RunSpec* Lesson::find_run(const std::string& name) const {
   return nullptr;
 }
 
+std::vector<std::string> runs_read_by_checks(const Lesson& l, const std::vector<std::string>& check_ids) {
+  std::set<std::string> runs;
+  std::function<void(const std::string&)> add_run = [&](const std::string& name) {
+    const RunSpec* r = l.find_run(name);
+    if (!r || !runs.insert(name).second) return;
+    for (const std::string& a : r->after) add_run(a);
+  };
+  for (const Part* p : l.parts()) {
+    std::set<std::string> seen;  // quantity names followed, in this part's view
+    std::function<void(const Expr&)> follow = [&](const Expr& e) {
+      if (e.empty()) return;
+      for (const auto& [name, offset] : e.names()) {
+        if (!seen.insert(name).second) continue;
+        const QuantitySpec* q = nullptr;  // visible as Session::lookup sees it: the part's own, then main's
+        for (const QuantitySpec& x : p->quantities)
+          if (x.name == name) q = &x;
+        if (!q)
+          for (const QuantitySpec& x : l.main.quantities)
+            if (x.name == name) q = &x;
+        if (!q) continue;
+        if (q->source == "expr") follow(q->expr);
+        else add_run(q->run);
+      }
+    };
+    for (const Check& c : p->checks) {
+      if (std::find(check_ids.begin(), check_ids.end(), c.id) == check_ids.end()) continue;
+      follow(c.that);
+      if (c.timing) follow(c.quiet_if);
+    }
+  }
+  std::vector<std::string> out;  // in the lesson's order, which runs what a run reads first
+  for (const Part* p : l.parts())
+    for (const RunSpec& r : p->runs)
+      if (runs.count(r.name)) out.push_back(r.name);
+  return out;
+}
+
 const QuantitySpec* Lesson::find_quantity(const std::string& name) const {
   for (const Part* p : parts())
     for (const QuantitySpec& q : p->quantities)

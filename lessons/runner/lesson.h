@@ -209,6 +209,11 @@ struct Lesson {
   const QuantitySpec* find_quantity(const std::string& name) const;
 };
 
+// The runs that checks (by id, in any part) read: through their quantities, expr quantities
+// followed, with the runs those runs read ({run:NAME}); in the lesson's order. What must run to
+// judge only those checks (`dtlab lesson mutate`).
+std::vector<std::string> runs_read_by_checks(const Lesson& l, const std::vector<std::string>& check_ids);
+
 // Reads and checks a lesson file. Throws LessonError with every problem found.
 Lesson load_lesson(const std::string& path);
 // Reads and checks lesson text (path is only used in messages). Throws LessonError.

@@ -259,6 +259,51 @@ std::string Session::cores_busy_after(const Part& part) const {
   return m_cores_check ? m_cores_check() : two_idle_cores_missing();
 }
 
+CheckResult Session::judge(const Part& part, const Check& ck, std::optional<std::string>& busy, std::vector<std::string>& stack) {
+  auto get = [&](const std::string& n) -> const Value* { return lookup(part, n, stack); };
+  CheckResult c;
+  c.id = ck.id;
+  c.that = ck.that.text();
+  c.why = ck.why;
+  if (ck.timing) {
+    if (!busy) busy = cores_busy_after(part);
+    if (!busy->empty()) {
+      c.judged = false;
+      c.not_judged = "not judged: when the runs ended, " + *busy;
+    } else {
+      try {
+        if (!ck.quiet_if.eval_bool(get))
+          c.not_judged = "not judged: too noisy, quiet_if (" + ck.quiet_if.text() + ") is false";
+      } catch (const ExprError& e) {
+        c.not_judged = std::string("not judged: quiet_if could not be evaluated: ") + e.what();
+      }
+      c.judged = c.not_judged.empty();
+      if (!c.judged) {
+        std::string vals;
+        for (const auto& [k, v] : values_of(ck.quiet_if, get)) vals += (vals.empty() ? "" : ", ") + k + "=" + v;
+        if (!vals.empty()) c.not_judged += " (" + vals + ")";
+      }
+    }
+  }
+  try {
+    c.passed = ck.that.eval_bool(get);
+  } catch (const ExprError& e) {
+    c.error = e.what();
+    c.passed = false;
+  }
+  c.values = values_of(ck.that, get);
+  return c;
+}
+
+std::vector<CheckResult> Session::evaluate_checks(const Part& part, const std::vector<std::string>& ids) {
+  std::vector<CheckResult> out;
+  std::optional<std::string> busy;
+  std::vector<std::string> stack;
+  for (const Check& ck : part.checks)
+    if (std::find(ids.begin(), ids.end(), ck.id) != ids.end()) out.push_back(judge(part, ck, busy, stack));
+  return out;
+}
+
 const PartResult& Session::evaluate(const Part& part) {
   for (const RunSpec& r : part.runs)
     if (!m_outcomes.count(r.name)) throw lab::Error("lesson " + m_lesson.id + ": run '" + r.name + "' has not run yet");
@@ -360,40 +405,7 @@ const PartResult& Session::evaluate(const Part& part) {
 
   // the lesson's checks; a timing claim only where the machine was quiet enough to judge it
   std::optional<std::string> busy;  // why two cores were not idle after the runs ("": they were)
-  for (const Check& ck : part.checks) {
-    CheckResult c;
-    c.id = ck.id;
-    c.that = ck.that.text();
-    c.why = ck.why;
-    if (ck.timing) {
-      if (!busy) busy = cores_busy_after(part);
-      if (!busy->empty()) {
-        c.judged = false;
-        c.not_judged = "not judged: when the runs ended, " + *busy;
-      } else {
-        try {
-          if (!ck.quiet_if.eval_bool(get))
-            c.not_judged = "not judged: too noisy, quiet_if (" + ck.quiet_if.text() + ") is false";
-        } catch (const ExprError& e) {
-          c.not_judged = std::string("not judged: quiet_if could not be evaluated: ") + e.what();
-        }
-        c.judged = c.not_judged.empty();
-        if (!c.judged) {
-          std::string vals;
-          for (const auto& [k, v] : values_of(ck.quiet_if, get)) vals += (vals.empty() ? "" : ", ") + k + "=" + v;
-          if (!vals.empty()) c.not_judged += " (" + vals + ")";
-        }
-      }
-    }
-    try {
-      c.passed = ck.that.eval_bool(get);
-    } catch (const ExprError& e) {
-      c.error = e.what();
-      c.passed = false;
-    }
-    c.values = values_of(ck.that, get);
-    res.checks.push_back(std::move(c));
-  }
+  for (const Check& ck : part.checks) res.checks.push_back(judge(part, ck, busy, stack));
 
   // every visible quantity, for the record and the app
   std::vector<const QuantitySpec*> visible;

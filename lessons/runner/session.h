@@ -110,6 +110,10 @@ class Session {
   // only when its quiet_if holds and, in a lesson that requires 2-cores, two cores are still idle
   // after the runs (measured here, when the part's runs were not prepared ahead: machine.h).
   const PartResult& evaluate(const Part& part);
+  // Only the checks named (those of this part among ids), judged as evaluate() judges them; the
+  // runs they read (runs_read_by_checks) must have outcomes, the part's other runs need not: a
+  // check that reads a run not done ends with an error. For `dtlab lesson mutate`.
+  std::vector<CheckResult> evaluate_checks(const Part& part, const std::vector<std::string>& ids);
   const PartResult* result(const Part& part) const;
 
   // A text's placeholders filled with what is known now (runs still to come give "…"): the
@@ -126,6 +130,7 @@ class Session {
 
  private:
   std::string cores_busy_after(const Part& part) const;
+  CheckResult judge(const Part& part, const Check& ck, std::optional<std::string>& busy, std::vector<std::string>& stack);
   const Value* lookup(const Part& part, const std::string& name, std::vector<std::string>& stack);
   Lesson m_lesson;
   std::string m_out;
