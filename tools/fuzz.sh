@@ -6,6 +6,7 @@
 #   tools/fuzz.sh                    every target, 60 s each
 #   tools/fuzz.sh --seconds 20       what CI runs
 #   tools/fuzz.sh lesson expr        some targets
+#   --jobs N                         targets fuzzed at once (default: the cores, nproc)
 #
 # Exits 1 when a target finds a crash, an uncaught exception, a sanitizer report, a leak, a
 # timeout (10 s for one input) or an out-of-memory (2 GB): its input is kept as
@@ -17,16 +18,20 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 seconds=60
+jobs=$(nproc)
 targets=()
 while (($#)); do
   case "$1" in
     --seconds) seconds="$2"; shift 2 ;;
     --seconds=*) seconds="${1#*=}"; shift ;;
+    --jobs) jobs="$2"; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    -*) echo "tools/fuzz.sh: unknown option $1 (--seconds N, then target names)" >&2; exit 2 ;;
+    -*) echo "tools/fuzz.sh: unknown option $1 (--seconds N, --jobs N, then target names)" >&2; exit 2 ;;
     *) targets+=("$1"); shift ;;
   esac
 done
+[[ "$jobs" =~ ^[1-9][0-9]*$ ]] || { echo "tools/fuzz.sh: --jobs must be a positive whole number (got '$jobs')" >&2; exit 2; }
+[[ "$seconds" =~ ^[1-9][0-9]*$ ]] || { echo "tools/fuzz.sh: --seconds must be a positive whole number (got '$seconds')" >&2; exit 2; }
 all_targets=(dataset safetensors config run_dir lesson expr layout bn_stats checkpoint)
 ((${#targets[@]})) || targets=("${all_targets[@]}")
 
@@ -53,19 +58,16 @@ scratch_root=/dev/shm
 [[ -d "$scratch_root" && -w "$scratch_root" ]] || scratch_root="$PWD/$build"
 scratch=$(mktemp -d "$scratch_root/dtlab-fuzz.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
-failed=0
-rows=()
-for t in "${targets[@]}"; do
-  exe="$build/fuzz/fuzz_$t"
-  seeds="fuzz/corpus/$t"
-  [[ -d "$seeds" ]] || { echo "tools/fuzz.sh: no seed corpus $seeds" >&2; exit 2; }
-  work="$build/runs/$t"
+# fuzz_one TARGET: runs one target; writes its table row to $build/runs/TARGET/row and exits 1 on
+# a finding.
+fuzz_one() {
+  local t="$1" exe="$build/fuzz/fuzz_$1" seeds="fuzz/corpus/$1" work="$build/runs/$1"
+  local rc=0 start elapsed execs files bytes result artifact kind
   rm -rf "$work" "$findings/$t".* "$findings/$t"-*
   mkdir -p "$work/corpus"
   cp "$seeds"/* "$work/corpus/"
   echo "fuzz: $t for ${seconds} s ..."
   start=$(date +%s)
-  rc=0
   TMPDIR="$scratch" "$exe" "$work/corpus" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
     -print_final_stats=1 -artifact_prefix="$findings/$t-" > "$work/log" 2>&1 || rc=$?
   elapsed=$(($(date +%s) - start))
@@ -75,7 +77,6 @@ for t in "${targets[@]}"; do
   if ((rc == 0)); then
     result="ok"
   else
-    failed=1
     artifact=$(ls -t "$findings/$t"-* 2>/dev/null | head -1 || true)
     cp "$work/log" "$findings/$t.log"
     if [[ -n "$artifact" ]]; then
@@ -86,10 +87,32 @@ for t in "${targets[@]}"; do
       result="FAILED (exit $rc, no input kept): see $findings/$t.log"
     fi
     grep -m1 -E 'ERROR: (AddressSanitizer|LeakSanitizer|libFuzzer)|runtime error:|terminate called|SUMMARY' \
-      "$work/log" | sed 's/^/  /' || true
+      "$work/log" | sed "s/^/  $t: /" || true
   fi
-  rows+=("$(printf '%-12s %8s %12s %8s %10s  %s' "$t" "$elapsed" "${execs:-?}" "$files" "$bytes" "$result")")
+  printf '%-12s %8s %12s %8s %10s  %s\n' "$t" "$elapsed" "${execs:-?}" "$files" "$bytes" "$result" > "$work/row"
+  ((rc == 0))
+}
+
+# One target per core at a time (a libFuzzer process uses one): each still gets its full time.
+for t in "${targets[@]}"; do
+  [[ -d "fuzz/corpus/$t" ]] || { echo "tools/fuzz.sh: no seed corpus fuzz/corpus/$t" >&2; exit 2; }
 done
+failed=0
+running=0
+for t in "${targets[@]}"; do
+  if ((running >= jobs)); then
+    wait -n || failed=1
+    running=$((running - 1))
+  fi
+  fuzz_one "$t" &
+  running=$((running + 1))
+done
+while ((running > 0)); do
+  wait -n || failed=1
+  running=$((running - 1))
+done
+rows=()
+for t in "${targets[@]}"; do rows+=("$(cat "$build/runs/$t/row")"); done
 
 echo
 printf '%-12s %8s %12s %8s %10s  %s\n' target seconds executions files bytes result
