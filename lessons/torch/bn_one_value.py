@@ -23,14 +23,11 @@ Exit 0: PyTorch does this; 1: it does otherwise (printed); 77: no torch.
 import inspect
 import sys
 
-try:
-    import torch
-    from torch import nn
-    from torch.nn import functional as F
-    from torch.nn.modules import _functions
-except ImportError:
-    print("python3-torch is not installed")
-    sys.exit(77)
+import torchcheck  # exits 77 without torch
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.nn.modules import _functions
 
 MESSAGE = "Expected more than 1 value per channel when training"
 
@@ -45,12 +42,8 @@ def refusal(module, shape):
 
 
 def main():
-    failed = []
-
-    def claim(ok, text):
-        print(("- holds: " if ok else "- FAILS: ") + text)
-        if not ok:
-            failed.append(text)
+    claims = torchcheck.Claims()
+    claim = claims.check
 
     torch.manual_seed(0)
     verify = inspect.getsource(F._verify_batch_size)
@@ -92,8 +85,7 @@ def main():
     sync = inspect.getsource(_functions.SyncBatchNorm.forward)
     claim("if size == 1 and world_size < 2:" in sync,
           "SyncBatchNorm's forward refuses one value per channel only when world_size < 2")
-    print(f"torch {torch.__version__}: " + ("every claim holds" if not failed else f"{len(failed)} claim(s) fail"))
-    return 1 if failed else 0
+    return claims.finish()
 
 
 if __name__ == "__main__":

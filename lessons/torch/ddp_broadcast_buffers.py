@@ -17,27 +17,18 @@ training step and after the evaluation. The claims, as the lesson states them:
 
 Exit 0: PyTorch does all of this; 1: it does otherwise (printed); 77: no torch.
 """
-import os
 import sys
-import tempfile
 
-try:
-    import torch
-    import torch.distributed as dist
-    import torch.multiprocessing as mp
-    from torch import nn
-except ImportError:
-    print("python3-torch is not installed")
-    sys.exit(77)
+import torchcheck  # exits 77 without torch
+import torch
+from torch import nn
 
 WORLD = 4
 STEPS = 4
 MOMENTUM = 0.1  # BatchNorm's default
 
 
-def worker(rank, out_dir, init_file, broadcast_buffers):
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank, world_size=WORLD)
+def worker(rank, broadcast_buffers):
     torch.manual_seed(0)  # the same initial weights everywhere (DDP would broadcast them anyway)
     model = nn.Sequential(nn.Linear(8, 6), nn.BatchNorm1d(6, momentum=MOMENTUM), nn.ReLU(), nn.Linear(6, 3))
     ddp = nn.parallel.DistributedDataParallel(model, broadcast_buffers=broadcast_buffers)
@@ -58,26 +49,16 @@ def worker(rank, out_dir, init_file, broadcast_buffers):
     with torch.no_grad():
         ddp(torch.randn(5, 8, generator=g))
     after_eval = bn.running_mean.detach().clone()
-    torch.save({"running": running, "batch_means": batch_means, "after_eval": after_eval},
-               os.path.join(out_dir, f"rank{rank}.pt"))
-    dist.destroy_process_group()
+    return {"running": running, "batch_means": batch_means, "after_eval": after_eval}
 
 
 def run(broadcast_buffers):
-    with tempfile.TemporaryDirectory() as d:
-        # fork: the children have torch imported already (spawn would import it 4 more times)
-        mp.start_processes(worker, args=(d, os.path.join(d, "init"), broadcast_buffers), nprocs=WORLD,
-                           start_method="fork")
-        return [torch.load(os.path.join(d, f"rank{r}.pt")) for r in range(WORLD)]
+    return torchcheck.run_ranks(WORLD, worker, broadcast_buffers)
 
 
 def main():
-    failed = []
-
-    def claim(ok, text):
-        print(("- holds: " if ok else "- FAILS: ") + text)
-        if not ok:
-            failed.append(text)
+    claims = torchcheck.Claims()
+    claim = claims.check
 
     last = STEPS - 1
     on = run(True)
@@ -109,8 +90,7 @@ def main():
               f"broadcast_buffers=False: after the evaluation rank {r}'s running_mean still differs from rank 0's")
     claim(torch.equal(off[0]["after_eval"], on[0]["after_eval"]),
           "rank 0's running_mean is the same with and without broadcast_buffers (the broadcast only overwrites the others)")
-    print(f"torch {torch.__version__}: " + ("every claim holds" if not failed else f"{len(failed)} claim(s) fail"))
-    return 1 if failed else 0
+    return claims.finish()
 
 
 if __name__ == "__main__":

@@ -26,19 +26,13 @@ Exit 0: PyTorch does this; 1: it does otherwise (printed); 77: no torch.
 """
 import contextlib
 import inspect
-import os
 import sys
-import tempfile
 
-try:
-    import torch
-    import torch.distributed as dist
-    import torch.multiprocessing as mp
-    from torch import nn
-    from torch.nn.modules import _functions
-except ImportError:
-    print("python3-torch is not installed")
-    sys.exit(77)
+import torchcheck  # exits 77 without torch
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.modules import _functions
 
 WORLD = 4
 K = 3  # micro-batches under no_sync before each synchronized one
@@ -50,9 +44,7 @@ def model():
     return nn.Sequential(nn.Linear(8, 6), nn.BatchNorm1d(6), nn.ReLU(), nn.Linear(6, 3))
 
 
-def worker(rank, out_dir, init_file):
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank, world_size=WORLD)
+def worker(rank):
     net = model()
     ref = model()  # the same computation without DDP: the local accumulated gradient
     ddp = nn.parallel.DistributedDataParallel(net)
@@ -92,23 +84,15 @@ def worker(rank, out_dir, init_file):
             opt.zero_grad()
             ref.load_state_dict(net.state_dict())
             ref.zero_grad()
-    torch.save({"calls": calls, "broadcasts": broadcasts, "synced": synced_grads, "local": local_sums,
-                "nbt": net[1].num_batches_tracked.item(), "params": sum(p.numel() for p in net.parameters())},
-               os.path.join(out_dir, f"rank{rank}.pt"))
-    dist.destroy_process_group()
+    return {"calls": calls, "broadcasts": broadcasts, "synced": synced_grads, "local": local_sums,
+            "nbt": net[1].num_batches_tracked.item(), "params": sum(p.numel() for p in net.parameters())}
 
 
 def main():
-    failed = []
+    claims = torchcheck.Claims()
+    claim = claims.check
 
-    def claim(ok, text):
-        print(("- holds: " if ok else "- FAILS: ") + text)
-        if not ok:
-            failed.append(text)
-
-    with tempfile.TemporaryDirectory() as d:
-        mp.start_processes(worker, args=(d, os.path.join(d, "init")), nprocs=WORLD, start_method="fork")
-        ranks = [torch.load(os.path.join(d, f"rank{r}.pt")) for r in range(WORLD)]
+    ranks = torchcheck.run_ranks(WORLD, worker)
     r0 = ranks[0]
     under = [c for i, c in enumerate(r0["calls"]) if i % (K + 1) != K]
     synced = [c for i, c in enumerate(r0["calls"]) if i % (K + 1) == K]
@@ -159,8 +143,7 @@ def main():
     claim("all_gather" in inspect.getsource(_functions.SyncBatchNorm.forward)
           and "all_reduce" in inspect.getsource(_functions.SyncBatchNorm.backward),
           "SyncBatchNorm all-gathers its statistics in forward and allreduces in backward")
-    print(f"torch {torch.__version__}: " + ("every claim holds" if not failed else f"{len(failed)} claim(s) fail"))
-    return 1 if failed else 0
+    return claims.finish()
 
 
 if __name__ == "__main__":

@@ -20,13 +20,10 @@ Exit 0: PyTorch does this; 1: it does otherwise (printed); 77: no torch.
 import inspect
 import sys
 
-try:
-    import torch
-    from torch import nn
-    from torch.nn.modules import batchnorm
-except ImportError:
-    print("python3-torch is not installed")
-    sys.exit(77)
+import torchcheck  # exits 77 without torch
+import torch
+from torch import nn
+from torch.nn.modules import batchnorm
 
 
 def model():
@@ -35,12 +32,8 @@ def model():
 
 
 def main():
-    failed = []
-
-    def claim(ok, text):
-        print(("- holds: " if ok else "- FAILS: ") + text)
-        if not ok:
-            failed.append(text)
+    claims = torchcheck.Claims()
+    claim = claims.check
 
     m = model()
     torch.manual_seed(1)
@@ -95,8 +88,7 @@ def main():
     drop = nn.Dropout(0.5).eval()
     x = torch.randn(100)
     claim(torch.equal(drop(x), x), "in eval mode Dropout is the identity")
-    print(f"torch {torch.__version__}: " + ("every claim holds" if not failed else f"{len(failed)} claim(s) fail"))
-    return 1 if failed else 0
+    return claims.finish()
 
 
 if __name__ == "__main__":

@@ -12,12 +12,9 @@ Exit 0: PyTorch does this; 1: it does otherwise (printed); 77: no torch.
 """
 import sys
 
-try:
-    import torch
-    from torch.utils.data import DataLoader, DistributedSampler
-except ImportError:
-    print("python3-torch is not installed")
-    sys.exit(77)
+import torchcheck  # exits 77 without torch
+import torch
+from torch.utils.data import DataLoader, DistributedSampler
 
 
 def sizes(loader):
@@ -25,12 +22,8 @@ def sizes(loader):
 
 
 def main():
-    failed = []
-
-    def claim(ok, text):
-        print(("- holds: " if ok else "- FAILS: ") + text)
-        if not ok:
-            failed.append(text)
+    claims = torchcheck.Claims()
+    claim = claims.check
 
     data = list(range(65))
     got = sizes(DataLoader(data, batch_size=32))
@@ -56,8 +49,7 @@ def main():
                                                                           drop_last=True)))
     claim([len(r) for r in cut67] == [33, 33] and got == [32, 1],
           f"over 67 samples it cuts to 66: {len(cut67[0])} per rank, batches {got}")
-    print(f"torch {torch.__version__}: " + ("every claim holds" if not failed else f"{len(failed)} claim(s) fail"))
-    return 1 if failed else 0
+    return claims.finish()
 
 
 if __name__ == "__main__":

@@ -22,30 +22,22 @@ its own gradients and PeriodicModelAverager(period=K, warmup_steps=0) averaging 
 Exit 0: PyTorch does this; 1: it does otherwise (printed); 77: no torch.
 """
 import inspect
-import os
 import sys
-import tempfile
 import warnings
 
-try:
-    import torch
-    import torch.distributed as dist
-    import torch.multiprocessing as mp
-    from torch import nn
-    from torch.distributed.algorithms.ddp_comm_hooks import post_localSGD_hook
-    from torch.distributed.algorithms.model_averaging import averagers, utils
-except ImportError:
-    print("python3-torch is not installed")
-    sys.exit(77)
+import torchcheck  # exits 77 without torch
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import post_localSGD_hook
+from torch.distributed.algorithms.model_averaging import averagers, utils
 
 WORLD = 4
 STEPS = 33
 
 
-def worker(rank, out_dir, init_file):
-    torch.set_num_threads(1)
+def worker(rank):
     warnings.filterwarnings("ignore", message="When period is 1")  # the averager's advice to use DDP instead
-    dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank, world_size=WORLD)
     out = {}
     for name, period in (("ddp", 0), ("k1", 1), ("k8", 8)):
         torch.manual_seed(0)
@@ -69,8 +61,7 @@ def worker(rank, out_dir, init_file):
         out[name] = {"params": [p.detach().clone() for p in net.parameters()],
                      "momentum": [opt.state[p]["momentum_buffer"].clone() for p in net.parameters()],
                      "averaged_at": averaged_at}
-    torch.save(out, os.path.join(out_dir, f"rank{rank}.pt"))
-    dist.destroy_process_group()
+    return out
 
 
 def maxdiff(a, b):
@@ -78,16 +69,10 @@ def maxdiff(a, b):
 
 
 def main():
-    failed = []
+    claims = torchcheck.Claims()
+    claim = claims.check
 
-    def claim(ok, text):
-        print(("- holds: " if ok else "- FAILS: ") + text)
-        if not ok:
-            failed.append(text)
-
-    with tempfile.TemporaryDirectory() as d:
-        mp.start_processes(worker, args=(d, os.path.join(d, "init")), nprocs=WORLD, start_method="fork")
-        ranks = [torch.load(os.path.join(d, f"rank{r}.pt")) for r in range(WORLD)]
+    ranks = torchcheck.run_ranks(WORLD, worker)
     r0 = ranks[0]
     k1 = maxdiff(r0["k1"]["params"], r0["ddp"]["params"])
     k8 = maxdiff(r0["k8"]["params"], r0["ddp"]["params"])
@@ -109,8 +94,7 @@ def main():
     hook_src = inspect.getsource(post_localSGD_hook.post_localSGD_hook)
     claim("state.subgroup, _ = dist.new_subgroups()" in hook_src,
           "post_localSGD_hook with subgroup=None makes per-machine subgroups and keeps allreducing gradients in them")
-    print(f"torch {torch.__version__}: " + ("every claim holds" if not failed else f"{len(failed)} claim(s) fail"))
-    return 1 if failed else 0
+    return claims.finish()
 
 
 if __name__ == "__main__":

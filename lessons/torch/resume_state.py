@@ -22,14 +22,11 @@ import inspect
 import io
 import sys
 
-try:
-    import torch
-    from torch import nn
-    from torch.utils.data import DistributedSampler
-    import torch.backends.cudnn as cudnn
-except ImportError:
-    print("python3-torch is not installed")
-    sys.exit(77)
+import torchcheck  # exits 77 without torch
+import torch
+from torch import nn
+from torch.utils.data import DistributedSampler
+import torch.backends.cudnn as cudnn
 
 
 def data():
@@ -50,12 +47,8 @@ def train(model, opt, batches):
 
 
 def main():
-    failed = []
-
-    def claim(ok, text):
-        print(("- holds: " if ok else "- FAILS: ") + text)
-        if not ok:
-            failed.append(text)
+    claims = torchcheck.Claims()
+    claim = claims.check
 
     batches = data()
     full = new_model()
@@ -113,8 +106,7 @@ def main():
     doc = torch.use_deterministic_algorithms.__doc__ or ""
     claim("CUBLAS_WORKSPACE_CONFIG=:4096:8" in doc,
           "torch.use_deterministic_algorithms' documentation names CUBLAS_WORKSPACE_CONFIG for deterministic cuBLAS")
-    print(f"torch {torch.__version__}: " + ("every claim holds" if not failed else f"{len(failed)} claim(s) fail"))
-    return 1 if failed else 0
+    return claims.finish()
 
 
 if __name__ == "__main__":
