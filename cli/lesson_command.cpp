@@ -22,8 +22,8 @@
 #include "catalog.h"
 #include "command_line.h"
 #include "errors.h"
-#include "executor.h"
 #include "lesson.h"
+#include "lesson_runs.h"
 #include "report.h"
 #include "session.h"
 
@@ -335,7 +335,7 @@ void run_part(Session& s, const Part& part, const std::string& prepared, const s
       s.set_outcome(std::move(o));
       continue;
     }
-    RunProgress p(i, part.runs.size(), r, cli::command_line(r.command, args));
+    RunProgress p(i, part.runs.size(), r, commands::command_line(r.command, args));
     ExecHooks hooks;
     hooks.on_progress = [&](const lab::Snapshot& snap) { p.tick(snap); };
     RunOutcome o = execute_run(r, args, s.run_dir(r.name), hooks);
@@ -458,7 +458,7 @@ int cmd_run(const LessonCommandOptions& o) {
     std::printf("%s", wrap(s.lesson().teacher.notes, "  ").c_str());
   }
   const std::string record = out + "/record.json";
-  cli::write_result_json(record, s.record("headless", learner_name()));
+  commands::write_result_json(record, s.record("headless", learner_name()));
   std::printf("\n%s: %d check%s failed; runs took %.1f s (budget %g s)%s\nrecord: %s\n",
               failed ? "FAILED" : unjudged ? "every judged check holds" : "all checks hold", failed, failed == 1 ? "" : "s",
               seconds, lesson.budget_s, seconds > lesson.budget_s ? " -- over budget" : "", record.c_str());
@@ -593,7 +593,7 @@ int cmd_mutate(const LessonCommandOptions& o) {
     heading("Mutation " + m.id + ": " + m.what);
     if (!m.lab.empty()) std::printf("  lab mutation: DTLAB_MUTATE=%s\n", m.lab.c_str());
     if (!m.args.empty())  // command_line("", args) is "dtlab  " and the flags
-      std::printf("  flags added: %s\n", cli::command_line("", m.args).substr(7).c_str());
+      std::printf("  flags added: %s\n", commands::command_line("", m.args).substr(7).c_str());
     if (!m.lab.empty()) setenv("DTLAB_MUTATE", m.lab.c_str(), 1);
     // Only the runs the named checks read: the others cannot change whether those fail.
     const std::vector<std::string> needed = runs_read_by_checks(wrong, m.breaks);
@@ -655,7 +655,7 @@ int cmd_prepare(const LessonCommandOptions& o) {
     run_part(s, *part, "");
     for (const RunSpec& r : part->runs) runs[r.name] = s.outcome(r.name)->command_line();
   }
-  cli::write_result_json(dir + "/prepared.json", {{"format", "dtlab-lesson-prepared"},
+  commands::write_result_json(dir + "/prepared.json", {{"format", "dtlab-lesson-prepared"},
                                                   {"lesson", lesson.id},
                                                   {"version", lesson.version},
                                                   {"file", lesson.file},

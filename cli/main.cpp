@@ -171,7 +171,7 @@ class Progress {
   const lab::CommRuntime& m_runtime;
   bool m_tty;
   size_t m_epochs_printed = 0;
-  cli::ProgressLine m_line;
+  commands::ProgressLine m_line;
 };
 
 int cmd_run(lab::RunConfig& c, const lab::CommRuntime& runtime) {
@@ -233,7 +233,7 @@ int cmd_run(lab::RunConfig& c, const lab::CommRuntime& runtime) {
       run.finish();
     } catch (const std::exception&) {
     }
-    std::fprintf(stderr, "dtlab: interrupted; %s\n", cli::what_the_run_directory_keeps(c).c_str());
+    std::fprintf(stderr, "dtlab: interrupted; %s\n", commands::what_the_run_directory_keeps(c).c_str());
     return lab::kExitInterrupted;
   }
   const lab::RunSummary* finished = nullptr;
@@ -310,29 +310,29 @@ int main(int argc, char** argv) {
   lab::RunConfig cfg;
   std::string bn_momentum = "0.1";
   CLI::App* run_cmd = app.add_subcommand("run", "train with N emulated ranks and write a run directory");
-  cli::add_run_flags(*run_cmd, cfg, bn_momentum);
+  commands::add_run_flags(*run_cmd, cfg, bn_momentum);
 
   CLI::App* bench_cmd = app.add_subcommand("bench", "benchmarks (ratios against peers come from tools/ scripts)");
   bench_cmd->require_subcommand(1);
   lab::BenchTrainOptions bopt;
   CLI::App* bench_train = bench_cmd->add_subcommand("train", "training samples per second on a fixed random batch");
-  cli::add_bench_train_flags(*bench_train, bopt);
+  commands::add_bench_train_flags(*bench_train, bopt);
   lab::BenchSgemmOptions sopt;
   CLI::App* bench_sgemm = bench_cmd->add_subcommand("sgemm", "GFLOP/s of the sgemm backend (the roofline of bench train)");
-  cli::add_bench_sgemm_flags(*bench_sgemm, sopt);
+  commands::add_bench_sgemm_flags(*bench_sgemm, sopt);
   lab::BenchAllreduceOptions aopt;
   CLI::App* bench_allreduce = bench_cmd->add_subcommand(
       "allreduce", "allreduce time, algbw, busbw and #wrong per size (nccl-tests style), with a copy floor");
-  cli::add_bench_allreduce_flags(*bench_allreduce, aopt);
+  commands::add_bench_allreduce_flags(*bench_allreduce, aopt);
   lab::BenchChainOptions copt;
   CLI::App* bench_chain = bench_cmd->add_subcommand(
       "chain", "a matrix chain in every parenthesization: FLOPs, time, GFLOP/s, thread scaling, the optimal order");
-  cli::add_bench_chain_flags(*bench_chain, copt);
+  commands::add_bench_chain_flags(*bench_chain, copt);
 
   lab::EvalCommandOptions eopt;
   CLI::App* eval_cmd = app.add_subcommand(
       "eval", "a model's test accuracy in eval or train mode, with the outputs of the first test samples");
-  cli::add_eval_flags(*eval_cmd, eopt);
+  commands::add_eval_flags(*eval_cmd, eopt);
 
   LessonCommandOptions lopt;
   CLI::App* lesson_cmd = add_lesson_command(app, lopt);
@@ -344,7 +344,7 @@ int main(int argc, char** argv) {
   std::string gui_bn_momentum = "0.1";
   GuiOptions gui_opt;
   CLI::App* gui_cmd = app.add_subcommand("gui", "the lab window: watch, pause, step and compare a training run");
-  cli::add_run_flags(*gui_cmd, gui_cfg, gui_bn_momentum);
+  commands::add_run_flags(*gui_cmd, gui_cfg, gui_bn_momentum);
   add_gui_flags(*gui_cmd, gui_opt);
 
   if (argc == 1 && gui_available()) return cmd_gui(gui_cfg, gui_opt);
@@ -354,7 +354,7 @@ int main(int argc, char** argv) {
     return lab::kExitOk;
   }
   {
-    const std::string m = cli::unknown_command_message(app, std::vector<std::string>(argv + 1, argv + argc));
+    const std::string m = commands::unknown_command_message(app, std::vector<std::string>(argv + 1, argv + argc));
     if (!m.empty()) {
       std::fprintf(stderr, "dtlab: error: %s\n", m.c_str());
       return lab::kExitUsage;
@@ -370,7 +370,7 @@ int main(int argc, char** argv) {
       // name the unknown flag and the closest known one of the command that was meant
       CLI::App* cmd = &app;
       while (!cmd->get_subcommands().empty()) cmd = cmd->get_subcommands().front();
-      const std::string m = cli::unknown_flag_message(*cmd, std::vector<std::string>(argv + 1, argv + argc));
+      const std::string m = commands::unknown_flag_message(*cmd, std::vector<std::string>(argv + 1, argv + argc));
       if (!m.empty()) {
         std::string path;
         for (const CLI::App* c = cmd; c && c != &app; c = c->get_parent()) path = c->get_name() + (path.empty() ? "" : " " + path);
@@ -391,9 +391,9 @@ int main(int argc, char** argv) {
       return lab::kExitOk;
     }
     if (run_cmd->parsed()) {
-      cfg.bn_momentum = cli::parse_bn_momentum(bn_momentum);
-      cli::apply_steps_rule(*run_cmd, cfg);
-      if (!cfg.resume.empty()) cfg = cli::resume_config(*run_cmd, cfg);  // the checkpoint's configuration
+      cfg.bn_momentum = commands::parse_bn_momentum(bn_momentum);
+      commands::apply_steps_rule(*run_cmd, cfg);
+      if (!cfg.resume.empty()) cfg = commands::resume_config(*run_cmd, cfg);  // the checkpoint's configuration
       start_runtime(runtime, cfg, run_cmd->count("--world-size") > 0);
       code = cmd_run(cfg, *runtime);
     } else if (bench_train->parsed()) {
@@ -409,9 +409,9 @@ int main(int argc, char** argv) {
     } else if (lesson_cmd->parsed()) {
       code = run_lesson_command(*lesson_cmd, lopt);
     } else if (gui_cmd->parsed()) {
-      gui_cfg.bn_momentum = cli::parse_bn_momentum(gui_bn_momentum);
-      cli::apply_steps_rule(*gui_cmd, gui_cfg);
-      if (!gui_cfg.resume.empty()) gui_cfg = cli::resume_config(*gui_cmd, gui_cfg);  // the checkpoint's configuration
+      gui_cfg.bn_momentum = commands::parse_bn_momentum(gui_bn_momentum);
+      commands::apply_steps_rule(*gui_cmd, gui_cfg);
+      if (!gui_cfg.resume.empty()) gui_cfg = commands::resume_config(*gui_cmd, gui_cfg);  // the checkpoint's configuration
       if (gui_opt.open_dir.empty()) {  // the starting flags: refused and warned about as dtlab run's
         lab::validate(gui_cfg);
         print_warnings(gui_cfg, gui_default_config());

@@ -252,7 +252,7 @@ TEST(BenchChain, JsonHasTheDocumentedKeys) {
 TEST(BenchChain, BadFlagsGiveClearErrors) {
   auto error_of = [](const std::vector<std::string>& args) -> std::string {
     try {
-      cli::CommandSpec spec = cli::parse_command("bench chain", args);
+      commands::CommandSpec spec = commands::parse_command("bench chain", args);
       spec.bench_chain.seconds = 0.001;
       spec.bench_chain.rounds = 1;
       testutil::TempDir tmp;
@@ -292,7 +292,7 @@ TEST(BenchChain, BadFlagsGiveClearErrors) {
 }
 
 TEST(BenchChain, RunsFromTheCommandLineAndForLessons) {
-  const auto& cmds = cli::lesson_commands();
+  const auto& cmds = commands::lesson_commands();
   EXPECT_NE(std::find(cmds.begin(), cmds.end(), "bench chain"), cmds.end());
   const testutil::CliResult r = testutil::run_cli("bench chain --dims 4,64,64,64,4 --seconds 0.005 --rounds 1");
   ASSERT_EQ(r.exit_code, 0) << r.out;

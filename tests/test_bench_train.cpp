@@ -208,7 +208,7 @@ TEST(BenchTrain, OneSizeKeepsItsOutputAndJson) {
 TEST(BenchTrain, BadFlagsGiveClearErrors) {
   auto error_of = [](const std::vector<std::string>& args) -> std::string {
     try {
-      cli::CommandSpec spec = cli::parse_command("bench train", args);
+      commands::CommandSpec spec = commands::parse_command("bench train", args);
       run_bench(spec.bench_train);
     } catch (const lab::ConfigError& e) {
       return e.what();

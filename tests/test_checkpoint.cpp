@@ -71,7 +71,7 @@ int64_t run_interrupted(const lab::RunConfig& c, int64_t at) {
 lab::RunConfig resume_of(const std::string& dir, const std::string& out = "") {
   std::vector<std::string> args = {"--resume", dir};
   if (!out.empty()) args.insert(args.end(), {"--out", out});
-  return cli::parse_command("run", args).run;
+  return commands::parse_command("run", args).run;
 }
 
 void expect_same_run(const std::string& a, const std::string& b, const std::string& what) {
@@ -269,7 +269,7 @@ TEST(Checkpoint, ResumeRefusesWhatWouldChangeTheRun) {
   cb.checkpoint_every = 4;
   lab::Run(cb, lab::make_world).run();
   try {
-    cli::parse_command("run", {"--resume", b.path(), "--lr", "0.5"});
+    commands::parse_command("run", {"--resume", b.path(), "--lr", "0.5"});
     FAIL();
   } catch (const lab::ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("--lr cannot be given with it"), std::string::npos) << e.what();
@@ -283,7 +283,7 @@ TEST(Checkpoint, ResumeRefusesWhatWouldChangeTheRun) {
     EXPECT_NE(std::string(e.what()).find("written by 3 ranks, this run has 2"), std::string::npos) << e.what();
   }
   // --timeout may change: it changes no number
-  EXPECT_EQ(cli::parse_command("run", {"--resume", b.path(), "--timeout", "7"}).run.timeout_s, 7);
+  EXPECT_EQ(commands::parse_command("run", {"--resume", b.path(), "--timeout", "7"}).run.timeout_s, 7);
 }
 
 // SIGKILL at random moments of a run that checkpoints often: whatever was being written, the

@@ -206,16 +206,16 @@ TEST(FirstContact, AStoppedRunNamesItsIntactCheckpoint) {
   lab::RunConfig c;
   c.out_dir = d;
   c.checkpoint_every = 2;
-  std::string said = cli::what_the_run_directory_keeps(c);
+  std::string said = commands::what_the_run_directory_keeps(c);
   EXPECT_TRUE(contains(said, "keeps its checkpoint at iteration 4 (intact)")) << said;
   EXPECT_TRUE(contains(said, "dtlab run --resume " + d)) << said;
   c.comm = "mpi";
   c.world_size = 4;
-  said = cli::what_the_run_directory_keeps(c);
+  said = commands::what_the_run_directory_keeps(c);
   EXPECT_TRUE(contains(said, "mpirun -np 4 dtlab run --comm mpi --resume " + d)) << said;
   c.out_dir = t.file("none");
   c.checkpoint_every = 0;
-  said = cli::what_the_run_directory_keeps(c);
+  said = commands::what_the_run_directory_keeps(c);
   EXPECT_TRUE(contains(said, "no checkpoint to continue from (--checkpoint-every N")) << said;
 }
 
@@ -229,7 +229,7 @@ TEST(FirstContact, TheProgressLineSaysWhatItWaitsFor) {
   s.latest[0].batch_size = 32;
   s.latest[0].correct = 16;
   s.latest[0].loss = 0.5f;
-  cli::ProgressLine p;
+  commands::ProgressLine p;
   std::string l = p.line(s, 10.0, -1, 60);
   EXPECT_TRUE(contains(l, "step 41/100")) << l;
   EXPECT_TRUE(contains(l, "2783 samples/s")) << l;

@@ -9,8 +9,8 @@
 
 #include "bn_stats.h"
 #include "catalog.h"
-#include "executor.h"
 #include "lesson.h"
+#include "lesson_runs.h"
 #include "report.h"
 #include "session.h"
 #include "test_util.h"

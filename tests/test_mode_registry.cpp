@@ -114,11 +114,11 @@ TEST(ModeRegistry, AnUnknownModeIsRefusedNamingTheKnownOnes) {
 // What a lesson's run line and the CLI go through: CLI11's definitions, then lab::validate.
 TEST(ModeRegistry, TheCliAndALessonsRunsAcceptARegisteredModeAndApplyItsCapabilities) {
   solo();
-  const cli::CommandSpec spec = cli::parse_command("run", {"--mode", "solo", "--world-size", "2", "--steps", "3"});
+  const commands::CommandSpec spec = commands::parse_command("run", {"--mode", "solo", "--world-size", "2", "--steps", "3"});
   EXPECT_EQ(spec.run.mode, "solo");
   // A capability the mode lacks refuses the flag by the general rule, naming the modes that have it.
   try {
-    cli::parse_command("run", {"--mode", "solo", "--world-size", "2", "--bn", "sync"});
+    commands::parse_command("run", {"--mode", "solo", "--world-size", "2", "--bn", "sync"});
     FAIL() << "--bn sync was accepted by a mode without SyncBatchNorm";
   } catch (const lab::ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("solo"), std::string::npos) << e.what();
@@ -173,7 +173,7 @@ TEST(ModeRegistry, RunTrainsItAndItsSummaryAndCheckpointsWork) {
   ASSERT_TRUE(fs::exists(two_solo.path() + "/checkpoints/step-00000002")) << "no checkpoint at step 2";
   for (const auto& e : fs::directory_iterator(two_solo.path() + "/checkpoints"))
     if (e.path().filename().string() > "step-00000002") fs::remove_all(e.path());
-  lab::Run(cli::parse_command("run", {"--resume", two_solo.path(), "--out", resumed.path()}).run, lab::make_world).run();
+  lab::Run(commands::parse_command("run", {"--resume", two_solo.path(), "--out", resumed.path()}).run, lab::make_world).run();
   EXPECT_EQ(final_two, testutil::read_file(resumed.file("final.safetensors")));
   const nlohmann::json rank1 =
       nlohmann::json::parse(testutil::read_file(resumed.path() + "/checkpoints/step-00000002/rank1.json"));

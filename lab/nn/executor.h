@@ -80,4 +80,12 @@ using ExecutorFactory =
 void set_executor_factory(ExecutorFactory f);
 const ExecutorFactory& executor_factory();
 
+// Gives `model` the executor of compute.device for `rank` of `world_size` ranks communicating over
+// `comm`, on the GPU rank_device_map gives it (--rank-devices, one per NCCL rank, or --device's);
+// on the CPU it does nothing. Returns the executor's description ("" on the CPU). The one place a
+// model gets its device (dtlab run, bench train, eval). Throws DeviceError without a factory, and
+// what the factory throws.
+std::string attach_executor(Model& model, const ComputeOptions& compute, int rank, int world_size,
+                            const std::string& comm);
+
 }  // namespace lab

@@ -223,22 +223,27 @@ std::unique_ptr<Model> build_model(const ModelOptions& opt, uint64_t seed) {
     m->reset_parameters(g);
     model->add(std::move(m));
   };
+  auto batchnorm = [&](int features, int spatial_dims) {
+    std::unique_ptr<Module> m = opt.make_batchnorm ? opt.make_batchnorm(features, spatial_dims)
+                                                   : make_bn(opt.bn, features, spatial_dims);
+    if (m) model->add(std::move(m));
+  };
   if (opt.name == "mlp") {
     model->add(std::make_unique<Flatten>());
     linear(784, 256);
-    model->add(make_bn(opt.bn, 256, 0));
+    batchnorm(256, 0);
     model->add(std::make_unique<ReLU>());
     linear(256, 128);
-    model->add(make_bn(opt.bn, 128, 0));
+    batchnorm(128, 0);
     model->add(std::make_unique<ReLU>());
     linear(128, 10);
   } else if (opt.name == "cnn") {
     conv(1, 32);
-    model->add(make_bn(opt.bn, 32, 2));
+    batchnorm(32, 2);
     model->add(std::make_unique<ReLU>());
     model->add(std::make_unique<MaxPool2d>(2));
     conv(32, 64);
-    model->add(make_bn(opt.bn, 64, 2));
+    batchnorm(64, 2);
     model->add(std::make_unique<ReLU>());
     model->add(std::make_unique<MaxPool2d>(2));
     model->add(std::make_unique<Flatten>());

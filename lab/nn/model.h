@@ -116,6 +116,11 @@ class Model {
 struct ModelOptions {
   std::string name = "cnn";  // "mlp" | "cnn"
   BatchNormOptions bn;       // eps / momentum / track_running_stats for every BN layer
+  // Where the architecture has a BatchNorm layer (features, 0 for 1d or 2 for 2d): when given,
+  // the module this returns instead (nullptr: none there). `bench train --batchnorm frozen|none`
+  // measures the same architecture with its BatchNorm frozen or left out. BatchNorm draws nothing
+  // from the generator, so every other layer's initial weights stay the same.
+  std::function<std::unique_ptr<Module>(int features, int spatial_dims)> make_batchnorm;
 };
 
 // The model named opt.name, initialized as PyTorch does after torch.manual_seed(seed).

@@ -40,19 +40,8 @@ nlohmann::json Run::device_summary() {
 }
 
 void Run::attach_device(Model& model, int rank) {
-  if (parse_device(m_cfg.compute.device).is_cpu()) return;
-  const ExecutorFactory& make = executor_factory();
-  if (!make)
-    throw DeviceError("--device " + m_cfg.compute.device + ": this program has no device backend",
-                      "run it through the dtlab executable, which registers the GPU backend of its build");
-  // The rank's GPU (device.h's rank_device_map): --rank-devices, one per NCCL rank, or --device's.
-  ComputeOptions opt = m_cfg.compute;
-  const std::vector<int> map = rank_device_map(opt, m_cfg.world_size, m_cfg.comm);
-  const int gpu = map.at(static_cast<size_t>(rank));
-  if (gpu != parse_device(opt.device).index) opt.device = "cuda:" + std::to_string(gpu);  // else as the user wrote it
-  std::unique_ptr<ModelExecutor> exec = make(model, opt, rank);
-  if (m_device_name.empty()) m_device_name = exec->describe();
-  model.set_executor(std::move(exec));
+  const std::string described = attach_executor(model, m_cfg.compute, rank, m_cfg.world_size, m_cfg.comm);
+  if (m_device_name.empty()) m_device_name = described;
 }
 
 }  // namespace lab

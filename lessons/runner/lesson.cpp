@@ -296,7 +296,7 @@ void read_runs(Reader& rd, const toml::table& t, const std::string& where, Part&
     r.expect_error = rd.str(*rt, "expect_error", w, false).value_or("");
     if (!r.expect_error.empty() && r.expect_exit == 0)
       rd.error(rd.pos(*rt, "expect_error"), w + ": expect_error needs expect_exit (the exit code of the error)");
-    const auto& cmds = cli::lesson_commands();
+    const auto& cmds = commands::lesson_commands();
     if (std::find(cmds.begin(), cmds.end(), r.command) == cmds.end())
       rd.error(rd.pos(*rt, "command"), w + ": unknown command '" + r.command + "' (known: " + quote_list(cmds) + ")");
     part.runs.push_back(std::move(r));
@@ -604,8 +604,8 @@ class Linker {
       if (!ok) continue;
       try {
         for (const RunSpec* br : bases)
-          for (const std::string& w : cli::split_args(br->args_text)) words.push_back(w);
-        for (const std::string& w : cli::split_args(r.args_text)) words.push_back(w);
+          for (const std::string& w : commands::split_args(br->args_text)) words.push_back(w);
+        for (const std::string& w : commands::split_args(r.args_text)) words.push_back(w);
       } catch (const lab::Error& e) {
         m_rd.error(r.pos, "run '" + r.name + "': args: " + e.what());
         continue;
@@ -655,7 +655,7 @@ class Linker {
         stand_in.push_back("/lesson-run-dir/" + r.name);
       }
       try {
-        r.parsed = cli::parse_command(r.command, stand_in, stand_in_config);
+        r.parsed = commands::parse_command(r.command, stand_in, stand_in_config);
         r.parsed.args = words;
         if (r.command == "run" && r.parsed.run.comm == "mpi" &&
             std::find(m_l.requires_.begin(), m_l.requires_.end(), "mpi") == m_l.requires_.end())
@@ -667,7 +667,7 @@ class Linker {
         for (const RunSpec* br : bases) bad_base |= m_failed_runs.count(br->name) > 0;
         m_failed_runs.insert(r.name);
         if (bad_base) continue;
-        m_rd.error(r.pos, "run '" + r.name + "': " + cli::command_line(r.command, words) + ": " + e.what() +
+        m_rd.error(r.pos, "run '" + r.name + "': " + commands::command_line(r.command, words) + ": " + e.what() +
                               (e.hint().empty() ? "" : " (" + e.hint() + ")"));
       }
     }
@@ -686,7 +686,7 @@ class Linker {
       for (const RunSpec* br : bases) from_base |= m_no_effect[br->name].count(m) > 0;
       m_no_effect[r.name].insert(m);
       if (!from_base)
-        m_rd.error(r.pos, "run '" + r.name + "': " + cli::command_line(r.command, words) + ": " + m +
+        m_rd.error(r.pos, "run '" + r.name + "': " + commands::command_line(r.command, words) + ": " + m +
                               (e.hint.empty() ? "" : " (" + e.hint + ")") + "; drop the flag");
     }
   }
@@ -897,7 +897,7 @@ void read_torch_checks_and_mutations(Reader& rd, const toml::table& t, Lesson& l
     }
     const std::string args = rd.str(*m, "args", w, false).value_or("");
     try {
-      mu.args = cli::split_args(args);
+      mu.args = commands::split_args(args);
     } catch (const lab::Error& e) {
       rd.error(rd.pos(*m, "args"), w + ": " + e.what());
     }
@@ -1204,7 +1204,7 @@ std::string reflow(const std::string& text) {
 namespace {
 
 // The last key of a JSON pointer that names a measured time, a rate or a ratio of times, in
-// summary.json (dtlab run) and the result.json of dtlab bench and eval (cli/bench_*.h).
+// summary.json (dtlab run) and the result.json of dtlab bench and eval (commands/bench_*.h).
 const std::set<std::string> kTimingKeys = {
     // summary.json
     "seconds", "train_seconds", "samples_per_s", "comm_seconds", "hidden_seconds", "hidden_fraction",

@@ -7,7 +7,7 @@
 // load_lesson() reads and lints in one pass and reports every problem it finds as
 // `file:line:col: message` (the line and column of the key or value at fault): TOML syntax,
 // unknown keys, wrong types, missing keys, a run flag that `dtlab run` would refuse (parsed by the
-// CLI's own definitions, cli/command_line.h), a name that is not a quantity, a prediction
+// CLI's own definitions, commands/command_line.h), a name that is not a quantity, a prediction
 // without a rule for being right, a prediction without a hint.
 #pragma once
 
@@ -71,7 +71,7 @@ struct Prediction {
 
 struct RunSpec {
   std::string name;
-  std::string command = "run";     // one of cli::lesson_commands()
+  std::string command = "run";     // one of commands::lesson_commands()
   std::string args_text;           // as written (with {run:NAME} placeholders)
   std::string base;                // run whose args come first
   std::vector<std::string> args;   // resolved: base's args, then these (placeholders kept)
@@ -79,7 +79,7 @@ struct RunSpec {
   int expect_exit = 0;             // the exit code the run must end with
   std::string expect_error;        // ... and text its error must contain (when expect_exit != 0)
   SourcePos pos;
-  cli::CommandSpec parsed;         // the options as the CLI parses them (placeholders replaced by
+  commands::CommandSpec parsed;    // the options as the CLI parses them (placeholders replaced by
                                    // a stand-in directory)
 };
 

@@ -21,7 +21,7 @@ namespace lessons {
 
 // ---- outcomes ----
 
-std::string RunOutcome::command_line() const { return cli::command_line(command, args); }
+std::string RunOutcome::command_line() const { return commands::command_line(command, args); }
 
 nlohmann::json RunOutcome::to_json() const {
   return {{"format", "dtlab-lesson-run-outcome"},
@@ -51,7 +51,7 @@ RunOutcome RunOutcome::from_json(const nlohmann::json& j, const std::string& dir
 
 void write_outcome(const RunOutcome& o) {
   std::filesystem::create_directories(o.dir);
-  cli::write_result_json(o.dir + "/outcome.json", o.to_json());
+  commands::write_result_json(o.dir + "/outcome.json", o.to_json());
 }
 
 RunOutcome read_outcome(const std::string& dir) {

@@ -1,6 +1,6 @@
 /* Open MPI's side of tools/bench_allreduce_vs_mpi.sh: MPI_Allreduce (float32, sum, out of place)
  * timed per message size the way `dtlab bench allreduce` times its algorithms
- * (cli/bench_allreduce.h), in nccl-tests' columns:
+ * (commands/bench_allreduce.h), in nccl-tests' columns:
  *
  *       bytes    time_us  algbw_GBs  busbw_GBs   #wrong
  *

@@ -1,6 +1,6 @@
 """PyTorch's side of tools/bench_train_vs_torch.sh: training throughput of dtlab's models
 (tools/torch/dtlab_models.py) on the CPU, measured the way `dtlab bench train` measures dtlab
-(cli/bench_train.h), so that the two figures compare:
+(commands/bench_train.h), so that the two figures compare:
 
   - a fixed random batch per rank: x (B, 1, 28, 28) uniform in [-1, 1] and labels in 0..9, from a
     torch.Generator seeded with the rank; the model after torch.manual_seed(0);

@@ -105,7 +105,7 @@ def check(dtlab, work):
         if r.returncode != 0:
             print(r.stdout, r.stderr)
             if "autocast" in r.stdout + r.stderr:
-                print("this dtlab has no `eval --autocast` (cli/command_line.cpp: add_eval_flags)")
+                print("this dtlab has no `eval --autocast` (commands/command_line.cpp: add_eval_flags)")
             return 1
         print(r.stdout, end="")
         d = json.load(open(out_json))

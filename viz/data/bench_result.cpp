@@ -322,7 +322,7 @@ bool looks_like_bench_result(const std::string& path) {
   if (std::filesystem::is_regular_file(path, ec)) return true;
   if (!std::filesystem::is_directory(path, ec) || std::filesystem::exists(path + "/config.toml", ec)) return false;
   if (std::filesystem::exists(path + "/result.json", ec)) return true;
-  // a lesson's run directory says which command ran in outcome.json (lessons/runner/executor.h)
+  // a lesson's run directory says which command ran in outcome.json (lessons/runner/lesson_runs.h)
   std::ifstream f(path + "/outcome.json");
   if (!f) return false;
   try {

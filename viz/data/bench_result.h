@@ -1,7 +1,7 @@
 // BenchResult: the result.json of `dtlab bench train` (a sweep over batch sizes, and the same
 // batch one sample at a time) or `dtlab bench chain` (every parenthesization of a matrix chain),
 // read into plain structs for the lab window's Benchmark view (viz/panel_bench.cpp). The file is
-// the contract: this reads what cli/bench_train.cpp and cli/bench_chain.cpp write (their headers
+// the contract: this reads what commands/bench_train.cpp and commands/bench_chain.cpp write (their headers
 // list the keys), and refuses anything else with an error naming the file and the field.
 #pragma once
 

@@ -7,7 +7,7 @@
 #include "command_line.h"
 #include "errors.h"
 #include "events.h"
-#include "executor.h"
+#include "lesson_runs.h"
 #include "ring_model.h"
 
 namespace viz {
@@ -116,7 +116,7 @@ void LessonDriver::start_next(LabHooks& lab) {
   const size_t index = runs_done() + 1, count = part().runs.size();
   const std::vector<std::string> args = m_session.concrete_args(*r);
   const std::string dir = m_session.run_dir(r->name);
-  const std::string line = cli::command_line(r->command, args);
+  const std::string line = commands::command_line(r->command, args);
   m_activity = "run " + r->name + " (" + std::to_string(index) + " of " + std::to_string(count) + "): " + line;
 
   if (prepared()) {
@@ -177,12 +177,12 @@ void LessonDriver::start_next(LabHooks& lab) {
   try {
     m_live = {r};
     m_live_args = {args};
-    lab::RunConfig cfg = cli::parse_command(r->command, args).run;
+    lab::RunConfig cfg = commands::parse_command(r->command, args).run;
     lab::RunConfig tcfg;
     if (twin) {
       m_live.push_back(twin);
       m_live_args.push_back(m_session.concrete_args(*twin));
-      tcfg = cli::parse_command(twin->command, m_live_args[1]).run;
+      tcfg = commands::parse_command(twin->command, m_live_args[1]).run;
       m_activity += "  |  twin: " + twin->name;
     }
     for (size_t i = 0; i < m_live.size(); ++i) {
@@ -319,7 +319,7 @@ void LessonDriver::write_record() {
   if (m_record_path.empty()) return;
   try {
     std::filesystem::create_directories(std::filesystem::path(m_record_path).parent_path());
-    cli::write_result_json(m_record_path, m_session.record("app", lessons::learner_name()));
+    commands::write_result_json(m_record_path, m_session.record("app", lessons::learner_name()));
   } catch (const std::exception& e) {
     m_error = std::string("cannot write the record: ") + e.what();
   }

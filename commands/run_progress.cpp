@@ -6,7 +6,7 @@
 #include "errors.h"
 #include "mode.h"
 
-namespace cli {
+namespace commands {
 
 std::string ProgressLine::line(const lab::Snapshot& s, double now, int waiting_for, double timeout_s) {
   if (s.latest.empty()) return "";
@@ -59,4 +59,4 @@ std::string what_the_run_directory_keeps(const lab::RunConfig& c) {
   return "the run directory holds what was finished; no checkpoint had been written yet";
 }
 
-}  // namespace cli
+}  // namespace commands

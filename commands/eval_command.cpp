@@ -99,10 +99,7 @@ int eval_command(const EvalCommandOptions& opt) {
   load_model_tensors(*model, tensors, weights);
   std::string device_echo;
   if (on_device) {  // the GPU's executor (executor.h), before the dataset: a missing GPU fails at once
-    const ExecutorFactory& make = executor_factory();
-    if (!make) throw DeviceError("--device " + opt.compute.device + ": this program has no device backend");
-    model->set_executor(make(*model, opt.compute, 0));
-    device_echo = " device=" + model->executor()->describe();
+    device_echo = " device=" + attach_executor(*model, opt.compute, 0, 1, "threads");
   }
   // The test samples: --limit-test when given; with --run, the run's own subset (what its summary
   // reports), else all of them.

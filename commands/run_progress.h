@@ -9,7 +9,7 @@
 
 #include "run.h"
 
-namespace cli {
+namespace commands {
 
 class ProgressLine {
  public:
@@ -30,4 +30,4 @@ class ProgressLine {
 // its newest intact checkpoint and the command that continues it, or why there is none.
 std::string what_the_run_directory_keeps(const lab::RunConfig& c);
 
-}  // namespace cli
+}  // namespace commands

@@ -21,19 +21,14 @@
 #include "communicator.h"
 #include "config.h"
 #include "config_effects.h"
-#include "conv2d.h"
 #include "ddp.h"
 #include "errors.h"
 #include "events.h"
-#include "flatten.h"
 #include "gemm.h"
-#include "linear.h"
-#include "maxpool2d.h"
 #include "model.h"
 #include "mutation.h"
 #include "optim.h"
 #include "parallel.h"
-#include "relu.h"
 #include "threads/transport_threads.h"
 #include "torch_rng.h"
 
@@ -128,52 +123,19 @@ class FrozenBatchNorm : public Module {
 std::unique_ptr<Model> build_bench_model(const std::string& name, uint64_t seed, BenchBatchNorm bn) {
   ModelOptions mopt;
   mopt.name = name;
-  if (bn == BenchBatchNorm::Train) return build_model(mopt, seed);
-  // build_model's architectures (model.cpp), layer by layer in the same order, so that the
-  // generator is drawn from exactly as there; a BatchNorm layer is replaced (Frozen) or left out
-  // (None). Its options are BatchNormOptions' defaults, those bench train's models use.
+  // build_model's architecture with each BatchNorm layer replaced (Frozen) or left out (None); its
+  // options are BatchNormOptions' defaults, those bench train's models use
   const double eps = BatchNormOptions().eps;
-  TorchGenerator g(seed);
-  auto model = std::make_unique<Model>();
-  auto linear = [&](int in, int out) {
-    auto m = std::make_unique<Linear>(in, out);
-    m->reset_parameters(g);
-    model->add(std::move(m));
-  };
-  auto conv = [&](int cin, int cout) {  // no bias: as in build_model, where a BatchNorm follows
-    auto m = std::make_unique<Conv2d>(cin, cout, 3, 1, false);
-    m->reset_parameters(g);
-    model->add(std::move(m));
-  };
-  auto batchnorm = [&](int features, int spatial_dims) {
-    if (bn == BenchBatchNorm::Frozen) model->add(std::make_unique<FrozenBatchNorm>(features, spatial_dims, eps));
-  };
-  if (name == "mlp") {
-    model->add(std::make_unique<Flatten>());
-    linear(784, 256);
-    batchnorm(256, 0);
-    model->add(std::make_unique<ReLU>());
-    linear(256, 128);
-    batchnorm(128, 0);
-    model->add(std::make_unique<ReLU>());
-    linear(128, 10);
-  } else if (name == "cnn") {
-    conv(1, 32);
-    batchnorm(32, 2);
-    model->add(std::make_unique<ReLU>());
-    model->add(std::make_unique<MaxPool2d>(2));
-    conv(32, 64);
-    batchnorm(64, 2);
-    model->add(std::make_unique<ReLU>());
-    model->add(std::make_unique<MaxPool2d>(2));
-    model->add(std::make_unique<Flatten>());
-    linear(64 * 7 * 7, 128);
-    model->add(std::make_unique<ReLU>());
-    linear(128, 10);
-  } else {
+  if (bn != BenchBatchNorm::Train)
+    mopt.make_batchnorm = [bn, eps](int features, int spatial_dims) -> std::unique_ptr<Module> {
+      if (bn == BenchBatchNorm::Frozen) return std::make_unique<FrozenBatchNorm>(features, spatial_dims, eps);
+      return nullptr;
+    };
+  try {
+    return build_model(mopt, seed);
+  } catch (const ConfigError&) {
     throw ConfigError("--model: unknown model '" + name + "'", "choose one of: mlp, cnn");
   }
-  return model;
 }
 
 // ---- timing ----
@@ -240,18 +202,8 @@ RoundTimes time_train_step(const BenchTrainOptions& opt, long long batch) {
   const int world = opt.world_size;
   std::vector<std::unique_ptr<Model>> models(static_cast<size_t>(world));
   for (auto& m : models) m = build_bench_model(opt.model, 0, batchnorm_of(opt));
-  if (!parse_device(opt.compute.device).is_cpu()) {
-    const ExecutorFactory& make = executor_factory();
-    if (!make) throw DeviceError("--device " + opt.compute.device + ": this program has no device backend");
-    const std::vector<int> gpus = rank_device_map(opt.compute, world, "threads");
-    for (int rank = 0; rank < world; ++rank) {
-      Model& m = *models[static_cast<size_t>(rank)];
-      ComputeOptions o = opt.compute;
-      const int gpu = gpus[static_cast<size_t>(rank)];
-      if (gpu != parse_device(o.device).index) o.device = "cuda:" + std::to_string(gpu);
-      m.set_executor(make(m, o, rank));
-    }
-  }
+  for (int rank = 0; rank < world; ++rank)
+    attach_executor(*models[static_cast<size_t>(rank)], opt.compute, rank, world, "threads");
   std::vector<RoundTimes> step_seconds(static_cast<size_t>(world));
   std::vector<std::exception_ptr> errors(static_cast<size_t>(world));
   ThreadsWorld tw(world);
@@ -526,11 +478,7 @@ int bench_train(const BenchTrainOptions& opt) {
   // The model that counts FLOPs; on a device it also gets an executor first, so that a missing GPU
   // fails before anything is printed.
   auto flops_model = build_bench_model(opt.model, 0, batchnorm_of(opt));
-  if (!on_cpu) {
-    const ExecutorFactory& make = executor_factory();
-    if (!make) throw DeviceError("--device " + opt.compute.device + ": this program has no device backend");
-    flops_model->set_executor(make(*flops_model, opt.compute, 0));
-  }
+  attach_executor(*flops_model, opt.compute, 0, 1, "threads");
   std::string device_text = on_cpu ? "" : " device=" + opt.compute.device;
   if (!on_cpu && opt.compute.allow_tf32) device_text += " allow_tf32=on";
   if (!on_cpu && opt.compute.cudnn_benchmark) device_text += " cudnn_benchmark=on";

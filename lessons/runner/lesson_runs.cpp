@@ -1,4 +1,4 @@
-#include "executor.h"
+#include "lesson_runs.h"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -52,7 +52,7 @@ std::string shell_quote(const std::string& s) {
 
 // Ranks as processes: `mpirun -np N ... dtlab run ARGS`, its output in <dir>/output.txt. The
 // error and hint are rank 0's lines as main() prints them.
-void run_under_mpirun(const cli::CommandSpec& spec, const std::vector<std::string>& args, const std::string& dir,
+void run_under_mpirun(const commands::CommandSpec& spec, const std::vector<std::string>& args, const std::string& dir,
                       RunOutcome& o) {
   char exe[4096];
   const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -102,7 +102,7 @@ RunOutcome execute_run(const RunSpec& spec, const std::vector<std::string>& args
   if (ec) throw lab::IoError("cannot create " + dir + ": " + ec.message());
   const double t0 = lab::now_seconds();
   try {
-    cli::CommandSpec cmd = cli::parse_command(spec.command, args);
+    commands::CommandSpec cmd = commands::parse_command(spec.command, args);
     if (spec.command == "run" && cmd.run.comm == "mpi") {
       run_under_mpirun(cmd, args, dir, o);
     } else if (spec.command == "run") {

@@ -18,7 +18,7 @@
 #include "config.h"
 #include "eval_command.h"
 
-namespace cli {
+namespace commands {
 
 // --device, --allow-tf32, --cudnn-benchmark, --cudnn-deterministic (device.h), for run and bench train.
 // has_comm: the command has --comm (run, gui), so --rank-devices may mention NCCL.
@@ -91,8 +91,8 @@ std::vector<std::string> split_args(const std::string& text);
 // naming the file.
 void write_result_json(const std::string& path, const nlohmann::json& j);
 
-}  // namespace cli
+}  // namespace commands
 
 namespace lab {
-using cli::write_result_json;
+using commands::write_result_json;
 }

@@ -10,7 +10,7 @@
 #include "errors.h"
 #include "mode.h"
 
-namespace cli {
+namespace commands {
 
 // Parallelism modes and communication behaviour.
 namespace {
@@ -497,4 +497,4 @@ void write_result_json(const std::string& path, const nlohmann::json& j) {
   if (!f) throw lab::IoError("cannot write " + path + ": " + std::strerror(errno));
 }
 
-}  // namespace cli
+}  // namespace commands
