@@ -555,14 +555,6 @@ class Linker {
         if (r.name == name) return &r;
     return nullptr;
   }
-  const QuantitySpec* visible_quantity(const Part& p, const std::string& name) const {
-    for (const QuantitySpec& q : p.quantities)
-      if (q.name == name) return &q;
-    if (!is_main(p))
-      for (const QuantitySpec& q : m_l.main.quantities)
-        if (q.name == name) return &q;
-    return nullptr;
-  }
   std::vector<std::string> visible_quantity_names(const Part& p) const {
     std::vector<std::string> out;
     for (const QuantitySpec& q : p.quantities) out.push_back(q.name);
@@ -693,7 +685,7 @@ class Linker {
 
   void check_names(const Part& p, const Expr& e, SourcePos pos, const std::string& where) {
     for (const auto& [name, offset] : e.names())
-      if (!visible_quantity(p, name))
+      if (!m_l.visible_quantity(p, name))
         m_rd.error(pos, where + ": '" + name + "' is not a quantity" + suggestion(p, name) + " (quantities: " +
                             quote_list(visible_quantity_names(p)) + ")");
   }
@@ -724,7 +716,7 @@ class Linker {
   void check_timing(const Part& p, const Check& c) {
     std::vector<std::string> timings;
     for (const auto& [name, off] : c.that.names()) {
-      const QuantitySpec* q = visible_quantity(p, name);
+      const QuantitySpec* q = m_l.visible_quantity(p, name);
       if (q && is_timing_quantity(m_l, p, *q) && std::find(timings.begin(), timings.end(), name) == timings.end())
         timings.push_back(name);
     }
@@ -776,7 +768,7 @@ class Linker {
     std::function<void(const QuantitySpec&)> visit = [&](const QuantitySpec& q) {
       state[q.name] = 1;
       for (const auto& [name, off] : q.expr.names()) {
-        const QuantitySpec* d = visible_quantity(p, name);
+        const QuantitySpec* d = m_l.visible_quantity(p, name);
         if (!d || d->source != "expr") continue;
         if (state[name] == 1) m_rd.error(q.pos, "quantity '" + q.name + "' depends on itself through '" + name + "'");
         else if (state[name] == 0) visit(*d);
@@ -949,12 +941,7 @@ std::vector<std::string> runs_read_by_checks(const Lesson& l, const std::vector<
       if (e.empty()) return;
       for (const auto& [name, offset] : e.names()) {
         if (!seen.insert(name).second) continue;
-        const QuantitySpec* q = nullptr;  // visible as Session::lookup sees it: the part's own, then main's
-        for (const QuantitySpec& x : p->quantities)
-          if (x.name == name) q = &x;
-        if (!q)
-          for (const QuantitySpec& x : l.main.quantities)
-            if (x.name == name) q = &x;
+        const QuantitySpec* q = l.visible_quantity(*p, name);
         if (!q) continue;
         if (q->source == "expr") follow(q->expr);
         else add_run(q->run);
@@ -971,6 +958,15 @@ std::vector<std::string> runs_read_by_checks(const Lesson& l, const std::vector<
     for (const RunSpec& r : p->runs)
       if (runs.count(r.name)) out.push_back(r.name);
   return out;
+}
+
+const QuantitySpec* Lesson::visible_quantity(const Part& p, const std::string& name) const {
+  for (const QuantitySpec& q : p.quantities)
+    if (q.name == name) return &q;
+  if (&p != &main)
+    for (const QuantitySpec& q : main.quantities)
+      if (q.name == name) return &q;
+  return nullptr;
 }
 
 const QuantitySpec* Lesson::find_quantity(const std::string& name) const {

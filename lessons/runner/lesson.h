@@ -207,6 +207,8 @@ struct Lesson {
   std::vector<const Part*> parts() const;
   const RunSpec* find_run(const std::string& name) const;  // in any part
   const QuantitySpec* find_quantity(const std::string& name) const;
+  // The quantity `name` as part p sees it: its own, else the main part's (nullptr: neither).
+  const QuantitySpec* visible_quantity(const Part& p, const std::string& name) const;
 };
 
 // The runs that checks (by id, in any part) read: through their quantities, expr quantities

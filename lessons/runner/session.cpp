@@ -172,13 +172,7 @@ const Value* Session::lookup(const Part& part, const std::string& name, std::vec
   if (v != m_values.end()) return &v->second;
   auto e = m_errors.find(name);
   if (e != m_errors.end()) throw ExprError("quantity '" + name + "' could not be read: " + e->second);
-  // visible: the part's own quantities, then the main part's
-  const QuantitySpec* q = nullptr;
-  for (const QuantitySpec& x : part.quantities)
-    if (x.name == name) q = &x;
-  if (!q)
-    for (const QuantitySpec& x : m_lesson.main.quantities)
-      if (x.name == name) q = &x;
+  const QuantitySpec* q = m_lesson.visible_quantity(part, name);
   if (!q) return nullptr;
   if (std::find(stack.begin(), stack.end(), name) != stack.end()) throw ExprError("quantity '" + name + "' depends on itself");
   try {
