@@ -249,6 +249,22 @@ TEST(LinkModel, MessagesArriveWhenTheModelSays) {
 }
 
 namespace {
+// Under ThreadSanitizer every memory access of the 1 MB reductions below is checked, which makes
+// the reductions themselves (the ranks' compute, not the model's waits) several times slower:
+// measured 87-100 ms against the Naive test's bound of 86 ms. There the upper bounds are not
+// checked; the lower bounds and the sums, what the threads' synchronization decides, are.
+#if defined(__SANITIZE_THREAD__)
+constexpr bool kUpperBoundsHold = false;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+constexpr bool kUpperBoundsHold = false;
+#else
+constexpr bool kUpperBoundsHold = true;
+#endif
+#else
+constexpr bool kUpperBoundsHold = true;
+#endif
+
 // Runs one allreduce_sum of `count` floats (rank r contributes r) on `n` ranks over the modeled
 // network, kTries times or until every rank finishes before `upper`; checks the sum and
 // took[r] >= lower(r) on every try. Returns each rank's seconds from one common start, of the
@@ -275,7 +291,7 @@ std::vector<double> time_allreduce(int n, size_t count, const lab::LinkModelOpti
       });
     for (auto& t : ranks) t.join();
     for (int r = 0; r < n; ++r) EXPECT_GE(took[static_cast<size_t>(r)], lower(r)) << "rank " << r;
-    if (*std::max_element(took.begin(), took.end()) < upper) break;
+    if (!kUpperBoundsHold || *std::max_element(took.begin(), took.end()) < upper) break;
   }
   return took;
 }
@@ -289,7 +305,9 @@ TEST(LinkModel, RingAllreduceTakesTheModeledTime) {
   const double upper = model * 1.5 + 0.05;
   const std::vector<double> took =
       time_allreduce(n, count, opt, lab::AllreduceAlgorithm::Ring, [&](int) { return model * 0.95; }, upper);
-  for (int r = 0; r < n; ++r) EXPECT_LT(took[static_cast<size_t>(r)], upper) << "rank " << r << ", on every try";
+  if (kUpperBoundsHold) {
+    for (int r = 0; r < n; ++r) EXPECT_LT(took[static_cast<size_t>(r)], upper) << "rank " << r << ", on every try";
+  }
 }
 
 // The naive allreduce on the switch: the N-1 buffers come in through rank 0's link in one after
@@ -306,7 +324,9 @@ TEST(LinkModel, NaiveAllreduceTakesTwoNMinusOneWholeMessageTimes) {
   const std::vector<double> took = time_allreduce(
       n, count, opt, lab::AllreduceAlgorithm::Naive,
       [&](int r) { return r == 0 ? model : (3 + r) * s + 2 * opt.latency_s; }, upper);
-  for (int r = 0; r < n; ++r) EXPECT_LT(took[static_cast<size_t>(r)], upper) << "rank " << r << ", on every try";
+  if (kUpperBoundsHold) {
+    for (int r = 0; r < n; ++r) EXPECT_LT(took[static_cast<size_t>(r)], upper) << "rank " << r << ", on every try";
+  }
 }
 
 // Waiting on the link honours the timeout and the world's abort.
