@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Fuzzes every parser of outside input with libFuzzer (fuzz/fuzz_<target>.cpp): builds the
-# harnesses with clang into build-fuzz/ (-fsanitize=fuzzer,address,undefined), runs each target
+# harnesses with clang into build-asan/ (-fsanitize=fuzzer,address,undefined; tools/asan_build.sh,
+# the build tools/sanitize.sh asan uses too), runs each target
 # for the given time on a copy of its seed corpus (fuzz/corpus/<target>/), and prints a table.
 #
 #   tools/fuzz.sh                    every target, 60 s each
@@ -10,9 +11,9 @@
 #
 # Exits 1 when a target finds a crash, an uncaught exception, a sanitizer report, a leak, a
 # timeout (10 s for one input) or an out-of-memory (2 GB): its input is kept as
-# build-fuzz/findings/<target>-<kind>-<sha1>, and build-fuzz/findings/<target>.repro holds the
-# command that reproduces it (the fuzzer's output is build-fuzz/findings/<target>.log). The
-# inputs the fuzzer adds to its corpus stay under build-fuzz/runs/<target>/corpus; the committed
+# build-asan/findings/<target>-<kind>-<sha1>, and build-asan/findings/<target>.repro holds the
+# command that reproduces it (the fuzzer's output is build-asan/findings/<target>.log). The
+# inputs the fuzzer adds to its corpus stay under build-asan/runs/<target>/corpus; the committed
 # seeds are not changed (a finding becomes a regression test in tests/ instead).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,15 +36,11 @@ done
 all_targets=(dataset safetensors config run_dir lesson expr layout bn_stats checkpoint)
 ((${#targets[@]})) || targets=("${all_targets[@]}")
 
-# clang and its sanitizer and libFuzzer runtimes, llvm-symbolizer for readable stacks, and what
-# the libraries need to build (no GUI, MPI or OpenBLAS).
-tools/install_packages.sh clang libclang-rt-14-dev llvm-14 cmake make zlib1g-dev nlohmann-json3-dev \
-  libcli11-dev libtomlplusplus-dev
-
-build=build-fuzz
-cmake -S . -B "$build" -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Release \
-  -DDTLAB_FUZZ=ON -DBUILD_TESTING=OFF -DDTLAB_WITH_GUI=OFF -DDTLAB_WITH_MPI=OFF -DDTLAB_WITH_BLAS=OFF >/dev/null
-cmake --build "$build" -j"$(nproc)" --target $(printf 'fuzz_%s ' "${targets[@]}")
+# The harnesses are built in build-asan/, the AddressSanitizer + UndefinedBehaviorSanitizer build
+# tools/sanitize.sh asan tests (tools/asan_build.sh: its libraries carry libFuzzer's coverage
+# instrumentation), so after that job only the harnesses themselves compile here.
+tools/asan_build.sh $(printf 'fuzz_%s ' "${targets[@]}")
+build=build-asan
 
 symbolizer=/usr/lib/llvm-14/bin/llvm-symbolizer
 [[ -x "$symbolizer" ]] && export ASAN_SYMBOLIZER_PATH="$symbolizer" UBSAN_SYMBOLIZER_PATH="$symbolizer"
