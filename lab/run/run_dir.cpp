@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -47,8 +46,9 @@ RunDir::RunDir(const std::string& path, const RunDirSizes* keep) : m_path(path) 
 }
 
 bool is_run_dir_entry(const std::string& name) {
-  static const char* const kFiles[] = {"config.toml",      "metrics.jsonl", "bn_stats.bin", "trace.json",
-                                       "summary.json",     "checkpoints",   "init.safetensors", ".write-test"};
+  static const char* const kFiles[] = {run_files::kConfig,      run_files::kMetrics,     run_files::kBnStats,
+                                       run_files::kTrace,       run_files::kSummary,     run_files::kCheckpoints,
+                                       run_files::kInitWeights, ".write-test"};
   for (const char* f : kFiles)
     if (name == f) return true;
   // final.safetensors, final.rank<R>.safetensors, final.rank<R>.buffers.safetensors
@@ -179,81 +179,6 @@ void RunDir::write_text(const std::string& name, const std::string& text) {
 
 void RunDir::write_json(const std::string& name, const nlohmann::json& j) { write_text(name, j.dump(2) + "\n"); }
 
-nlohmann::json step_record_json(const StepRecord& r) { return nlohmann::json::parse(step_record_line(r, true)); }
-
-namespace {
-
-// Shortest text that reads back as the same float (metrics hold float32 values; printing them
-// as doubles would triple the file's size).
-void put_float(std::string& out, float v) {
-  if (!std::isfinite(v)) {
-    out += "null";  // JSON has no NaN/Inf
-    return;
-  }
-  char buf[32];
-  const auto res = std::to_chars(buf, buf + sizeof buf, v);
-  out.append(buf, res.ptr);
-}
-
-void put_floats(std::string& out, const char* key, const std::vector<float>& v) {
-  out += ",\"";
-  out += key;
-  out += "\":[";
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (i) out += ',';
-    put_float(out, v[i]);
-  }
-  out += ']';
-}
-
-}  // namespace
-
-std::string step_record_line(const StepRecord& r, bool with_bn) {
-  std::string o;
-  o.reserve(256 + (with_bn ? r.bn.size() * 4096 : 0));
-  o += "{\"kind\":\"step\",\"rank\":" + std::to_string(r.rank) + ",\"step\":" + std::to_string(r.step) +
-       ",\"epoch\":" + std::to_string(r.epoch) + ",\"batch\":" + std::to_string(r.batch) +
-       ",\"batch_size\":" + std::to_string(r.batch_size) + ",\"loss\":";
-  put_float(o, r.loss);
-  o += ",\"correct\":" + std::to_string(r.correct) + ",\"accuracy\":";
-  put_float(o, r.batch_size ? static_cast<float>(r.correct) / static_cast<float>(r.batch_size) : 0.0f);
-  o += ",\"bytes_sent\":" + std::to_string(r.bytes_sent) + ",\"t\":" + nlohmann::json(r.t).dump();
-  if (with_bn) o += ",\"bn\":[";
-  for (size_t i = 0; with_bn && i < r.bn.size(); ++i) {
-    const BnLayerRecord& b = r.bn[i];
-    if (i) o += ',';
-    o += "{\"layer\":\"" + b.layer + "\",\"count\":" + std::to_string(b.count);
-    put_floats(o, "batch_mean", b.batch_mean);
-    put_floats(o, "batch_var", b.batch_var);
-    // The rank's own statistics differ from those used only with SyncBN; omitted when equal.
-    if (b.local_mean != b.batch_mean || b.local_var != b.batch_var) {
-      put_floats(o, "local_mean", b.local_mean);
-      put_floats(o, "local_var", b.local_var);
-    }
-    if (!b.running_mean.empty()) {
-      put_floats(o, "running_mean", b.running_mean);
-      put_floats(o, "running_var", b.running_var);
-      o += ",\"num_batches_tracked\":" + std::to_string(b.num_batches_tracked);
-    }
-    o += '}';
-  }
-  if (with_bn) o += ']';
-  // Parallelism modes: only when set, so DDP's lines stay as they were.
-  if (!r.chunks.empty()) {
-    o += ",\"chunks\":[";
-    for (size_t i = 0; i < r.chunks.size(); ++i) o += (i ? "," : "") + std::to_string(r.chunks[i]);
-    o += ']';
-  }
-  if (r.param_drift >= 0) o += ",\"param_drift\":" + nlohmann::json(r.param_drift).dump();
-  if (!r.grad_sync) o += ",\"grad_sync\":false";
-  if (!std::isnan(r.param_checksum)) o += ",\"param_checksum\":" + nlohmann::json(r.param_checksum).dump();
-  if (r.skipped) o += ",\"skipped\":true";
-  if (!r.nonfinite.empty()) o += ",\"nonfinite\":" + nlohmann::json(r.nonfinite).dump();
-  if (r.staleness >= 0) o += ",\"staleness\":" + std::to_string(r.staleness) + ",\"version\":" + std::to_string(r.version);
-  o += '}';
-  return o;
-}
-
 void RunDir::set_bn_stats(int world_size, const std::string& policy) {
   m_bn_policy = policy;
   m_bn_world = world_size;
@@ -310,88 +235,18 @@ void RunDir::append_steps(const std::vector<StepRecord>& records) {
 }
 
 void RunDir::append_epoch(const EpochRecord& e) {
-  nlohmann::json j = {{"kind", "epoch"},         {"epoch", e.epoch},         {"steps", e.steps},
-                      {"train_loss", e.train_loss}, {"train_accuracy", e.train_acc}, {"test_loss", e.test_loss},
-                      {"test_accuracy", e.test_acc}, {"seconds", e.seconds},   {"samples_per_s", e.samples_per_s},
-                      {"lr", e.lr}};
-  m_metrics << j.dump() << '\n';
+  m_metrics << epoch_record_json(e).dump() << '\n';
   m_metrics.flush();
 }
 
 void RunDir::append_eval(const EvalPoint& p) {
-  nlohmann::json j = {{"kind", "eval"},
-                      {"steps", p.steps},
-                      {"epoch", p.epoch},
-                      {"samples", p.samples},
-                      {"eval_mode", {{"accuracy", p.eval_mode.acc}, {"loss", p.eval_mode.loss}}},
-                      {"train_mode", {{"accuracy", p.train_mode.acc}, {"loss", p.train_mode.loss}}},
-                      {"probe", {{"test_index", 0}, {"label", p.probe_label}, {"eval_mode", p.probe_eval},
-                                 {"train_mode", p.probe_train}}}};
-  m_metrics << j.dump() << '\n';
+  m_metrics << eval_point_json(p).dump() << '\n';
   m_metrics.flush();
 }
 
 void RunDir::write_trace(const std::vector<std::vector<Event>>& events_per_rank, int64_t max_step,
                          const nlohmann::json& metadata) {
-  std::ofstream f(file("trace.json"), std::ios::trunc);
-  if (!f) throw IoError("cannot write " + file("trace.json") + ": " + std::strerror(errno));
-  f << "{\"displayTimeUnit\":\"ms\",\"otherData\":" << metadata.dump() << ",\"traceEvents\":[\n";
-  bool first = true;
-  auto emit = [&](const nlohmann::json& j) {
-    if (!first) f << ",\n";
-    first = false;
-    f << j.dump();
-  };
-  for (size_t r = 0; r < events_per_rank.size(); ++r) {
-    emit({{"ph", "M"}, {"name", "process_name"}, {"pid", r}, {"args", {{"name", "rank " + std::to_string(r)}}}});
-    emit({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", r}, {"args", {{"sort_index", r}}}});
-    emit({{"ph", "M"}, {"name", "thread_name"}, {"pid", r}, {"tid", 0}, {"args", {{"name", "compute"}}}});
-    emit({{"ph", "M"}, {"name", "thread_name"}, {"pid", r}, {"tid", 1}, {"args", {{"name", "communication"}}}});
-    emit({{"ph", "M"}, {"name", "thread_name"}, {"pid", r}, {"tid", 2}, {"args", {{"name", "chunks"}}}});
-    for (const Event& e : events_per_rank[r]) {
-      if (max_step >= 0 && e.train_step >= max_step) continue;
-      nlohmann::json j;
-      j["ph"] = "X";
-      j["pid"] = r;
-      j["ts"] = e.t_start * 1e6;
-      j["dur"] = (e.t_end - e.t_start) * 1e6;
-      nlohmann::json args = {{"step", e.train_step}};
-      if (e.kind == EventKind::Compute) {
-        j["tid"] = 0;
-        j["name"] = phase_name(e.phase);
-        j["cat"] = "compute";
-        if (std::strcmp(e.op, phase_name(e.phase)) != 0) args["op"] = e.op;
-      } else if (e.kind == EventKind::Collective) {
-        j["tid"] = 1;
-        j["name"] = std::string(e.op) + " " + e.what + (e.tag >= 0 ? " " + std::to_string(e.tag) : "");
-        j["cat"] = "collective";
-        args["op"] = e.op;
-        args["what"] = e.what;
-        args["tag"] = e.tag;
-        args["op_seq"] = e.op_seq;
-        args["bytes"] = e.bytes;
-      } else {
-        j["tid"] = 2;
-        j["name"] = std::string(phase_name(e.phase)) + " chunk " + std::to_string(e.chunk);
-        j["cat"] = "chunk";
-        args["op"] = e.op;
-        args["what"] = e.what;
-        args["tag"] = e.tag;
-        args["phase"] = phase_name(e.phase);
-        args["op_seq"] = e.op_seq;
-        args["ring_step"] = e.ring_step;
-        args["src"] = e.src;
-        args["dst"] = e.dst;
-        args["chunk"] = e.chunk;
-        args["bytes"] = e.bytes;
-      }
-      j["args"] = std::move(args);
-      emit(j);
-    }
-  }
-  f << "\n]}\n";
-  f.close();
-  if (!f) throw IoError("cannot write " + file("trace.json"));
+  lab::write_trace(file(run_files::kTrace), events_per_rank, max_step, metadata);
 }
 
 void RunDir::write_weights(const std::string& name, const std::vector<SafeTensor>& tensors,

@@ -1,27 +1,8 @@
-// RunDir: the run directory, the contract between a headless run and everything that reads runs
-// (the GUI, lessons, comparison scripts). Files:
-//   config.toml         the resolved configuration (config.h), written before training starts
-//   metrics.jsonl       one JSON object per line: {"kind":"step", rank, step, ...} per step and
-//                       rank in (step, rank) order, and {"kind":"epoch", ...} after each epoch.
-//                       With eval_every > 0, {"kind":"eval", ...} per periodic evaluation (test
-//                       accuracy and loss in eval and train mode, one probe input's outputs).
-//                       BatchNorm arrays per layer (in bn_stats.bin since --record-bn; older run
-//                       directories have them here): batch_mean/batch_var (used to normalize),
-//                       local_mean/local_var (the rank's own batch; only when they differ, i.e.
-//                       SyncBN), running_mean/running_var/num_batches_tracked (when tracked).
-//                       Modes add: chunks (dp, device 0: torch.chunk sizes; its batch_size, loss and
-//                       accuracy are the global batch's, other devices' lines have their chunk and
-//                       loss null), param_drift (local-sgd, at averaging steps), grad_sync: false
-//                       (a backward under no_sync), staleness and version (async: updates applied
-//                       between the worker's pull and its push, and the server's count at the pull).
-//   bn_stats.bin        the BatchNorm statistics of the steps --record-bn chooses (bn_stats.h)
-//   trace.json          Chrome Trace Event format (open in Perfetto / chrome://tracing): one
-//                       process per rank, compute on thread 0, communication on thread 1
-//   init.safetensors    rank 0's parameters and buffers after DDP's initial broadcast
-//   final.safetensors   rank 0's parameters and buffers at the end
-//   final.rank<R>.buffers.safetensors   rank R's buffers, only where they differ from rank 0's
-//   summary.json        final evaluation, steps, epochs, throughput; mode, traffic (bytes, rank 0's
-//                       share), communication (seconds, hidden behind backward), local_sgd (drift)
+// RunDir: the run directory a run writes, the contract between a headless run and everything that
+// reads runs (the app, lessons, comparison scripts). Its files and their schema: run_format.h,
+// which writes and reads every record; RunDir is the writer that appends them as the run goes
+// (metrics.jsonl line by line, bn_stats.bin by step) and cuts them back on --resume. Also here:
+// what a folder given as --out already holds, and the rule that a run is never replaced unasked.
 #pragma once
 
 #include <fstream>
@@ -34,15 +15,10 @@
 
 #include "bn_stats.h"
 #include "events.h"
+#include "run_format.h"
 #include "safetensors.h"
 
 namespace lab {
-
-struct StepRecord;
-struct EpochRecord;
-struct EvalPoint;
-
-constexpr int kRunDirFormatVersion = 1;
 
 // The sizes of the files a run appends to (a checkpoint keeps them: a resumed run cuts the files
 // back to them, dropping what was written after the checkpoint).
@@ -116,10 +92,5 @@ std::string fresh_dir_name(const std::string& base);
 
 // The files and folders a run writes into its run directory (what --overwrite removes).
 bool is_run_dir_entry(const std::string& name);
-
-// One metrics.jsonl line (no newline), with or without the BatchNorm arrays, and the same as a JSON
-// value (with them).
-std::string step_record_line(const StepRecord& r, bool with_bn);
-nlohmann::json step_record_json(const StepRecord& r);
 
 }  // namespace lab

@@ -12,8 +12,9 @@
 
 #include "bn_stats.h"
 #include "command_line.h"
-#include "run_dir.h"
 #include "errors.h"
+#include "run_dir.h"
+#include "run_format.h"
 #include "safetensors.h"
 #include "toml_parse.h"
 
@@ -271,37 +272,26 @@ Value json_to_value(const nlohmann::json& j, const std::string& where) {
 
 // ---- RunFiles ----
 
+// Both read through lab/run/run_format.h, as the app does; its IoError (naming the file, and the
+// line of metrics.jsonl) becomes the quantity's error.
 const nlohmann::json& RunFiles::json_file(const std::string& path) {
   auto it = m_json.find(path);
   if (it != m_json.end()) return it->second;
-  std::ifstream f(path);
-  if (!f) throw QuantityError("cannot read " + path);
   try {
-    return m_json[path] = nlohmann::json::parse(f);
-  } catch (const nlohmann::json::exception& e) {
-    throw QuantityError(path + ": not JSON (" + e.what() + ")");
+    return m_json[path] = lab::read_json_file(path);
+  } catch (const lab::IoError& e) {
+    throw QuantityError(e.what());
   }
 }
 
 const std::vector<nlohmann::json>& RunFiles::metrics(const std::string& dir) {
   auto it = m_metrics.find(dir);
   if (it != m_metrics.end()) return it->second;
-  const std::string path = dir + "/metrics.jsonl";
-  std::ifstream f(path);
-  if (!f) throw QuantityError("cannot read " + path);
-  std::vector<nlohmann::json> recs;
-  std::string line;
-  int n = 0;
-  while (std::getline(f, line)) {
-    ++n;
-    if (line.empty()) continue;
-    try {
-      recs.push_back(nlohmann::json::parse(line));
-    } catch (const nlohmann::json::exception& e) {
-      throw QuantityError(path + ":" + std::to_string(n) + ": not JSON (" + e.what() + ")");
-    }
+  try {
+    return m_metrics[dir] = lab::read_metrics_json(dir + "/" + lab::run_files::kMetrics);
+  } catch (const lab::IoError& e) {
+    throw QuantityError(e.what());
   }
-  return m_metrics[dir] = std::move(recs);
 }
 
 namespace {
@@ -321,7 +311,7 @@ void round_to_recorded_floats(nlohmann::json& j) {
 const std::map<int64_t, std::vector<nlohmann::json>>* RunFiles::bn_stats(const std::string& dir) {
   auto it = m_bn.find(dir);
   if (it != m_bn.end()) return &it->second;
-  const std::string path = dir + "/bn_stats.bin";
+  const std::string path = dir + "/" + lab::run_files::kBnStats;
   if (!is_file(path)) return nullptr;
   std::map<int64_t, std::vector<nlohmann::json>> out;
   try {
