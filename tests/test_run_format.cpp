@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <set>
 
@@ -195,33 +196,24 @@ TEST(RunFormat, MetricsReadingNamesTheFileAndLineAndSkipsKindsItDoesNotKnow) {
   EXPECT_EQ(epochs, 1);
   EXPECT_EQ(lab::read_metrics_json(path).size(), 3u);
 
+  // Each damaged file is an IoError whose message names the file (and line) and what is wrong.
+  auto expect_io_error = [&](const std::function<void()>& read, const std::string& says, const char* what) {
+    try {
+      read();
+      ADD_FAILURE() << what << " was read";
+    } catch (const lab::IoError& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
   testutil::write_file(path, lab::step_record_line(r, false) + "\n{\"kind\":\"step\",\"rank\":\"one\"}\n");
-  try {
-    lab::read_metrics(path, reader);
-    FAIL() << "a step whose rank is a string was read";
-  } catch (const lab::IoError& e) {
-    EXPECT_NE(std::string(e.what()).find(path + ":2: bad record"), std::string::npos) << e.what();
-  }
+  expect_io_error([&] { lab::read_metrics(path, reader); }, path + ":2: bad record", "a step whose rank is a string");
   testutil::write_file(path, "{\"kind\":\"step\",\"step\":1e300}\n");
-  try {
-    lab::read_metrics(path, reader);
-    FAIL() << "a step index of 1e300 was read";
-  } catch (const lab::IoError& e) {
-    EXPECT_NE(std::string(e.what()).find(path + ":1: bad record: 'step' is 1e+300"), std::string::npos) << e.what();
-  }
+  expect_io_error([&] { lab::read_metrics(path, reader); }, path + ":1: bad record: 'step' is 1e+300",
+                  "a step index of 1e300");
   testutil::write_file(path, "{\"kind\":\"step\"\n");
-  try {
-    lab::read_metrics_json(path);
-    FAIL() << "a cut line was read";
-  } catch (const lab::IoError& e) {
-    EXPECT_NE(std::string(e.what()).find(path + ":1: not JSON"), std::string::npos) << e.what();
-  }
-  try {
-    lab::read_metrics(d.file("none.jsonl"), reader);
-    FAIL() << "a missing file was read";
-  } catch (const lab::IoError& e) {
-    EXPECT_NE(std::string(e.what()).find("cannot read " + d.file("none.jsonl")), std::string::npos) << e.what();
-  }
+  expect_io_error([&] { lab::read_metrics_json(path); }, path + ":1: not JSON", "a cut line");
+  expect_io_error([&] { lab::read_metrics(d.file("none.jsonl"), reader); }, "cannot read " + d.file("none.jsonl"),
+                  "a missing file");
 }
 
 TEST(RunFormat, TraceEventsOfEveryKindReadBack) {
