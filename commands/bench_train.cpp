@@ -17,20 +17,24 @@
 
 #include <nlohmann/json.hpp>
 
+#include "comm_worker.h"
 #include "command_line.h"
 #include "communicator.h"
 #include "config.h"
 #include "config_effects.h"
-#include "ddp.h"
+#include "dataset.h"
 #include "errors.h"
 #include "events.h"
+#include "faults.h"
 #include "gemm.h"
+#include "mode.h"
 #include "model.h"
 #include "mutation.h"
 #include "optim.h"
 #include "parallel.h"
-#include "threads/transport_threads.h"
+#include "run.h"
 #include "torch_rng.h"
+#include "threads/transport_threads.h"
 
 namespace lab {
 
@@ -183,11 +187,19 @@ Batch random_batch(long long batch, uint64_t seed) {
   return b;
 }
 
-SgdOptions bench_sgd() {
-  SgdOptions so;
-  so.lr = 0.01;
-  so.momentum = 0.9;
-  return so;
+// What bench train trains, as a run's configuration: DDP (its default settings: ring allreduce,
+// 25 MB buckets overlapped with backward, buffers broadcast before each forward) of opt.world_size
+// ranks at per-rank batch `batch`, SGD with lr 0.01 and momentum 0.9 as the PyTorch peer.
+RunConfig bench_run_config(const BenchTrainOptions& opt, long long batch) {
+  RunConfig c;
+  c.mode = "ddp";
+  c.model = opt.model;
+  c.world_size = opt.world_size;
+  c.batch_size = batch;
+  c.lr = 0.01;
+  c.momentum = 0.9;
+  c.shuffle = false;
+  return c;
 }
 
 BenchBatchNorm batchnorm_of(const BenchTrainOptions& opt) {
@@ -195,15 +207,21 @@ BenchBatchNorm batchnorm_of(const BenchTrainOptions& opt) {
 }
 
 // Median seconds of one training step at per-rank batch `batch` on opt.world_size emulated
-// ranks (DDP, ring allreduce), a fresh model (seed 0) and batch per call: the slowest rank's, with
-// the largest noise of any rank's rounds. A rank's error is rethrown with its type (a BatchNorm
-// batch of one stays a TrainingError).
+// ranks, a fresh model (seed 0) and batch per call: the slowest rank's, with the largest noise of
+// any rank's rounds. A step is the ddp mode's own iteration (lab/modes/mode_ddp.cpp), the code
+// `dtlab run --mode ddp` runs, on a fixed batch: the run loop's data loading, records and
+// evaluation are left out, as the PyTorch peer has none. A rank's error is rethrown with its type
+// (a BatchNorm batch of one stays a TrainingError).
 RoundTimes time_train_step(const BenchTrainOptions& opt, long long batch) {
   const int world = opt.world_size;
+  const RunConfig cfg = bench_run_config(opt, batch);
   std::vector<std::unique_ptr<Model>> models(static_cast<size_t>(world));
   for (auto& m : models) m = build_bench_model(opt.model, 0, batchnorm_of(opt));
   for (int rank = 0; rank < world; ++rank)
     attach_executor(*models[static_cast<size_t>(rank)], opt.compute, rank, world, "threads");
+  Dataset train;  // the samplers' size; the batches are drawn below, not from a dataset
+  train.size = batch * world;
+  const FaultPlan no_faults = FaultPlan::from(cfg);
   std::vector<RoundTimes> step_seconds(static_cast<size_t>(world));
   std::vector<std::exception_ptr> errors(static_cast<size_t>(world));
   ThreadsWorld tw(world);
@@ -213,22 +231,24 @@ RoundTimes time_train_step(const BenchTrainOptions& opt, long long batch) {
       try {
         Model& model = *models[static_cast<size_t>(rank)];
         Communicator comm(tw.transport(rank), nullptr);
-        broadcast_state(model, comm);
-        DdpReducer reducer(model, comm, 25.0);
-        Sgd sgd(model.params(), bench_sgd());
+        CommWorker worker;  // DDP's communication thread (overlap)
+        Sgd sgd(model.params(), sgd_options(cfg));
+        RankEnv env{cfg, rank, world, model, comm, tw.transport(rank), worker, sgd, train, no_faults, 1, 1,
+                    [](int64_t) {}, [](int64_t, int64_t, int64_t) {}};
+        std::unique_ptr<RankMode> ddp = mode_of(cfg).make_rank(env);
+        ddp->start();  // rank 0's state everywhere
         // A fixed batch per rank, different on every rank (the PyTorch peer seeds each rank by its rank).
         const Batch data = random_batch(batch, static_cast<uint64_t>(rank));
-        Tensor dlogits;
+        std::vector<int64_t> indices(static_cast<size_t>(batch));
+        for (size_t i = 0; i < indices.size(); ++i) indices[i] = static_cast<int64_t>(i);
+        StepInput in;
+        in.indices = &indices;
+        in.x = &data.x;
+        in.labels = &data.y;
+        StepRecord rec;
         auto step = [&] {
-          model.zero_grad();
-          const Tensor& logits = model.forward(data.x, Mode::Train);
-          cross_entropy(logits, data.y, &dlogits, nullptr);
-          reducer.prepare_for_backward();
-          model.backward(dlogits, [&](int i) {
-            if (world > 1) reducer.mark_param_ready(i);
-          });
-          if (world > 1) reducer.finalize_backward();
-          sgd.step();
+          ddp->before_step(in);
+          ddp->step(in, rec);
         };
         step_seconds[static_cast<size_t>(rank)] =
             median_call_seconds(step, opt.seconds, opt.rounds, &comm, world == 1 ? opt.threads : world);
@@ -405,7 +425,7 @@ PerSampleResult run_per_sample(const BenchTrainOptions& opt, long long batch_siz
   const RoundTimes batched_time = time_train_step(opt, batch_size);
   r.batched_seconds = batched_time.median;
   auto timed = build_bench_model(opt.model, 0, per_sample_bn);
-  Sgd sgd(timed->params(), bench_sgd());
+  Sgd sgd(timed->params(), sgd_options(bench_run_config(opt, batch_size)));
   const RoundTimes one_by_one = median_call_seconds(
       [&] {
         per_sample_passes(*timed, samples, dlogits);

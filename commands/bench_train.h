@@ -1,7 +1,10 @@
 // dtlab bench train: training throughput in samples per second, measured the way
 // tools/peers/torch_train_peer.py measures PyTorch (fixed random batch, SGD lr 0.01 momentum 0.9,
 // 5 warm-up steps, rounds of about `seconds`, median step time; with several ranks, DDP over
-// emulated ranks and the slowest rank's time). Three modes:
+// emulated ranks and the slowest rank's time). The step timed is the ddp mode's own iteration
+// (lab/modes/mode_ddp.cpp, as `dtlab run` runs it with its default settings: ring allreduce, 25 MB
+// buckets overlapped with backward, buffers broadcast before each forward, as PyTorch's DDP).
+// Three modes:
 //
 //   one size (--batch-size B, the default)   the last line printed is `samples_per_s <N>`
 //     --json: {"command": "bench train", "producer", "model", "batchnorm", "batch_size",

@@ -5,6 +5,8 @@
 // exact in float32 whatever the order; where they are not, the only difference from PyTorch is
 // the summation order of a few dozen float32 products: rtol 1e-5 with a small atol for values
 // near zero covers that with a wide margin (a wrong index or a missing term is off by >= 1/1024).
+#include <limits>
+
 #include <gtest/gtest.h>
 
 #include "conv2d.h"
@@ -159,6 +161,28 @@ TEST(CrossEntropy, LossGradAndArgmaxTiesMatchTorch) {
     EXPECT_TRUE(close(d, floats(c["dlogits"]), kRtol, 1e-7));
     EXPECT_EQ(correct, c["correct"].get<int>());
   }
+}
+
+// AMP's found_inf test: every non-finite float is found wherever it sits (the vectorized loop's
+// body and its tail), and no finite one is taken for it (the largest, the smallest subnormal, -0).
+TEST(AllFinite, FindsEveryNonFiniteValueAndNoFiniteOne) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float finite[] = {0.0f, -0.0f, 1.0f, std::numeric_limits<float>::max(), -std::numeric_limits<float>::max(),
+                          std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::min()};
+  const float bad[] = {inf, -inf, std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN(),
+                       std::numeric_limits<float>::signaling_NaN()};
+  for (int64_t n : {1, 7, 8, 33, 1000}) {
+    lab::Tensor t({n});
+    for (int64_t i = 0; i < n; ++i) t.data[static_cast<size_t>(i)] = finite[i % 7];
+    EXPECT_TRUE(lab::all_finite(t)) << n;
+    for (int64_t at : {int64_t{0}, n / 2, n - 1})
+      for (float b : bad) {
+        lab::Tensor u = t;
+        u.data[static_cast<size_t>(at)] = b;
+        EXPECT_FALSE(lab::all_finite(u)) << "n " << n << " at " << at << " value " << b;
+      }
+  }
+  EXPECT_TRUE(lab::all_finite(lab::Tensor({0})));
 }
 
 TEST(Sgd, MatchesTorchOptimSgd) {

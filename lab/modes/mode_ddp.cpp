@@ -32,12 +32,6 @@ BucketLaunch bucket_launch(const RunConfig& c) {
   return mutated("ddp-no-overlap-in-hook") ? BucketLaunch::InHook : BucketLaunch::AfterBackward;
 }
 
-bool all_finite(const Tensor& t) {
-  float acc = 0;  // NaN and inf survive a sum times zero; finite values give 0
-  for (float v : t.data) acc += v * 0.0f;
-  return acc == 0.0f;
-}
-
 std::string nonfinite_kind(const Tensor& t) {
   for (float v : t.data)
     if (std::isnan(v)) return "NaN";

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 
 #include "elementwise.h"
 #include "parallel.h"
@@ -94,6 +96,20 @@ void Sgd::restore_momentum(std::vector<Tensor> buffers) {
   assert(buffers.size() == m_params.size());
   m_buf = std::move(buffers);
   m_first = false;
+}
+
+bool all_finite(const Tensor& t) {
+  // NaN and infinity are the floats whose exponent bits are all ones. An OR of integer tests has
+  // no dependency chain between elements, so it vectorizes (a float sum of v * 0 would not).
+  const float* v = t.ptr();
+  const size_t n = t.data.size();
+  uint32_t bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, v + i, sizeof bits);
+    bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+  }
+  return bad == 0;
 }
 
 }  // namespace lab

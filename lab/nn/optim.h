@@ -12,6 +12,10 @@ namespace lab {
 // argmax hits (ties: first index, like torch.argmax).
 float cross_entropy(const Tensor& logits, const std::vector<int>& labels, Tensor* dlogits, int* correct);
 
+// Whether every value of t is finite (no NaN, no infinity): AMP's found_inf test of a gradient.
+// Reads the exponent bits, so it is exact whatever the values and runs at memory speed.
+bool all_finite(const Tensor& t);
+
 struct SgdOptions {
   double lr = 0.01;
   double momentum = 0.0;

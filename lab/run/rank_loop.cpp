@@ -52,6 +52,8 @@ class CommBnSync : public BnSync {
   CommWorker* m_worker;
 };
 
+}  // namespace
+
 SgdOptions sgd_options(const RunConfig& c) {
   SgdOptions so;
   so.lr = c.lr;
@@ -60,8 +62,6 @@ SgdOptions sgd_options(const RunConfig& c) {
   so.nesterov = c.nesterov;
   return so;
 }
-
-}  // namespace
 
 // What BatchNorm's batch-of-one error adds: which batch it was, why it had one sample, and what
 // avoids it. Only two things give a rank a batch of one: --batch-size 1 (every batch), or an

@@ -35,6 +35,7 @@
 #include "evaluate.h"
 #include "events.h"
 #include "model.h"
+#include "optim.h"
 #include "run_control.h"
 
 namespace lab {
@@ -45,6 +46,8 @@ struct ModeCheckpoint;
 
 // The model a configuration trains (name and BatchNorm options).
 ModelOptions model_options(const RunConfig& c);
+// The optimizer a configuration trains with (torch.optim.SGD's lr, momentum, weight_decay, nesterov).
+SgdOptions sgd_options(const RunConfig& c);
 
 // Creates the ranks' transports for a validated configuration (backends/backends.h).
 using WorldFactory = std::function<std::unique_ptr<World>(const RunConfig&)>;
