@@ -316,7 +316,7 @@ TEST_P(RunFormatRuns, WhatTheRunHeldIsWhatItsDirectoryGivesBack) {
   lab::Run run(c, lab::make_world);
   std::vector<lab::StepRecord> live;
   run.set_step_sink([&](const std::vector<lab::StepRecord>& recs) { live.insert(live.end(), recs.begin(), recs.end()); });
-  run.run();
+  const lab::RunSummary& summary = run.run();
   ASSERT_FALSE(live.empty());
 
   std::vector<lab::StepRecord> read;
@@ -349,8 +349,24 @@ TEST_P(RunFormatRuns, WhatTheRunHeldIsWhatItsDirectoryGivesBack) {
   }
 
   // The summary the app shows, and the trace: every event the run wrote (trace_steps covers them).
+  // What the app shows of the live run (Run::summary_fields) is what it shows of the directory.
   const lab::SummaryFields s = lab::read_summary_fields(d.file(lab::run_files::kSummary));
+  const lab::SummaryFields live_s = run.summary_fields();
   EXPECT_EQ(s.steps, c.steps);
+  EXPECT_EQ(s.model, c.model);
+  EXPECT_FALSE(s.interrupted);
+  for (const lab::SummaryFields* f : {&s, &live_s}) {
+    EXPECT_EQ(f->eval_mode.acc, summary.eval_mode.acc);
+    EXPECT_EQ(f->eval_mode.samples, summary.eval_mode.samples);
+    EXPECT_EQ(f->train_mode.loss, summary.train_mode.loss);
+    EXPECT_EQ(f->samples_per_s, summary.samples_per_s);
+  }
+  EXPECT_EQ(live_s.model, s.model);
+  EXPECT_EQ(live_s.steps, s.steps);
+  EXPECT_EQ(live_s.steps_per_epoch, s.steps_per_epoch);
+  EXPECT_EQ(live_s.test_samples, s.test_samples);
+  EXPECT_EQ(live_s.train_seconds, s.train_seconds);
+  EXPECT_EQ(live_s.device_name, s.device_name);
   const lab::TraceContents t = lab::read_trace(d.file(lab::run_files::kTrace), c.world_size, kept);
   size_t events = 0;
   for (const auto& r : t.per_rank) events += r.size();
@@ -385,7 +401,7 @@ TEST(RunFormat, AKeptRunDirectoryOfThisFormatStillOpens) {
   EXPECT_FALSE(d.record(0, 0)->bn.empty()) << "the first step's BatchNorm statistics, from bn_stats.bin";
   EXPECT_TRUE(d.summary.valid);
   EXPECT_EQ(d.summary.steps, 6);
-  EXPECT_EQ(d.summary.eval_acc, 0.640625);
+  EXPECT_EQ(d.summary.eval_mode.acc, 0.640625);
   EXPECT_EQ(d.steps_per_epoch, 8);
   EXPECT_EQ(d.train_size, 256);
   ASSERT_EQ(d.evals.size(), 4u);  // after 1, 2, 3 and 6 iterations

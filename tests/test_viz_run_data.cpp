@@ -103,9 +103,9 @@ TEST(VizTrainEval, WithoutEvalEveryTheEpochEndsAtTheirIterations) {
   viz::RunData d = run_with_epochs(true, 64, 32);
   d.summary.valid = true;
   d.summary.steps = 64;
-  d.summary.eval_acc = 0.8;
-  d.summary.train_acc = 0.79;
-  d.summary.train_loss = 0.55;
+  d.summary.eval_mode.acc = 0.8;
+  d.summary.train_mode.acc = 0.79;
+  d.summary.train_mode.loss = 0.55;
   viz::TrainEvalSeries t = viz::train_eval_series(d);
   EXPECT_TRUE(t.x.empty());
   EXPECT_EQ(t.epoch_x, (std::vector<float>{32, 64}));

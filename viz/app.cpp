@@ -212,8 +212,8 @@ void log_run_news(AppState& app, double t0) {
     if (st.phase == RunPhase::Finished && st.summary.valid)
       app.log.add(LogLevel::Info,
                   fmt("run finished: %lld iterations, %.0f samples/s; test accuracy %.4f eval mode, %.4f train mode",
-                      static_cast<long long>(st.summary.steps), st.summary.samples_per_s, st.summary.eval_acc,
-                      st.summary.train_acc),
+                      static_cast<long long>(st.summary.steps), st.summary.samples_per_s, st.summary.eval_mode.acc,
+                      st.summary.train_mode.acc),
                   t);
     app.last_status = st;
   }

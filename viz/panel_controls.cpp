@@ -433,7 +433,7 @@ void draw_controls_panel(const RunData& d, ControlsState& st, bool compare_bn, d
     labeled_value("device", d.summary.device_name.empty() ? d.cfg.compute.device : d.summary.device_name, why);
   }
   if (d.summary.valid) {
-    labeled_value("final test acc", fmt("%.4f eval / %.4f train mode", d.summary.eval_acc, d.summary.train_acc),
+    labeled_value("final test acc", fmt("%.4f eval / %.4f train mode", d.summary.eval_mode.acc, d.summary.train_mode.acc),
                   "Rank 0's final model on the whole test set: eval mode (running statistics) and train mode (batch "
                   "statistics of test batches of batch_size, on a copy).");
   }

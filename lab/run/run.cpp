@@ -309,7 +309,7 @@ const RunSummary& Run::finish() {
   if (!is_local(0)) return m_summary;  // rank 0's process evaluates and writes the outputs
   const std::vector<int> differing = final_evaluation();
   const ComputeStats cs = communication(events);
-  if (m_dir) write_outputs(events, differing, cs);
+  write_outputs(events, differing, cs);  // summary.json's document; the files with a run directory
   return m_summary;
 }
 

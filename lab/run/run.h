@@ -42,6 +42,7 @@ namespace lab {
 
 class RunDir;
 struct RankCheckpoint;
+struct SummaryFields;
 struct ModeCheckpoint;
 
 // The model a configuration trains (name and BatchNorm options).
@@ -161,6 +162,9 @@ class Run {
   // Joins the threads, evaluates the final model, writes outputs. Throws the root-cause error of
   // a failed run (the failing rank's own error, with the others' errors summarized).
   const RunSummary& finish();
+  // After finish(), in rank 0's process: summary.json's fields the app shows (run_format.h), read
+  // from the document finish() wrote (or would have written, without a run directory).
+  SummaryFields summary_fields() const;
   // start + poll loop + finish; tick is called about every 100 ms with the latest snapshot.
   const RunSummary& run(const std::function<void(const Snapshot&)>& tick = {});
   // Receives every finished step of every rank, in (step, rank) order, on the thread that calls
@@ -263,6 +267,7 @@ class Run {
   std::vector<std::unique_ptr<RankState>> m_ranks;
   std::vector<std::thread> m_threads;
   std::unique_ptr<RunDir> m_dir;
+  std::unique_ptr<nlohmann::json> m_summary_doc;  // summary.json, after finish() (rank 0's process)
   std::shared_ptr<const Snapshot> m_snapshot;
   std::atomic<int> m_running{0};
   double m_t0 = 0;

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iterator>
+#include <optional>
 
 #include "bn_stats.h"
 #include "checkpoint.h"
@@ -105,14 +106,14 @@ OutDirContents inspect_out_dir(const std::string& path) {
     out.checkpoint_step = find_checkpoint(path).step;
   } catch (const std::exception&) {
   }
-  nlohmann::json summary;
+  // A summary.json that cannot be read (a run killed while writing it) describes nothing: the run
+  // is then told apart by its checkpoints.
+  std::optional<SummaryFields> summary;
   try {
-    summary = nlohmann::json::parse(read_text(path + "/summary.json"));
+    summary = read_summary_fields(path + "/" + run_files::kSummary);
   } catch (const std::exception&) {
   }
-  std::string model;
-  if (summary.is_object() && summary.contains("model") && summary["model"].is_object())
-    model = summary["model"].value("name", "");
+  std::string model = summary ? summary->model : "";
   if (model.empty() && dtlab_config) {
     try {
       model = config_from_toml_file(path + "/config.toml").model;
@@ -120,15 +121,10 @@ OutDirContents inspect_out_dir(const std::string& path) {
     }
   }
   const std::string of = model.empty() ? "" : " (" + model;
-  const bool interrupted = summary.is_object() && summary.contains("interrupted");
-  if (summary.is_object() && !interrupted && summary.contains("steps")) {
+  if (summary && !summary->interrupted) {
     out.finished = true;
-    std::string acc;
-    if (summary.contains("test_eval_mode") && summary["test_eval_mode"].is_object() &&
-        summary["test_eval_mode"].contains("accuracy") && summary["test_eval_mode"]["accuracy"].is_number())
-      acc = ", test accuracy " + fixed4(summary["test_eval_mode"]["accuracy"].get<double>());
-    const std::string steps = summary["steps"].is_number_integer() ? std::to_string(summary["steps"].get<int64_t>()) : "?";
-    out.what = "a finished run" + (of.empty() ? " (" : of + ", ") + steps + " steps" + acc + ")";
+    const std::string acc = summary->eval_mode.samples > 0 ? ", test accuracy " + fixed4(summary->eval_mode.acc) : "";
+    out.what = "a finished run" + (of.empty() ? " (" : of + ", ") + std::to_string(summary->steps) + " steps" + acc + ")";
   } else if (out.checkpoint_step >= 0) {
     out.what = "an interrupted run" + (of.empty() ? std::string() : of + ")") + " with checkpoints up to step " +
                std::to_string(out.checkpoint_step);

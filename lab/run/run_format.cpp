@@ -451,15 +451,19 @@ TraceContents read_trace(const std::string& path, int world,
 
 // ---- summary.json ----
 
-SummaryFields read_summary_fields(const std::string& path) {
-  const nlohmann::json j = read_json_file(path);
+SummaryFields read_summary_fields(const std::string& path) { return summary_fields(read_json_file(path), path); }
+
+SummaryFields summary_fields(const nlohmann::json& j, const std::string& path) {
   SummaryFields s;
+  if (!j.is_object()) throw IoError(path + ": bad summary: not a JSON object");
   try {
     const int version = int_value(j, "format_version", kRunDirFormatVersion);
     if (version > kRunDirFormatVersion)
       throw IoError(path + ": format_version " + std::to_string(version) + " is a newer run directory format than " +
                         std::to_string(kRunDirFormatVersion) + ", the one this dtlab reads",
                     "open it with the dtlab that wrote it (" + j.value("producer", std::string("its producer")) + ")");
+    if (auto m = j.find("model"); m != j.end() && m->is_object()) s.model = m->value("name", std::string());
+    s.interrupted = j.contains("interrupted");
     if (j.contains("test_eval_mode")) s.eval_mode = eval_result(j["test_eval_mode"]);
     if (j.contains("test_train_mode")) s.train_mode = eval_result(j["test_train_mode"]);
     if (j.contains("device") && j["device"].is_object() && j["device"].contains("name")) {

@@ -97,8 +97,11 @@ TraceContents read_trace(const std::string& path, int world, const std::function
 
 // ---- summary.json ----
 
-// The fields of summary.json the app shows of a run opened from its directory.
+// The fields of summary.json that the app shows of a run (live or opened from its directory) and
+// that `--out` uses to describe a run directory it finds.
 struct SummaryFields {
+  std::string model;                 // model.name ("" in an older summary without it)
+  bool interrupted = false;          // stopped by Ctrl-C / SIGTERM at a checkpoint ("interrupted")
   EvalResult eval_mode, train_mode;  // test_eval_mode, test_train_mode
   int64_t steps = 0;
   int64_t steps_per_epoch = 0;       // 0: not written (older runs)
@@ -108,8 +111,10 @@ struct SummaryFields {
   uint64_t staged_bytes = 0;         // host-to-device plus device-to-host bytes of --device staging
   std::vector<std::string> conv_algorithms;  // rank 0's cuDNN algorithm per convolution pass
 };
-// Throws IoError naming the file when it cannot be read, a field has the wrong type or its
-// format_version is newer than kRunDirFormatVersion.
+// The fields of a summary.json document; `where` names it in errors. Throws IoError when a field
+// has the wrong type or its format_version is newer than kRunDirFormatVersion.
+SummaryFields summary_fields(const nlohmann::json& summary, const std::string& where);
+// The same, of the file: IoError naming it also when it cannot be read or is not JSON.
 SummaryFields read_summary_fields(const std::string& path);
 
 // Reads a whole JSON file (summary.json, trace.json); IoError naming it when unreadable or not JSON.

@@ -4,9 +4,12 @@
 //   summarize()        steps, samples, training seconds (every process)
 //   final_evaluation() rank 0's model in eval and train mode; ranks whose buffers differ
 //   communication()    skipped steps, traffic, overlap, compute seconds, local SGD's drift
-//   write_outputs()    final.safetensors (and per-rank files), summary.json
+//   write_outputs()    summary.json's document (summary_fields() reads it); with a run directory,
+//                      final.safetensors (and per-rank files) and summary.json
 #include <algorithm>
 #include <map>
+#include <memory>
+#include <stdexcept>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -15,6 +18,7 @@
 #include "parallel.h"
 #include "run.h"
 #include "run_dir.h"
+#include "run_format.h"
 #include "run_internal.h"
 #include "sampler.h"
 
@@ -125,6 +129,13 @@ ComputeStats Run::communication(const std::vector<std::vector<Event>>& events) {
 
 void Run::write_outputs(const std::vector<std::vector<Event>>& events, const std::vector<int>& differing,
                         const ComputeStats& cs) {
+  SummaryEnv env{m_cfg, m_summary, events, {}};
+  // Ranks whose parameters differ from rank 0's (local SGD between averagings): their own files.
+  if (mode_of(m_cfg).caps().own_parameters)
+    env.ranks_with_own_parameters = ranks_differing(m_replicas, m_cfg.world_size, false);
+  m_summary_doc = std::make_unique<nlohmann::json>(summary_json(differing, cs));
+  mode_of(m_cfg).summary(env, *m_summary_doc);
+  if (!m_dir) return;
   const std::map<std::string, std::string> meta = {
       {"format", "pt"}, {"producer", std::string("dtlab ") + kDtlabVersion}, {"rank", "0"}};
   m_dir->write_weights("final.safetensors", model_tensors(*m_replicas[0]), meta);
@@ -134,19 +145,17 @@ void Run::write_outputs(const std::vector<std::vector<Event>>& events, const std
     m_dir->write_weights("final.rank" + std::to_string(r) + ".buffers.safetensors",
                          model_tensors(*m_replicas[static_cast<size_t>(r)], true), m);
   }
-  // Ranks whose parameters differ from rank 0's (local SGD between averagings): their own files.
-  SummaryEnv env{m_cfg, m_summary, events, {}};
-  if (mode_of(m_cfg).caps().own_parameters) {
-    env.ranks_with_own_parameters = ranks_differing(m_replicas, m_cfg.world_size, false);
-    for (int r : env.ranks_with_own_parameters) {
-      auto m = meta;
-      m["rank"] = std::to_string(r);
-      m_dir->write_weights("final.rank" + std::to_string(r) + ".safetensors", model_tensors(*m_replicas[static_cast<size_t>(r)]), m);
-    }
+  for (int r : env.ranks_with_own_parameters) {
+    auto m = meta;
+    m["rank"] = std::to_string(r);
+    m_dir->write_weights("final.rank" + std::to_string(r) + ".safetensors", model_tensors(*m_replicas[static_cast<size_t>(r)]), m);
   }
-  nlohmann::json j = summary_json(differing, cs);
-  mode_of(m_cfg).summary(env, j);
-  m_dir->write_json("summary.json", j);
+  m_dir->write_json(run_files::kSummary, *m_summary_doc);
+}
+
+SummaryFields Run::summary_fields() const {
+  if (!m_summary_doc) throw std::logic_error("Run::summary_fields before finish() in rank 0's process");
+  return lab::summary_fields(*m_summary_doc, "the run's summary");
 }
 
 namespace {

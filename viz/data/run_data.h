@@ -12,6 +12,7 @@
 #include "mode.h"
 #include "events.h"
 #include "run.h"
+#include "run_format.h"
 
 namespace viz {
 
@@ -21,17 +22,10 @@ class RunHost;
 enum class RunPhase { Empty, Loading, Running, Paused, Finishing, Finished, Failed, Stopped, Opened };
 const char* run_phase_name(RunPhase p);
 
-struct RunSummaryView {
-  bool valid = false;
-  double eval_acc = 0, eval_loss = 0, train_acc = 0, train_loss = 0;  // rank 0's final model
-  int64_t steps = 0;
-  double samples_per_s = 0, train_seconds = 0;
-  // summary.json's "device" (a run with --device cuda): the GPU, the bytes the host-staged executor
-  // moved, and rank 0's cuDNN algorithm per convolution pass ("forward conv (64, 1, 28, 28) k3 p1 ->
-  // 32: CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM (heuristic, FMA)"). Empty on the CPU.
-  std::string device_name;
-  uint64_t staged_bytes = 0;
-  std::vector<std::string> conv_algorithms;
+// summary.json's fields the views show (lab/run/run_format.h): of a finished live run, or of a run
+// opened from its directory.
+struct RunSummaryView : lab::SummaryFields {
+  bool valid = false;  // the run finished (or the directory holds a summary)
 };
 
 class RunData {

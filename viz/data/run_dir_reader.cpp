@@ -61,18 +61,8 @@ void read_trace(const std::string& path, RunData& d) {
 void read_summary(const std::string& path, RunData& d) {
   if (!std::ifstream(path)) return;  // a failed run has none
   const lab::SummaryFields f = lab::read_summary_fields(path);
-  RunSummaryView& s = d.summary;
-  s.valid = true;
-  s.eval_acc = f.eval_mode.acc;
-  s.eval_loss = f.eval_mode.loss;
-  s.train_acc = f.train_mode.acc;
-  s.train_loss = f.train_mode.loss;
-  s.device_name = f.device_name;
-  s.staged_bytes = f.staged_bytes;
-  s.conv_algorithms = f.conv_algorithms;
-  s.steps = f.steps;
-  s.samples_per_s = f.samples_per_s;
-  s.train_seconds = f.train_seconds;
+  static_cast<lab::SummaryFields&>(d.summary) = f;
+  d.summary.valid = true;
   if (f.steps_per_epoch) d.steps_per_epoch = f.steps_per_epoch;
   if (d.train_size == 0) d.train_size = f.train_samples;
   if (d.test_size == 0) d.test_size = f.test_samples;

@@ -180,17 +180,11 @@ void RunHost::drive() {
     m_status.phase = RunPhase::Finishing;
   }
   try {
-    const lab::RunSummary& s = run.finish();
+    run.finish();
+    const lab::SummaryFields fields = run.summary_fields();
     std::lock_guard<std::mutex> lock(m_mu);
-    RunSummaryView& v = m_status.summary;
-    v.valid = true;
-    v.eval_acc = s.eval_mode.acc;
-    v.eval_loss = s.eval_mode.loss;
-    v.train_acc = s.train_mode.acc;
-    v.train_loss = s.train_mode.loss;
-    v.steps = s.steps;
-    v.samples_per_s = s.samples_per_s;
-    v.train_seconds = s.train_seconds;
+    static_cast<lab::SummaryFields&>(m_status.summary) = fields;
+    m_status.summary.valid = true;
     m_status.phase = RunPhase::Finished;
   } catch (const lab::Error& e) {
     fail(e.what(), e.hint(), e.exit_code());

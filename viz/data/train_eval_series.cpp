@@ -35,12 +35,12 @@ TrainEvalSeries train_eval_series(const RunData& d) {
     const float at = static_cast<float>(d.summary.steps > 0 ? d.summary.steps : d.steps_done());
     if (std::find(s.epoch_x.begin(), s.epoch_x.end(), at) == s.epoch_x.end()) {
       s.final_eval_x.push_back(at);
-      s.final_eval_acc.push_back(static_cast<float>(d.summary.eval_acc));
-      s.final_eval_loss.push_back(static_cast<float>(d.summary.eval_loss));
+      s.final_eval_acc.push_back(static_cast<float>(d.summary.eval_mode.acc));
+      s.final_eval_loss.push_back(static_cast<float>(d.summary.eval_mode.loss));
     }
     s.final_train_x.push_back(at);
-    s.final_train_acc.push_back(static_cast<float>(d.summary.train_acc));
-    s.final_train_loss.push_back(static_cast<float>(d.summary.train_loss));
+    s.final_train_acc.push_back(static_cast<float>(d.summary.train_mode.acc));
+    s.final_train_loss.push_back(static_cast<float>(d.summary.train_mode.loss));
   }
 
   if (!s.x.empty()) return s;
