@@ -215,6 +215,23 @@ TEST(LinkModel, PerPairLinksLetARankSendToAllAtOnce) {
 // tries (a model that waits too long fails them all).
 constexpr int kTries = 3;
 
+// Under ThreadSanitizer every memory access is checked, which makes the threads' own work (the
+// allreduces' 1 MB reductions, the sends' copies), not the model's waits, several times slower:
+// measured 87-100 ms against the Naive allreduce test's bound of 86 ms, and 10.8 ms for two
+// 100 KB sends on a busy machine against the 5 ms bound below. There the tight upper bounds are
+// not checked; the lower bounds, the sums and the orderings, what the synchronization decides, are.
+#if defined(__SANITIZE_THREAD__)
+constexpr bool kUpperBoundsHold = false;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+constexpr bool kUpperBoundsHold = false;
+#else
+constexpr bool kUpperBoundsHold = true;
+#endif
+#else
+constexpr bool kUpperBoundsHold = true;
+#endif
+
 // Through the transports: one message arrives latency + bytes / bandwidth after it was sent;
 // back-to-back messages queue behind each other on the sender's link out, while the sender does
 // not wait.
@@ -223,7 +240,12 @@ TEST(LinkModel, MessagesArriveWhenTheModelSays) {
   const size_t bytes = 100000;                                            // 10 ms on the wire
   EXPECT_NEAR(opt.seconds(bytes), 0.030, 1e-12);
   double send_seconds = 0, first = 0, second = 0;
-  auto fast = [&] { return send_seconds < 0.005 && first < 0.030 + 0.015 && second < 0.040 + 0.015; };
+  // The sender does not wait for the link: its two sends return at once (under ThreadSanitizer,
+  // whose copies are slow, still before its first message could have arrived).
+  const double send_bound = kUpperBoundsHold ? 0.005 : 0.030;
+  auto fast = [&] {
+    return send_seconds < send_bound && (!kUpperBoundsHold || (first < 0.030 + 0.015 && second < 0.040 + 0.015));
+  };
   for (int attempt = 0; attempt < kTries; ++attempt) {
     lab::LinkModelWorld world(std::make_unique<lab::ThreadsWorld>(2), opt);
     std::vector<char> a(bytes, 1), b(bytes, 2), in(bytes);
@@ -243,27 +265,14 @@ TEST(LinkModel, MessagesArriveWhenTheModelSays) {
     EXPECT_EQ(in[0], 2);
     if (fast()) break;
   }
-  EXPECT_LT(send_seconds, 0.005) << "the sender waited, on every try";
-  EXPECT_LT(first, 0.030 + 0.015);
-  EXPECT_LT(second, 0.040 + 0.015);
+  EXPECT_LT(send_seconds, send_bound) << "the sender waited, on every try";
+  if (kUpperBoundsHold) {
+    EXPECT_LT(first, 0.030 + 0.015);
+    EXPECT_LT(second, 0.040 + 0.015);
+  }
 }
 
 namespace {
-// Under ThreadSanitizer every memory access of the 1 MB reductions below is checked, which makes
-// the reductions themselves (the ranks' compute, not the model's waits) several times slower:
-// measured 87-100 ms against the Naive test's bound of 86 ms. There the upper bounds are not
-// checked; the lower bounds and the sums, what the threads' synchronization decides, are.
-#if defined(__SANITIZE_THREAD__)
-constexpr bool kUpperBoundsHold = false;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-constexpr bool kUpperBoundsHold = false;
-#else
-constexpr bool kUpperBoundsHold = true;
-#endif
-#else
-constexpr bool kUpperBoundsHold = true;
-#endif
 
 // Runs one allreduce_sum of `count` floats (rank r contributes r) on `n` ranks over the modeled
 // network, kTries times or until every rank finishes before `upper`; checks the sum and

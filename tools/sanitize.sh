@@ -51,7 +51,7 @@ for j in "${jobs[@]}"; do
     cmake -S . -B build-tsan -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Release \
       -DDTLAB_WITH_GUI=OFF -DDTLAB_WITH_MPI=OFF -DDTLAB_WITH_CUDA=OFF -DDTLAB_WITH_BLAS=OFF -DDTLAB_TEST_SUBSET=tsan \
       "-DCMAKE_C_FLAGS=$flags" "-DCMAKE_CXX_FLAGS=$flags" "-DCMAKE_EXE_LINKER_FLAGS=$flags" >/dev/null
-    cmake --build build-tsan -j"$(nproc)" --target dtlab_tests
+    cmake --build build-tsan -j"$(nproc)" --target dtlab dtlab_tests
     ctest --test-dir build-tsan --output-on-failure -j"$(nproc)" -L tsan
   fi
   echo "tools/sanitize.sh: $j passed in $(($(date +%s) - start)) s"
