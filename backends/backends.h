@@ -11,7 +11,9 @@
 
 namespace lab {
 
-// The World for cfg.comm ("threads", "mpi"). Throws ConfigError for a transport this build lacks.
+// The World for cfg.comm ("threads", "mpi", "nccl": all ranks in this process, or this process's
+// rank when start_comm_runtime started MPI for it). Throws ConfigError for a transport this build
+// lacks.
 std::unique_ptr<World> make_world(const RunConfig& cfg);
 // Names of the transports compiled in, e.g. {"threads", "mpi"}.
 std::vector<std::string> available_transports();
@@ -39,6 +41,9 @@ class CommRuntime {
   virtual ~CommRuntime() = default;
   // This process's rank (0 for emulated ranks: every rank lives here).
   virtual int rank() const { return 0; }
+  // Whether every rank is a process of a launcher's job (mpirun: --comm mpi, or --comm nccl under
+  // mpirun), rather than a thread of this one.
+  virtual bool ranks_are_processes() const { return false; }
   // Sets cfg.world_size from the runtime (MPI's world size); when world_size_given (--world-size
   // was on the command line) the two must agree. Throws ConfigError otherwise.
   virtual void resolve_world(RunConfig& cfg, bool world_size_given) {
@@ -61,8 +66,9 @@ class CommRuntime {
   virtual void kill_job(int exit_code) { (void)exit_code; }
 };
 
-// Starts the runtime for cfg.comm. Throws ConfigError (e.g. "mpi" in a build without MPI) before
-// anything is started.
+// Starts the runtime for cfg.comm: MPI for "mpi", and for "nccl" when an MPI launcher started this
+// process (mpirun -np N dtlab run --comm nccl: one rank per process, MPI as NCCL's launcher); none
+// otherwise. Throws ConfigError (e.g. "mpi" in a build without MPI) before anything is started.
 std::unique_ptr<CommRuntime> start_comm_runtime(const RunConfig& cfg);
 
 }  // namespace lab

@@ -201,7 +201,7 @@ int cmd_run(lab::RunConfig& c, const lab::CommRuntime& runtime) {
       std::signal(SIGUSR1, SIG_DFL);
       progress.done();
       const int peer = runtime.waiting_for();
-      if (c.comm == "mpi" && g_interrupted == SIGTERM && peer >= 0)
+      if (runtime.ranks_are_processes() && g_interrupted == SIGTERM && peer >= 0)
         // mpirun sends SIGTERM to every process when one of them ends: say which rank this one was
         // waiting for (mpirun's own message comes when the job is over).
         std::fprintf(stderr,
@@ -209,7 +209,7 @@ int cmd_run(lab::RunConfig& c, const lab::CommRuntime& runtime) {
                      "ended: rank %d, unless it was waiting too (every rank prints whom it waited for)%s\n",
                      runtime.rank(), peer, peer,
                      c.out_dir.empty() ? "" : "; the run directory keeps its last committed checkpoint");
-      if (c.comm == "mpi" && g_interrupted == SIGTERM && peer >= 0) {
+      if (runtime.ranks_are_processes() && g_interrupted == SIGTERM && peer >= 0) {
         // a vanished peer cannot take part in a checkpoint: mpirun ends this process in a moment
         run.control().stop();
         break;
@@ -218,7 +218,7 @@ int cmd_run(lab::RunConfig& c, const lab::CommRuntime& runtime) {
         stopping = true;
         if (report)
           std::fprintf(stderr, "dtlab: interrupted: writing a checkpoint at the next iteration, then stopping%s\n",
-                       c.comm == "mpi" ? " (every rank)" : " (Ctrl-C again stops at once)");
+                       runtime.ranks_are_processes() ? " (every rank)" : " (Ctrl-C again stops at once)");
         continue;
       }
       run.control().stop();
@@ -233,7 +233,7 @@ int cmd_run(lab::RunConfig& c, const lab::CommRuntime& runtime) {
       run.finish();
     } catch (const std::exception&) {
     }
-    std::fprintf(stderr, "dtlab: interrupted; %s\n", commands::what_the_run_directory_keeps(c).c_str());
+    std::fprintf(stderr, "dtlab: interrupted; %s\n", commands::what_the_run_directory_keeps(c, runtime.ranks_are_processes()).c_str());
     return lab::kExitInterrupted;
   }
   const lab::RunSummary* finished = nullptr;

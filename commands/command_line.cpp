@@ -58,7 +58,7 @@ void add_compute_flags(CLI::App& app, lab::ComputeOptions& o, bool has_comm) {
                "--device cuda: only deterministic cuDNN algorithms (torch.backends.cudnn.deterministic)");
   app.add_option("--rank-devices", o.rank_devices,
                  has_comm ? "--device cuda: the GPU of each rank, e.g. 0,1 (default: every rank on --device's GPU; with "
-                            "--comm nccl, rank r on GPU r, as NCCL refuses two ranks on one GPU)"
+                            "--comm nccl, the k-th rank of a machine on its GPU k, as NCCL refuses two ranks on one GPU)"
                           : "--device cuda: the GPU of each rank, e.g. 0,1 (default: every rank on --device's GPU)")
       ->delimiter(',')
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
@@ -121,7 +121,8 @@ void add_run_flags(CLI::App& app, lab::RunConfig& c, std::string& bn_momentum) {
                "(the mlp with --batch-size 2 or less)");
   app.add_option("--comm", c.comm,
                  "transport between ranks: threads (emulated ranks in this process), mpi (one process per rank, "
-                 "started by mpirun) or nccl (ranks as threads, one GPU each; with --device cuda)")
+                 "started by mpirun) or nccl (one GPU per rank, with --device cuda: ranks as threads, or as processes "
+                 "when started by mpirun, MPI starting them and NCCL carrying the collectives)")
       ->capture_default_str();
   app.add_option("--timeout", c.timeout_s, "seconds any collective may wait before the run fails")->capture_default_str();
   app.add_option("--allreduce", c.allreduce,

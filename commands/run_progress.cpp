@@ -40,12 +40,13 @@ std::string ProgressLine::line(const lab::Snapshot& s, double now, int waiting_f
 
 // What the run directory keeps after a run that stopped early: the newest intact checkpoint and
 // the command that continues it, or why there is none.
-std::string what_the_run_directory_keeps(const lab::RunConfig& c) {
+std::string what_the_run_directory_keeps(const lab::RunConfig& c, bool ranks_are_processes) {
   if (c.out_dir.empty()) return "no run directory to keep it in (--out DIR; with it, Ctrl-C writes a checkpoint)";
   try {
     const lab::FoundCheckpoint f = lab::find_checkpoint(c.out_dir);
-    const std::string again = c.comm == "mpi" ? "mpirun -np " + std::to_string(c.world_size) + " dtlab run --comm mpi"
-                                              : "dtlab run";
+    const std::string again = ranks_are_processes
+                                  ? "mpirun -np " + std::to_string(c.world_size) + " dtlab run --comm " + c.comm
+                                  : "dtlab run";
     return "the run directory keeps its checkpoint at iteration " + std::to_string(f.step) +
            " (intact); continue with:\n  " + again + " --resume " + c.out_dir;
   } catch (const lab::Error&) {

@@ -27,7 +27,8 @@ class ProgressLine {
 };
 
 // What the run directory keeps after a run that stopped early (Ctrl-C twice, a vanished MPI peer):
-// its newest intact checkpoint and the command that continues it, or why there is none.
-std::string what_the_run_directory_keeps(const lab::RunConfig& c);
+// its newest intact checkpoint and the command that continues it (under mpirun when the ranks
+// are processes), or why there is none.
+std::string what_the_run_directory_keeps(const lab::RunConfig& c, bool ranks_are_processes);
 
 }  // namespace commands

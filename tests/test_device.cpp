@@ -213,6 +213,35 @@ TEST(Device, RankDeviceMapAndOneNcclRankPerGpu) {
   }
 }
 
+// NCCL ranks as processes on several machines (MpiRuntime fills rank_nodes: the lowest rank on
+// each rank's machine): the k-th rank of a machine takes GPU device + k, and only two ranks of one
+// machine on one GPU are refused.
+TEST(Device, NcclRanksAsProcessesTakeTheirMachinesGpusInTurn) {
+  lab::ComputeOptions o;
+  o.device = "cuda";
+  o.rank_nodes = {0, 0, 2, 2, 0};  // ranks 0, 1, 4 on one machine, 2 and 3 on another
+  EXPECT_EQ(lab::rank_device_map(o, 5, "nccl"), (std::vector<int>{0, 1, 0, 1, 2}));
+  EXPECT_EQ(lab::rank_device_map(o, 5, "threads"), (std::vector<int>(5, 0)));  // --comm mpi shares --device's
+  o.device = "cuda:1";
+  EXPECT_EQ(lab::rank_device_map(o, 5, "nccl"), (std::vector<int>{1, 2, 1, 2, 3}));
+  EXPECT_NO_THROW(lab::check_one_rank_per_gpu({0, 1, 0, 1, 2}, o.rank_nodes));
+  try {
+    lab::check_one_rank_per_gpu({0, 1, 0, 1, 1}, o.rank_nodes);
+    ADD_FAILURE() << "ranks 1 and 4 on cuda:1 of one machine were accepted";
+  } catch (const lab::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("ranks 1 and 4 would both run on cuda:1 of one machine"), std::string::npos)
+        << e.what();
+  }
+  lab::RunConfig c;  // validate() checks the map with the machines
+  c.comm = "nccl";
+  c.world_size = 4;
+  c.compute.device = "cuda";
+  c.compute.rank_devices = {0, 1, 0, 1};
+  EXPECT_THROW(lab::validate(c), lab::ConfigError);  // one machine: ranks 0 and 2 share cuda:0
+  c.compute.rank_nodes = {0, 0, 2, 2};
+  EXPECT_NO_THROW(lab::validate(c));
+}
+
 TEST(DeviceCli, NcclSettingsAreCheckedBeforeAnyGpuIsAsked) {
   struct Case {
     const char* args;

@@ -206,16 +206,20 @@ TEST(FirstContact, AStoppedRunNamesItsIntactCheckpoint) {
   lab::RunConfig c;
   c.out_dir = d;
   c.checkpoint_every = 2;
-  std::string said = commands::what_the_run_directory_keeps(c);
+  std::string said = commands::what_the_run_directory_keeps(c, false);
   EXPECT_TRUE(contains(said, "keeps its checkpoint at iteration 4 (intact)")) << said;
   EXPECT_TRUE(contains(said, "dtlab run --resume " + d)) << said;
+  EXPECT_FALSE(contains(said, "mpirun")) << said;
   c.comm = "mpi";
   c.world_size = 4;
-  said = commands::what_the_run_directory_keeps(c);
+  said = commands::what_the_run_directory_keeps(c, true);
   EXPECT_TRUE(contains(said, "mpirun -np 4 dtlab run --comm mpi --resume " + d)) << said;
+  c.comm = "nccl";  // NCCL ranks as processes
+  said = commands::what_the_run_directory_keeps(c, true);
+  EXPECT_TRUE(contains(said, "mpirun -np 4 dtlab run --comm nccl --resume " + d)) << said;
   c.out_dir = t.file("none");
   c.checkpoint_every = 0;
-  said = commands::what_the_run_directory_keeps(c);
+  said = commands::what_the_run_directory_keeps(c, false);
   EXPECT_TRUE(contains(said, "no checkpoint to continue from (--checkpoint-every N")) << said;
 }
 

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <thread>
 
 #include "errors.h"
@@ -47,15 +48,15 @@ std::optional<long> env_long(const char* name) {
 
 MpiRuntime* MpiRuntime::current() { return g_current; }
 
-MpiRuntime::MpiRuntime(double timeout_s) : m_timeout(timeout_s) {
+MpiRuntime::MpiRuntime(double timeout_s, std::string comm) : m_timeout(timeout_s), m_comm("--comm " + comm) {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (initialized || g_current)
-    throw ConfigError("--comm mpi: MPI is already initialized in this process",
+    throw ConfigError(m_comm + ": MPI is already initialized in this process",
                       "only the dtlab executable's main() starts MPI, once");
   int provided = 0;
   if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
-    throw CommError("--comm mpi: MPI_Init_thread failed", "run dtlab under mpirun, e.g. mpirun -np 4 dtlab run --comm mpi ...");
+    throw CommError(m_comm + ": MPI_Init_thread failed", "run dtlab under mpirun, e.g. mpirun -np 4 dtlab run " + m_comm + " ...");
   g_current = this;
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MPI_Comm_rank(MPI_COMM_WORLD, &m_rank);
@@ -81,7 +82,7 @@ MpiRuntime::MpiRuntime(double timeout_s) : m_timeout(timeout_s) {
       if (now_seconds() - start > m_timeout)
         throw CommError("rank " + std::to_string(m_rank) + ": setting up MPI communicators took longer than " +
                             seconds_text(m_timeout) + " s: not every process of the job got there",
-                        "every process must run `dtlab run --comm mpi` with the same flags");
+                        "every process must run `dtlab run " + m_comm + "` with the same flags");
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
   }
@@ -124,7 +125,7 @@ void MpiRuntime::resolve_world(RunConfig& cfg, bool world_size_given) {
                             ", but " + s.rank_var + "=" + std::to_string(*r) + " " + s.size_var + "=" +
                             std::to_string(*n),
                         "the launcher's environment and MPI disagree: start every process with one mpirun "
-                        "(mpirun -np N dtlab run --comm mpi ...) and do not set " +
+                        "(mpirun -np N dtlab run " + m_comm + " ...) and do not set " +
                             std::string(s.rank_var) + "/" + s.size_var + " by hand");
     if (used.empty()) used = s.what;
   }
@@ -134,9 +135,80 @@ void MpiRuntime::resolve_world(RunConfig& cfg, bool world_size_given) {
   if (world_size_given && cfg.world_size != m_size)
     throw ConfigError("--world-size " + std::to_string(cfg.world_size) + " does not match the MPI world: mpirun started " +
                           std::to_string(m_size) + (m_size == 1 ? " process" : " processes"),
-                      "with --comm mpi every rank is a process: leave out --world-size (it is taken from MPI) or "
-                      "start mpirun -np " + std::to_string(cfg.world_size));
+                      "with " + m_comm + " under mpirun every rank is a process: leave out --world-size (it is taken "
+                      "from MPI) or start mpirun -np " + std::to_string(cfg.world_size));
   cfg.world_size = m_size;
+  if (cfg.comm == "nccl") {
+    cfg.compute.rank_nodes = gather_nodes();
+    int machines = 0;
+    for (int r = 0; r < m_size; ++r) machines += cfg.compute.rank_nodes[static_cast<size_t>(r)] == r;
+    m_describe += " (" + std::to_string(machines) + (machines == 1 ? " machine" : " machines") +
+                  "); NCCL carries the collectives, MPI started the processes and hands NCCL its unique id";
+  }
+}
+
+// Every process's processor name (MPI_Get_processor_name: the host name under Open MPI),
+// gathered; a rank's machine is the lowest rank with the same name.
+std::vector<int> MpiRuntime::gather_nodes() {
+  std::vector<char> mine(MPI_MAX_PROCESSOR_NAME + 1, '\0'), all(static_cast<size_t>(m_size) * mine.size());
+  int len = 0;
+  {
+    std::lock_guard<std::mutex> lock(m_mu);
+    check(MPI_Get_processor_name(mine.data(), &len), "MPI_Get_processor_name");
+  }
+  MPI_Request req = MPI_REQUEST_NULL;
+  {
+    std::lock_guard<std::mutex> lock(m_mu);
+    check(MPI_Iallgather(mine.data(), static_cast<int>(mine.size()), MPI_CHAR, all.data(), static_cast<int>(mine.size()),
+                         MPI_CHAR, m_coll, &req),
+          "MPI_Iallgather (processor names)");
+  }
+  wait_collective(req, m_timeout, "gathering the processes' machine names (MPI_Iallgather)");
+  std::vector<std::string> names(static_cast<size_t>(m_size));
+  for (int r = 0; r < m_size; ++r) names[static_cast<size_t>(r)] = std::string(all.data() + static_cast<size_t>(r) * mine.size());
+  std::vector<int> nodes(static_cast<size_t>(m_size));
+  for (int r = 0; r < m_size; ++r)
+    nodes[static_cast<size_t>(r)] = static_cast<int>(
+        std::find(names.begin(), names.end(), names[static_cast<size_t>(r)]) - names.begin());
+  return nodes;
+}
+
+void MpiRuntime::broadcast(void* data, size_t bytes, int root, double timeout_s) {
+  if (bytes > static_cast<size_t>(std::numeric_limits<int>::max()))
+    throw CommError("rank " + std::to_string(m_rank) + ": broadcast of " + std::to_string(bytes) + " bytes: too large for one MPI call");
+  MPI_Request req = MPI_REQUEST_NULL;
+  {
+    std::lock_guard<std::mutex> lock(m_mu);
+    check(MPI_Ibcast(data, static_cast<int>(bytes), MPI_BYTE, root, m_coll, &req), "MPI_Ibcast");
+  }
+  wait_collective(req, timeout_s, "broadcast of " + std::to_string(bytes) + " bytes from rank " + std::to_string(root) + " (MPI_Ibcast)");
+}
+
+void MpiRuntime::wait_collective(MPI_Request& req, double timeout_s, const std::string& what) {
+  const std::string me = "rank " + std::to_string(m_rank);
+  const double start = now_seconds();
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(m_mu);
+      int done = 0;
+      check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
+      if (done) return;
+      service_locked();
+    }
+    if (m_aborted.load(std::memory_order_acquire)) {
+      poison(what + " left pending by an abort");  // MPI may still write into its buffer
+      throw CommError(me + ": " + what + " aborted: " + abort_reason(),
+                      "the first failing rank's error above is the cause; this rank stopped because of it");
+    }
+    if (now_seconds() - start > timeout_s) {
+      poison(what + " timed out");
+      const std::string msg = me + ": timed out after " + seconds_text(timeout_s) + " s: " + what +
+                              ": not every process of the job got there";
+      abort_world(msg);
+      throw CommError(msg, "every process must run `dtlab run " + m_comm + "` with the same flags");
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
 }
 
 std::string MpiRuntime::named(const std::string& reason) const {

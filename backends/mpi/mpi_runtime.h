@@ -20,6 +20,10 @@
 //     not, main() calls kill_job (MPI_Abort) so that a stuck peer cannot hang the job.
 //   - Threads: every MPI call is made under one mutex, so MPI_THREAD_SERIALIZED is enough (the
 //     rank's thread and the main thread both call in, never at once).
+//   - NCCL's launcher (--comm nccl under mpirun): the same runtime is the job's ProcessGroup
+//     (process_group.h). It broadcasts NCCL's unique id, carries aborts between the processes and
+//     says which machine each rank runs on (ComputeOptions::rank_nodes, from the processor names),
+//     so that the k-th rank of a machine takes its k-th GPU; NCCL carries every collective.
 // Not supported: more than one rank per process; MPI initialized by anyone else (the executable's
 //   main owns it through start_comm_runtime); recovering after a failure (a failed world ends).
 #pragma once
@@ -34,10 +38,11 @@
 #include <vector>
 
 #include "backends.h"
+#include "process_group.h"
 
 namespace lab {
 
-class MpiRuntime final : public CommRuntime {
+class MpiRuntime final : public CommRuntime, public ProcessGroup {
  public:
   // Answers to "whom are you waiting for?" besides a rank number.
   static constexpr int kNotWaiting = -1;    // in no transport call (busy elsewhere, or hung)
@@ -45,8 +50,9 @@ class MpiRuntime final : public CommRuntime {
   static constexpr int kInCollective = -3;  // inside the native allreduce
 
   // MPI_Init_thread and the communicators; `timeout_s` bounds the communicator setup and is the
-  // grace period of a failing shutdown. Throws ConfigError / CommError.
-  explicit MpiRuntime(double timeout_s);
+  // grace period of a failing shutdown; `comm` is the transport it starts for ("mpi", or "nccl"
+  // as NCCL's launcher), for messages. Throws ConfigError / CommError.
+  explicit MpiRuntime(double timeout_s, std::string comm = "mpi");
   ~MpiRuntime() override;
   MpiRuntime(const MpiRuntime&) = delete;
   MpiRuntime& operator=(const MpiRuntime&) = delete;
@@ -54,7 +60,8 @@ class MpiRuntime final : public CommRuntime {
   static MpiRuntime* current();
 
   int rank() const override { return m_rank; }
-  int size() const { return m_size; }
+  bool ranks_are_processes() const override { return true; }
+  int size() const override { return m_size; }
   void resolve_world(RunConfig& cfg, bool world_size_given) override;
   std::string describe() const override { return m_describe; }
   ShutdownResult shutdown(int exit_code, const std::string& error) override;
@@ -67,11 +74,14 @@ class MpiRuntime final : public CommRuntime {
   int tag_ub() const { return m_tag_ub; }
   // Receives aborts, answers queries, frees finished control sends. Takes the MPI mutex.
   void service_control();
-  bool aborted();  // services the control channel first
-  std::string abort_reason() const;
+  bool aborted() override;  // services the control channel first
+  std::string abort_reason() const override;
   // Marks the world aborted with `reason` (named "rank R failed: ..." unless it already starts
   // with "rank R") and sends it to every other rank. False when already aborted (first wins).
-  bool abort_world(const std::string& reason);
+  bool abort_world(const std::string& reason) override;
+  // ---- for NCCL (ProcessGroup) ----
+  // MPI_Ibcast on the collective communicator, polled with the control channel serviced.
+  void broadcast(void* data, size_t bytes, int root, double timeout_s) override;
   // What this rank answers to queries while it waits.
   void set_waiting_for(int peer) { m_waiting_for.store(peer, std::memory_order_relaxed); }
   int waiting_for() const override {
@@ -100,9 +110,15 @@ class MpiRuntime final : public CommRuntime {
   // Waits (polling, servicing the control channel) until req completes; false after `seconds`.
   bool wait_control(MPI_Request& req, double seconds);
   std::string named(const std::string& reason) const;
+  // Waits for a collective request of every process (servicing the control channel); CommError
+  // naming `what` after timeout_s or when the job aborts meanwhile.
+  void wait_collective(MPI_Request& req, double timeout_s, const std::string& what);
+  // ComputeOptions::rank_nodes for --comm nccl: every process's processor name, gathered.
+  std::vector<int> gather_nodes();
 
   int m_rank = 0, m_size = 1, m_tag_ub = 32767;
   double m_timeout = 60;
+  std::string m_comm;  // "--comm mpi" / "--comm nccl", for messages
   bool m_finalized = false;
   std::string m_describe;
   MPI_Comm m_data = MPI_COMM_NULL, m_ctrl = MPI_COMM_NULL, m_coll = MPI_COMM_NULL;

@@ -139,8 +139,12 @@ class TransportNccl;
 
 struct NcclWorldState {
   int n = 0;
+  int first_rank = 0;  // transports[k] is rank first_rank + k
   double timeout_s = 0;  // for init and for finalize at teardown
   std::vector<std::unique_ptr<TransportNccl>> transports;
+  // Ranks as processes: the launcher's runtime, which carries aborts between the processes (null:
+  // every rank is in this process).
+  ProcessGroup* group = nullptr;
 
   bool started = false;  // every communicator initialized (else teardown aborts them)
   std::atomic<bool> aborted{false};
@@ -204,7 +208,9 @@ class TransportNccl final : public Transport {
     });
   }
 
+  // Ranks as processes: the other processes learn of it through the launcher's runtime.
   void abort(const std::string& reason) override {
+    std::string told;  // what this abort tells the other processes ("": an abort came first)
     {
       std::lock_guard<std::mutex> lock(m_w.abort_mu);
       if (!m_w.aborted.load(std::memory_order_relaxed)) {  // the first reason wins
@@ -213,16 +219,25 @@ class TransportNccl final : public Transport {
                            (reason.size() == me.size() || reason[me.size()] == ' ' || reason[me.size()] == ':');
         m_w.abort_reason = named ? reason : me + " failed: " + reason;
         m_w.aborted.store(true, std::memory_order_release);
+        told = m_w.abort_reason;
       }
     }
+    if (m_w.group && !told.empty()) m_w.group->abort_world(told);
     abort_comm();
   }
 
-  bool aborted() const override { return m_w.aborted.load(std::memory_order_acquire); }
+  // This process's abort flag, or another process's abort (the launcher's runtime polled).
+  bool aborted() const override {
+    return m_w.aborted.load(std::memory_order_acquire) || (m_w.group && m_w.group->aborted());
+  }
 
+  // The first abort this process learnt of: its own, else another process's.
   std::string abort_reason() const override {
-    std::lock_guard<std::mutex> lock(m_w.abort_mu);
-    return m_w.abort_reason;
+    {
+      std::lock_guard<std::mutex> lock(m_w.abort_mu);
+      if (m_w.aborted.load(std::memory_order_relaxed) || !m_w.group) return m_w.abort_reason;
+    }
+    return m_w.group->abort_reason();
   }
 
   // For the world: hands over / takes back the communicator (null once aborted).
@@ -425,7 +440,7 @@ NcclWorldState::~NcclWorldState() {
   std::vector<ncclComm_t> comms;
   for (auto& t : transports)
     if (ncclComm_t c = t->take_comm()) comms.push_back(c);
-  bool healthy = started && !aborted.load(std::memory_order_acquire);
+  bool healthy = started && !aborted.load(std::memory_order_acquire) && !(group && group->aborted());
   for (ncclComm_t c : comms) {
     ncclResult_t state = ncclSuccess;
     if (ncclCommGetAsyncError(c, &state) != ncclSuccess || state != ncclSuccess) healthy = false;
@@ -458,6 +473,68 @@ NcclWorldState::~NcclWorldState() {
   transports.clear();  // streams and staging buffers, each on its GPU
 }
 
+namespace {
+
+// Initializes the communicators of s's transports (ranks s.first_rank.., one per device of
+// `devices`, of s.n) with `id`: one group of non-blocking inits, so that NCCL starts the ranks of
+// this process concurrently, in its own threads; then polls each communicator until none is
+// ncclInProgress (at most s.timeout_s; ranks as processes also stop when another process aborts).
+// Throws DeviceError starting with `where`.
+void start_communicators(NcclWorldState& s, const std::vector<int>& devices, const ncclUniqueId& id,
+                         const std::string& where) {
+  const int local = static_cast<int>(devices.size());
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  std::vector<ncclComm_t> comms(static_cast<size_t>(local), nullptr);
+  // Nothing may throw while the group is open: the first failure waits for its end.
+  ncclResult_t failed = ncclGroupStart();
+  if (!nccl_ok(failed)) throw_nccl(failed, "ncclGroupStart", where);
+  int failed_k = -1;  // -1: ncclGroupEnd failed
+  for (int k = 0; k < local && nccl_ok(failed); ++k) {
+    // the rank's transport has just made this GPU current once: this cannot fail but for a lost driver
+    failed = cudaSetDevice(devices[static_cast<size_t>(k)]) == cudaSuccess
+                 ? ncclCommInitRankConfig(&comms[static_cast<size_t>(k)], s.n, id, s.first_rank + k, &config)
+                 : ncclUnhandledCudaError;
+    failed_k = k;
+  }
+  if (const ncclResult_t end = ncclGroupEnd(); nccl_ok(failed) && !nccl_ok(end)) {
+    failed = end;
+    failed_k = -1;
+  }
+  // Until `started`, the state's destructor aborts whatever was created, should this throw.
+  for (int k = 0; k < local; ++k) s.transports[static_cast<size_t>(k)]->set_comm(comms[static_cast<size_t>(k)]);
+
+  const double deadline = now_seconds() + s.timeout_s;
+  for (bool pending = nccl_ok(failed); pending && nccl_ok(failed);) {
+    pending = false;
+    for (int k = 0; k < local && nccl_ok(failed); ++k) {
+      ncclResult_t state = ncclSuccess;
+      const ncclResult_t q = ncclCommGetAsyncError(comms[static_cast<size_t>(k)], &state);
+      failed = q != ncclSuccess ? q : state;
+      failed_k = k;
+      pending = pending || state == ncclInProgress;
+    }
+    if (pending && s.group && s.group->aborted())
+      throw CommError(where + "NCCL's initialization aborted: " + s.group->abort_reason(),
+                      "the first failing rank's error above is the cause; this rank stopped because of it");
+    if (pending && nccl_ok(failed) && now_seconds() > deadline)
+      throw DeviceError(where + "NCCL's initialization did not finish within " + seconds_text(s.timeout_s) + " s",
+                        "NCCL_DEBUG=INFO shows where it stops (a GPU that another process holds, peer-to-peer "
+                        "access that hangs, or with ranks as processes a network NCCL cannot reach); raise "
+                        "--timeout if the machine is merely slow");
+    if (pending) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (!nccl_ok(failed))
+    throw_nccl(failed,
+               failed_k < 0 ? std::string("ncclGroupEnd")
+                            : "ncclCommInitRankConfig for rank " + std::to_string(s.first_rank + failed_k) + " on GPU " +
+                                  std::to_string(devices[static_cast<size_t>(failed_k)]),
+               where);
+  s.started = true;
+}
+
+}  // namespace
+
 NcclWorld::NcclWorld(const std::vector<int>& devices, double timeout_s) : m_state(new NcclWorldState) {
   NcclWorldState& s = *m_state;
   const int n = static_cast<int>(devices.size());
@@ -474,52 +551,36 @@ NcclWorld::NcclWorld(const std::vector<int>& devices, double timeout_s) : m_stat
   }
   ncclUniqueId id;
   if (const ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess) throw_nccl(r, "ncclGetUniqueId", where);
+  start_communicators(s, devices, id, where);
+}
 
-  // One group: NCCL initializes the ranks concurrently, in its own threads (the communicators are
-  // non-blocking). Nothing may throw while the group is open: the first failure waits for its end.
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;
-  std::vector<ncclComm_t> comms(static_cast<size_t>(n), nullptr);
-  ncclResult_t failed = ncclGroupStart();
-  if (!nccl_ok(failed)) throw_nccl(failed, "ncclGroupStart", where);
-  int failed_rank = -1;  // -1: ncclGroupEnd failed
-  for (int k = 0; k < n && nccl_ok(failed); ++k) {
-    // the rank's transport has just made this GPU current once: this cannot fail but for a lost driver
-    failed = cudaSetDevice(devices[k]) == cudaSuccess ? ncclCommInitRankConfig(&comms[k], n, id, k, &config)
-                                                      : ncclUnhandledCudaError;
-    failed_rank = k;
-  }
-  if (const ncclResult_t end = ncclGroupEnd(); nccl_ok(failed) && !nccl_ok(end)) {
-    failed = end;
-    failed_rank = -1;
-  }
-  // Until `started`, the state's destructor aborts whatever was created, should this throw.
-  for (int k = 0; k < n; ++k) s.transports[static_cast<size_t>(k)]->set_comm(comms[static_cast<size_t>(k)]);
-
-  // Poll every rank's communicator until none is ncclInProgress.
-  const double deadline = now_seconds() + timeout_s;
-  for (bool pending = nccl_ok(failed); pending && nccl_ok(failed);) {
-    pending = false;
-    for (int k = 0; k < n && nccl_ok(failed); ++k) {
-      ncclResult_t state = ncclSuccess;
-      const ncclResult_t q = ncclCommGetAsyncError(comms[static_cast<size_t>(k)], &state);
-      failed = q != ncclSuccess ? q : state;
-      failed_rank = k;
-      pending = pending || state == ncclInProgress;
+NcclWorld::NcclWorld(ProcessGroup& group, int device, double timeout_s) : m_state(new NcclWorldState) {
+  NcclWorldState& s = *m_state;
+  s.n = group.size();
+  s.first_rank = group.rank();
+  s.timeout_s = timeout_s;
+  s.group = &group;
+  const std::string where = "rank " + std::to_string(s.first_rank) + ": NCCL could not start rank " +
+                            std::to_string(s.first_rank) + " of " + std::to_string(s.n) + " on GPU " +
+                            std::to_string(device) + ": ";
+  // A rank that cannot start tells the others, so that none waits for it until the timeout.
+  try {
+    KeepCurrentDevice keep;
+    try {
+      s.transports.emplace_back(new TransportNccl(s, s.first_rank, device));
+    } catch (const DeviceError& e) {
+      throw DeviceError(where + e.what(), e.hint());
     }
-    if (pending && nccl_ok(failed) && now_seconds() > deadline)
-      throw DeviceError(where + "NCCL's initialization did not finish within " + seconds_text(timeout_s) + " s",
-                        "NCCL_DEBUG=INFO shows where it stops (a GPU that another process holds, or peer-to-peer "
-                        "access that hangs); raise --timeout if the machine is merely slow");
-    if (pending) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    // Rank 0 makes the id; the launcher's runtime hands it to every process.
+    ncclUniqueId id{};
+    if (s.first_rank == 0)
+      if (const ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess) throw_nccl(r, "ncclGetUniqueId", where);
+    group.broadcast(&id, sizeof id, 0, timeout_s);
+    start_communicators(s, {device}, id, where);
+  } catch (const Error& e) {
+    if (!group.aborted()) group.abort_world(e.what());
+    throw;
   }
-  if (!nccl_ok(failed))
-    throw_nccl(failed,
-               failed_rank < 0 ? std::string("ncclGroupEnd")
-                               : "ncclCommInitRankConfig for rank " + std::to_string(failed_rank) + " on GPU " +
-                                     std::to_string(devices[static_cast<size_t>(failed_rank)]),
-               where);
-  s.started = true;
 }
 
 NcclWorld::~NcclWorld() = default;
@@ -527,16 +588,21 @@ NcclWorld::~NcclWorld() = default;
 int NcclWorld::world_size() const { return m_state->n; }
 
 std::vector<int> NcclWorld::local_ranks() const {
-  std::vector<int> r(static_cast<size_t>(m_state->n));
-  for (int i = 0; i < m_state->n; ++i) r[static_cast<size_t>(i)] = i;
+  std::vector<int> r;
+  for (size_t k = 0; k < m_state->transports.size(); ++k) r.push_back(m_state->first_rank + static_cast<int>(k));
   return r;
 }
 
 Transport& NcclWorld::transport(int rank) {
-  if (rank < 0 || rank >= m_state->n)
+  const NcclWorldState& s = *m_state;
+  if (rank < 0 || rank >= s.n)
     throw ConfigError("Invalid rank " + std::to_string(rank) + ", rank should be in the interval [0, " +
-                      std::to_string(m_state->n - 1) + "]");
-  return *m_state->transports[static_cast<size_t>(rank)];
+                      std::to_string(s.n - 1) + "]");
+  const int k = rank - s.first_rank;
+  if (k < 0 || k >= static_cast<int>(s.transports.size()))
+    throw ConfigError("rank " + std::to_string(rank) + " runs in another process: this process is rank " +
+                      std::to_string(s.first_rank) + " of the NCCL world");
+  return *s.transports[static_cast<size_t>(k)];
 }
 
 }  // namespace lab

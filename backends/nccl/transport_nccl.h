@@ -1,5 +1,9 @@
-// Ranks on real GPUs: a Transport over NCCL, N ranks as threads of this process, rank r on GPU
-// devices[r] (one GPU per rank: NCCL 2.28 refuses two ranks of one communicator on one GPU).
+// Ranks on real GPUs: a Transport over NCCL, one GPU per rank (NCCL 2.28 refuses two ranks of one
+// communicator on one GPU), either
+//   - N ranks as threads of this process, rank r on GPU devices[r] (`dtlab run --comm nccl`), or
+//   - one rank per process, started by a launcher (`mpirun -np N dtlab run --comm nccl`, on one
+//     machine or several): the launcher's runtime (process_group.h, MPI here) broadcasts rank 0's
+//     ncclUniqueId and carries aborts between the processes; NCCL carries every message.
 //
 // Supported: send, recv, sendrecv (and the base class's sendrecv_reduce over it), the transport's
 // own allreduce (native_allreduce_sum: ncclAllReduce, float32 sum, the `--allreduce nccl` peer),
@@ -35,14 +39,18 @@
 // two ranks on one GPU (NCCL refuses them: DeviceError from the constructor; the caller checks the
 // map first); a send to or receive from oneself outside sendrecv (the send waits for a receive
 // the same thread has not posted yet: it times out); detecting a size mismatch between a send
-// and its receive (both sides wait until the timeout); device memory buffers; ranks in other
-// processes; using one rank's transport from two threads at once (abort(), aborted() and
-// abort_reason() excepted).
+// and its receive (both sides wait until the timeout); device memory buffers; several ranks per
+// process with ranks as processes; using one rank's transport from two threads at once (abort(),
+// aborted() and abort_reason() excepted).
+// Aborts with ranks as processes: abort() also tells every other process through the launcher's
+// runtime (ProcessGroup::abort_world), and aborted() polls it, so a rank waiting in NCCL for a
+// process that failed stops at its next poll, with that process's reason.
 #pragma once
 
 #include <memory>
 #include <vector>
 
+#include "process_group.h"
 #include "transport.h"
 
 namespace lab {
@@ -58,12 +66,18 @@ class NcclWorld : public World {
   // Throws DeviceError (NCCL's error string and a hint) when NCCL cannot start, e.g. two ranks
   // on one GPU if the caller did not check, or init exceeding timeout_s; ConfigError for no ranks.
   NcclWorld(const std::vector<int>& devices, double timeout_s);
+  // This process's rank of a world of group.size() processes (ranks as processes), on GPU
+  // `device`: rank 0 makes NCCL's unique id, the group broadcasts it, each process initializes its
+  // communicator. A process that fails to start tells the others (group.abort_world). Throws
+  // DeviceError as above; CommError when another process failed or the broadcast timed out.
+  NcclWorld(ProcessGroup& group, int device, double timeout_s);
   // Finalizes and destroys every communicator; aborts them all instead after a failure (an
   // abort, an NCCL error, or a finalize that does not complete within timeout_s).
   ~NcclWorld() override;
   int world_size() const override;
-  std::vector<int> local_ranks() const override;  // all of them
-  // The transport of `rank` (name() "nccl"), owned by the world; used by that rank's thread.
+  std::vector<int> local_ranks() const override;  // all of them, or this process's rank
+  // The transport of `rank` (name() "nccl"), owned by the world; used by that rank's thread. A rank
+  // of another process: ConfigError.
   Transport& transport(int rank) override;
 
  private:

@@ -160,7 +160,7 @@ void validate_values(const RunConfig& c) {
                       "use --comm threads (the default)");
   validate_compute_options(c.compute);
   const std::vector<int> devices = rank_device_map(c.compute, c.world_size, c.comm);  // checks --rank-devices' length
-  if (c.comm == "nccl") check_one_rank_per_gpu(devices);
+  if (c.comm == "nccl") check_one_rank_per_gpu(devices, c.compute.rank_nodes);
   if (!parse_device(c.compute.device).is_cpu() && c.nondeterministic)
     throw ConfigError("--nondeterministic is the CPU's emulation of atomic adds: not with --device " + c.compute.device,
                       "on a GPU, --cudnn-benchmark lets cuDNN pick its fastest algorithm, which may add with atomics");

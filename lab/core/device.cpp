@@ -35,17 +35,24 @@ std::vector<int> rank_device_map(const ComputeOptions& opt, int world_size, cons
     return opt.rank_devices;
   }
   std::vector<int> map(static_cast<size_t>(world_size), d.index);
-  if (comm == "nccl")
-    for (int r = 0; r < world_size; ++r) map[static_cast<size_t>(r)] = d.index + r;
+  if (comm != "nccl") return map;
+  const auto node = [&](int r) { return opt.rank_nodes.empty() ? 0 : opt.rank_nodes.at(static_cast<size_t>(r)); };
+  for (int r = 0; r < world_size; ++r) {
+    int local = 0;  // ranks before r on r's machine
+    for (int q = 0; q < r; ++q) local += node(q) == node(r);
+    map[static_cast<size_t>(r)] = d.index + local;
+  }
   return map;
 }
 
-void check_one_rank_per_gpu(const std::vector<int>& map) {
+void check_one_rank_per_gpu(const std::vector<int>& map, const std::vector<int>& nodes) {
+  const auto node = [&](size_t r) { return nodes.empty() ? 0 : nodes.at(r); };
   for (size_t a = 0; a < map.size(); ++a)
     for (size_t b = a + 1; b < map.size(); ++b)
-      if (map[a] == map[b])
+      if (map[a] == map[b] && node(a) == node(b))
         throw ConfigError("--comm nccl: ranks " + std::to_string(a) + " and " + std::to_string(b) + " would both run on cuda:" +
-                              std::to_string(map[a]) + ", and NCCL refuses two ranks on one GPU",
+                              std::to_string(map[a]) + (nodes.empty() ? "" : " of one machine") +
+                              ", and NCCL refuses two ranks on one GPU",
                           "give each NCCL rank its own GPU (--rank-devices, --world-size at most the number of GPUs), "
                           "or use --comm threads: emulated ranks may share one GPU");
 }

@@ -15,6 +15,9 @@ struct ComputeOptions {
   bool cudnn_deterministic = false;  // torch.backends.cudnn.deterministic
   // --rank-devices: the GPU index of each rank (empty: the default of rank_device_map)
   std::vector<int> rank_devices;
+  // Not a setting: the machine each rank runs on (the lowest rank on the same machine), filled by
+  // the runtime of ranks launched as processes (mpirun). Empty: every rank on this machine.
+  std::vector<int> rank_nodes;
 };
 
 struct DeviceSpec {
@@ -28,13 +31,16 @@ struct DeviceSpec {
 DeviceSpec parse_device(const std::string& text, const std::string& flag = "--device");
 
 // The GPU index of each of world_size ranks: --rank-devices when given (one per rank, else a
-// ConfigError); otherwise, with --comm nccl, rank r on GPU r (NCCL wants a GPU per rank); otherwise
-// every rank on --device's GPU (emulated ranks, or MPI processes, sharing it). Empty on the CPU.
+// ConfigError); otherwise, with --comm nccl, the k-th rank of a machine on GPU device + k (NCCL
+// wants a GPU per rank; machines from opt.rank_nodes, all ranks on one without it: rank r on GPU
+// r); otherwise every rank on --device's GPU (emulated ranks, or MPI processes, sharing it). Empty
+// on the CPU.
 std::vector<int> rank_device_map(const ComputeOptions& opt, int world_size, const std::string& comm);
 
 // NCCL refuses two ranks on one GPU: throws ConfigError naming the two ranks and the GPU when the
-// map puts two ranks on one, before NCCL is called. map: rank_device_map's.
-void check_one_rank_per_gpu(const std::vector<int>& map);
+// map puts two ranks of one machine on one GPU, before NCCL is called. map: rank_device_map's;
+// nodes: ComputeOptions::rank_nodes (empty: all ranks on one machine).
+void check_one_rank_per_gpu(const std::vector<int>& map, const std::vector<int>& nodes = {});
 
 // Checks the switches against the device: the cuDNN and TF32 switches mean nothing on the CPU, so
 // asking for them there is refused (ConfigError naming the flag), as is a malformed device.

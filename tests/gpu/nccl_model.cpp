@@ -14,6 +14,15 @@
 // operation (on a real GPU a copy to pageable memory would block the host there).
 // What it is not: NCCL. Timing, the wire, NCCL's own errors and hangs are tested on GPUs only
 // (tests/gpu under tools/gpu_check.sh).
+//
+// Ranks as processes (compiled with NCCL_MODEL_PROCESSES, for test_nccl_processes.cpp under
+// mpirun): each process holds one rank of a communicator, rank r being MPI's rank r, and what
+// crosses processes travels over MPI (an MPI_Comm_dup of MPI_COMM_WORLD made at init): a send or
+// receive is an MPI_Isend / MPI_Irecv (MPI keeps their order per pair, as NCCL does; a size
+// mismatch is MPI's truncation error, not a wait), ncclAllReduce an MPI_Iallgather summed in rank
+// order, and two processes of one "machine" (the same MPI processor name) on one GPU fail init
+// with "Duplicate GPU detected". Requests are tested by cudaStreamQuery and ncclCommGetAsyncError.
+// Every MPI call is made under the MpiRuntime's mutex, as dtlab's own MPI calls are.
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -29,6 +38,11 @@
 #include <vector>
 
 #include "cuda_device.h"
+#ifdef NCCL_MODEL_PROCESSES
+#include <mpi.h>
+
+#include "mpi/mpi_runtime.h"
+#endif
 
 namespace {
 std::mutex g_mu;
@@ -65,6 +79,9 @@ struct ncclComm {
   bool ready_after_group = false;
   std::vector<std::shared_ptr<Op>> ops;
   uint64_t ar_seq = 0;
+#ifdef NCCL_MODEL_PROCESSES
+  MPI_Comm mpi = MPI_COMM_NULL;
+#endif
 };
 
 namespace {
@@ -94,6 +111,97 @@ struct Clique {
 };
 std::map<int, Clique*> g_cliques;
 
+#ifdef NCCL_MODEL_PROCESSES
+// An operation in flight over MPI: a part of a send/recv group, or an allreduce's allgather.
+struct MpiPending {
+  ncclComm* comm;
+  MPI_Request req;
+  std::shared_ptr<Op> op;
+  bool recv = false;
+  int n = 0;                       // ranks of the communicator
+  float* ar_buf = nullptr;         // allreduce: the caller's buffer
+  size_t ar_count = 0;
+  std::vector<float> ar_gathered;  // allreduce: every rank's values, rank after rank
+};
+std::deque<MpiPending> g_mpi;  // under g_mu
+
+std::mutex& mpi_mu() { return lab::MpiRuntime::current()->mpi_mutex(); }
+
+void mpi_check(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return;
+  std::fprintf(stderr, "nccl model: %s failed (%d)\n", what, rc);
+  std::abort();
+}
+
+// Tests every request in flight; a finished one finishes its op (g_mu held).
+void progress_mpi_locked() {
+  std::lock_guard<std::mutex> lock(mpi_mu());
+  for (auto it = g_mpi.begin(); it != g_mpi.end();) {
+    int done = 0;
+    mpi_check(MPI_Test(&it->req, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    if (!done) {
+      ++it;
+      continue;
+    }
+    if (it->ar_buf && !it->op->ended) {
+      const int n = it->n;
+      for (size_t i = 0; i < it->ar_count; ++i) {
+        float sum = it->ar_gathered[i];
+        for (int r = 1; r < n; ++r) sum = sum + it->ar_gathered[static_cast<size_t>(r) * it->ar_count + i];
+        it->ar_buf[i] = sum;
+      }
+    }
+    --it->op->pending;
+    it = g_mpi.erase(it);
+  }
+}
+
+// The part's half over MPI (g_mu held).
+void post_part_mpi(Part p) {
+  std::lock_guard<std::mutex> lock(mpi_mu());
+  MpiPending m{p.comm, MPI_REQUEST_NULL, p.op, !p.send, p.comm->n, nullptr, 0, {}};
+  const int count = static_cast<int>(p.bytes);
+  if (p.send)
+    mpi_check(MPI_Isend(p.buf, count, MPI_BYTE, p.peer, 0, p.comm->mpi, &m.req), "MPI_Isend");
+  else
+    mpi_check(MPI_Irecv(p.buf, count, MPI_BYTE, p.peer, 0, p.comm->mpi, &m.req), "MPI_Irecv");
+  g_mpi.push_back(std::move(m));
+}
+
+// Process-mode inits: the communicator's own MPI communicator, and NCCL's duplicate-GPU refusal
+// between the processes of one machine (g_mu held; every process of the job calls this at once).
+void init_process_comm(ncclComm* c) {
+  int world_rank = 0, world_size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  if (world_rank != c->rank || world_size != c->n) {
+    std::fprintf(stderr, "nccl model: rank %d of %d is MPI's rank %d of %d\n", c->rank, c->n, world_rank, world_size);
+    std::abort();
+  }
+  std::lock_guard<std::mutex> lock(mpi_mu());
+  mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &c->mpi), "MPI_Comm_dup");
+  struct Where {
+    char host[MPI_MAX_PROCESSOR_NAME + 1];
+    int device;
+  } me{}, all_init{};
+  int len = 0;
+  MPI_Get_processor_name(me.host, &len);
+  me.device = c->device;
+  std::vector<Where> all(static_cast<size_t>(c->n), all_init);
+  mpi_check(MPI_Allgather(&me, sizeof me, MPI_BYTE, all.data(), sizeof me, MPI_BYTE, c->mpi), "MPI_Allgather");
+  for (int r = 0; r < c->n; ++r) {
+    const Where& w = all[static_cast<size_t>(r)];
+    if (r != c->rank && w.device == me.device && std::strcmp(w.host, me.host) == 0) {
+      c->state = ncclInvalidUsage;
+      g_last_error = "Duplicate GPU detected : rank " + std::to_string(c->rank) + " and rank " + std::to_string(r) +
+                     " both on CUDA device " + std::to_string(me.device);
+      return;
+    }
+  }
+  c->polls_in_progress = 3;
+}
+#endif
+
 void check(ncclComm* c) {
   if (c == nullptr || c->magic != kMagic) {
     std::fprintf(stderr, "nccl model: use of a freed or invalid communicator %p\n", static_cast<void*>(c));
@@ -107,7 +215,7 @@ thread_local std::vector<ncclComm*> t_inits;
 
 void finish_part(Part& p) { --p.op->pending; }
 
-void post_part(Part p) {
+[[maybe_unused]] void post_part(Part p) {
   Clique* q = p.comm->clique;
   const int me = p.comm->rank;
   if (p.send) {
@@ -139,6 +247,11 @@ ncclResult_t end_group_locked() {
   // inits
   ncclResult_t ret = ncclSuccess;
   for (ncclComm* c : t_inits) {
+#ifdef NCCL_MODEL_PROCESSES
+    init_process_comm(c);
+    ret = ncclInProgress;
+    continue;
+#endif
     Clique* q = c->clique;
     int joined = 0;
     for (ncclComm* o : q->comms) joined += o != nullptr;
@@ -174,7 +287,11 @@ ncclResult_t end_group_locked() {
     p.comm->ops.push_back(p.op);
     p.comm->polls_in_progress = 2;
     p.comm->state = ncclInProgress;
+#ifdef NCCL_MODEL_PROCESSES
+    post_part_mpi(p);
+#else
     post_part(p);
+#endif
     ret = ncclInProgress;
   }
   return ret;
@@ -224,6 +341,9 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
 }
 cudaError_t cudaStreamQuery(cudaStream_t s) {
   std::lock_guard<std::mutex> lock(g_mu);
+#ifdef NCCL_MODEL_PROCESSES
+  progress_mpi_locked();
+#endif
   if (s->last && s->last->pending > 0 && !s->last->ended) return cudaErrorNotReady;
   return cudaSuccess;
 }
@@ -284,6 +404,9 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId i
 ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t* state) {
   std::lock_guard<std::mutex> lock(g_mu);
   check(c);
+#ifdef NCCL_MODEL_PROCESSES
+  progress_mpi_locked();
+#endif
   if (c->state == ncclInProgress && c->polls_in_progress > 0 && --c->polls_in_progress == 0) c->state = ncclSuccess;
   *state = c->state;
   return ncclSuccess;
@@ -327,6 +450,20 @@ ncclResult_t ncclAllReduce(const void* sbuf, void* rbuf, size_t count, ncclDataT
   op->pending = 1;
   s->last = op;
   c->ops.push_back(op);
+  c->state = ncclInProgress;
+  c->polls_in_progress = 2;
+#ifdef NCCL_MODEL_PROCESSES
+  {
+    std::lock_guard<std::mutex> mlock(mpi_mu());
+    MpiPending m{c, MPI_REQUEST_NULL, op, false, c->n, static_cast<float*>(rbuf), count,
+                 std::vector<float>(count * static_cast<size_t>(c->n))};
+    mpi_check(MPI_Iallgather(rbuf, static_cast<int>(count), MPI_FLOAT, m.ar_gathered.data(), static_cast<int>(count),
+                             MPI_FLOAT, c->mpi, &m.req),
+              "MPI_Iallgather");
+    g_mpi.push_back(std::move(m));
+  }
+  return ncclInProgress;
+#endif
   auto& posts = c->clique->allreduce[c->ar_seq++];
   posts.push_back(ArPost{c, static_cast<float*>(rbuf), count, op});
   if (static_cast<int>(posts.size()) == c->n) {
@@ -340,14 +477,34 @@ ncclResult_t ncclAllReduce(const void* sbuf, void* rbuf, size_t count, ncclDataT
       p.op->pending = 0;
     }
   }
-  c->state = ncclInProgress;
-  c->polls_in_progress = 2;
   return ncclInProgress;
 }
 ncclResult_t ncclCommAbort(ncclComm_t c) {
   std::lock_guard<std::mutex> lock(g_mu);
   check(c);
   for (auto& op : c->ops) op->ended = true;
+#ifdef NCCL_MODEL_PROCESSES
+  // Receives in flight are cancelled, sends are left to MPI; an allgather cannot be cancelled or
+  // freed (MPI forbids both), so it stays in the list with its buffer, and the job cannot end
+  // cleanly (the tests abort outside allreduces).
+  {
+    std::lock_guard<std::mutex> mlock(mpi_mu());
+    for (auto it = g_mpi.begin(); it != g_mpi.end();) {
+      if (it->comm != c || it->ar_buf) {
+        ++it;
+        continue;
+      }
+      if (it->recv) {
+        MPI_Cancel(&it->req);
+        MPI_Wait(&it->req, MPI_STATUS_IGNORE);
+      } else {
+        MPI_Request_free(&it->req);
+      }
+      it = g_mpi.erase(it);
+    }
+    MPI_Comm_free(&c->mpi);
+  }
+#endif
   // unmatched parts of this comm leave the queues
   for (auto* m : {&c->clique->sends, &c->clique->recvs})
     for (auto& [k, dq] : *m)
@@ -367,6 +524,12 @@ ncclResult_t ncclCommFinalize(ncclComm_t c) {
 ncclResult_t ncclCommDestroy(ncclComm_t c) {
   std::lock_guard<std::mutex> lock(g_mu);
   check(c);
+#ifdef NCCL_MODEL_PROCESSES
+  {
+    std::lock_guard<std::mutex> mlock(mpi_mu());
+    MPI_Comm_free(&c->mpi);
+  }
+#endif
   c->clique->comms[c->rank] = nullptr;
   c->magic = 0;
   delete c;

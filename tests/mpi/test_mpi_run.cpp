@@ -225,4 +225,28 @@ TEST(MpiRun, TorchrunStyleRankMustAgreeWithMpi) {
   EXPECT_NE(r.out.find("but RANK=7 WORLD_SIZE=2"), std::string::npos) << r.out;
 }
 
+// NCCL ranks as processes (mpirun -np N dtlab run --comm nccl): MPI starts them and gives the
+// world and each rank's machine; rank 0 says so. Without two GPUs here each process then fails at
+// the GPU check (exit 9), naming --comm nccl. (The transport across processes is tested against
+// the CPU model of NCCL in tests/gpu/test_nccl_processes.cpp; a real two-GPU run on GPUs only.)
+TEST(MpiRun, NcclRanksAsProcessesTakeTheWorldFromMpi) {
+  const Result v = run_shell(std::string(DTLAB_BINARY) + " version");
+  if (v.out.find("GPU devices: none") == std::string::npos && v.out.find("GPU backend: not built") == std::string::npos)
+    GTEST_SKIP() << "this machine has GPUs: tools/gpu_check.sh runs NCCL on them";
+  const Result r = run_shell(mpirun(2) + DTLAB_BINARY + " run --comm nccl --device cuda --steps 1 --limit-train 64");
+  EXPECT_EQ(r.exit_code, 9) << r.out;
+  EXPECT_NE(r.out.find("ranks: 2 processes via Open MPI (OMPI_COMM_WORLD_RANK/SIZE); this process is rank 0 (1 machine); "
+                       "NCCL carries the collectives"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("dtlab: error: --comm nccl: "), std::string::npos) << r.out;
+  EXPECT_LT(r.seconds, 30) << "fails at once, not at a timeout: " << r.out;
+
+  const Result w = run_shell(mpirun(2) + DTLAB_BINARY + " run --comm nccl --device cuda --world-size 3 --steps 1");
+  EXPECT_EQ(w.exit_code, 2) << w.out;
+  EXPECT_NE(w.out.find("--world-size 3 does not match the MPI world: mpirun started 2 processes"), std::string::npos)
+      << w.out;
+  EXPECT_NE(w.out.find("with --comm nccl under mpirun every rank is a process"), std::string::npos) << w.out;
+}
+
 }  // namespace
