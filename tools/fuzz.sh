@@ -7,6 +7,7 @@
 #   tools/fuzz.sh                    every target, 60 s each
 #   tools/fuzz.sh --seconds 20       what CI runs
 #   tools/fuzz.sh lesson expr        some targets
+#   tools/fuzz.sh --build-only       builds the harnesses (build-asan/fuzz) and runs none
 #   --jobs N                         targets fuzzed at once (default: the cores, nproc)
 #
 # Exits 1 when a target finds a crash, an uncaught exception, a sanitizer report, a leak, a
@@ -20,14 +21,16 @@ cd "$(dirname "$0")/.."
 
 seconds=60
 jobs=$(nproc)
+build_only=0
 targets=()
 while (($#)); do
   case "$1" in
     --seconds) seconds="$2"; shift 2 ;;
     --seconds=*) seconds="${1#*=}"; shift ;;
     --jobs) jobs="$2"; shift 2 ;;
+    --build-only) build_only=1; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
-    -*) echo "tools/fuzz.sh: unknown option $1 (--seconds N, --jobs N, then target names)" >&2; exit 2 ;;
+    -*) echo "tools/fuzz.sh: unknown option $1 (--seconds N, --jobs N, --build-only, then target names)" >&2; exit 2 ;;
     *) targets+=("$1"); shift ;;
   esac
 done
@@ -40,6 +43,7 @@ all_targets=(dataset safetensors config run_dir lesson expr layout bn_stats chec
 # tools/sanitize.sh asan tests (tools/asan_build.sh: its libraries carry libFuzzer's coverage
 # instrumentation), so after that job only the harnesses themselves compile here.
 tools/asan_build.sh $(printf 'fuzz_%s ' "${targets[@]}")
+((build_only)) && exit 0
 build=build-asan
 
 symbolizer=/usr/lib/llvm-14/bin/llvm-symbolizer

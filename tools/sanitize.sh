@@ -12,10 +12,9 @@
 #
 # The asan job builds through tools/asan_build.sh: build-asan/ is the build tools/fuzz.sh uses
 # too (one instrumented compile of the libraries for both; its header says what it holds). The
-# tsan job builds without the GUI, MPI and the GPU backend, with the reference sgemm
-# (-DDTLAB_WITH_BLAS=OFF: OpenBLAS's own threads are not instrumented, so ThreadSanitizer cannot
-# see their synchronization), and dtlab_tests from the files of the tsan suites only
-# (-DDTLAB_TEST_SUBSET=tsan, tests/CMakeLists.txt).
+# tsan job builds through tools/tsan_build.sh (its header says what build-tsan/ holds). Either
+# build may be made beforehand (CI compiles both in the background while the other tests run):
+# the build here then has nothing left to do.
 # Left out (asan_exclude below): the GUI's unit tests, skipped anyway without a GUI build. The
 # other labels (long, parity, lesson, torch) are not unit tests: full-dataset runs, PyTorch
 # fixtures and whole lessons, minutes under a sanitizer.
@@ -47,11 +46,7 @@ for j in "${jobs[@]}"; do
     tools/asan_build.sh dtlab dtlab_tests
     ctest --test-dir build-asan --output-on-failure -j"$(nproc)" -L unit -E "$asan_exclude"
   else
-    flags="-fsanitize=thread -fno-omit-frame-pointer -gline-tables-only"
-    cmake -S . -B build-tsan -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Release \
-      -DDTLAB_WITH_GUI=OFF -DDTLAB_WITH_MPI=OFF -DDTLAB_WITH_CUDA=OFF -DDTLAB_WITH_BLAS=OFF -DDTLAB_TEST_SUBSET=tsan \
-      "-DCMAKE_C_FLAGS=$flags" "-DCMAKE_CXX_FLAGS=$flags" "-DCMAKE_EXE_LINKER_FLAGS=$flags" >/dev/null
-    cmake --build build-tsan -j"$(nproc)" --target dtlab dtlab_tests
+    tools/tsan_build.sh
     ctest --test-dir build-tsan --output-on-failure -j"$(nproc)" -L tsan
   fi
   echo "tools/sanitize.sh: $j passed in $(($(date +%s) - start)) s"
