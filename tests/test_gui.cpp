@@ -463,6 +463,33 @@ TEST(GuiLessons, PreparedRunsReplayAtTheObservedIteration) {
   for (const char* b : kRunMovers) EXPECT_TRUE(o.find("button", b, "Controls").empty()) << b;
 }
 
+// The Allreduce view of prepared runs goes to the observed iteration's gradient allreduce, at the
+// observed ring step: why-ring's first observation (iteration 1, 3 ring steps of 4 ranks). The
+// runs open after the observation chose them, and the view still shows it (before, it showed no
+// collective at all: "This run directory's trace holds none of the collectives chosen here").
+TEST(GuiLessons, PreparedRunsShowTheObservedCollectiveAndRingStep) {
+  DTLAB_REQUIRE_GUI();
+  DTLAB_REQUIRE_DATASET();
+  testutil::TempDir d;
+  const auto prep = testutil::run_cli("lesson prepare why-ring --out " + d.file("prepared"));
+  ASSERT_EQ(prep.exit_code, 0) << prep.out;
+  const std::string env = "XDG_DATA_HOME=" + d.file("data") + " XDG_CONFIG_HOME=" + d.file("config") +
+                          " xvfb-run -a -s \"-screen 0 1600x1000x24\"";
+  const auto r = testutil::run_cli_with_prefix(
+      env, "gui --lesson why-ring --prepared " + d.file("prepared") +
+               " --answers auto --lesson-stage observe --screenshot-items --screenshot " + d.file("observe.png"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const Drawn o = load_drawn(d.file("observe.png"));
+  const auto which = o.find("value", "collective", "Views");
+  ASSERT_EQ(which.size(), 1u) << o.dump();
+  EXPECT_EQ(which[0]["value"], "grad bucket 0, iteration 1, ring") << o.dump();
+  const auto step = o.find("value", "step", "Views");
+  ASSERT_EQ(step.size(), 1u) << o.dump();
+  EXPECT_TRUE(contains(step[0]["value"], "reduce-scatter step 3 of 3  (step 3 of 6 overall)")) << step[0].dump();
+  EXPECT_TRUE(o.find("text", "This run directory's trace holds none of the collectives chosen here.", "Views").empty())
+      << o.dump();
+}
+
 // A malformed lesson never takes the app down: it is shown with its error (file:line:col) next to
 // the list of lessons, where it is listed as unusable, and the window keeps working.
 TEST(GuiLessons, MalformedLessonIsShownWithItsError) {

@@ -160,3 +160,36 @@ TEST(VizRing, IncompleteTraceKnowsItsBufferSize) {
   EXPECT_EQ(s.at(1, 0), 0b11u);
   EXPECT_EQ(s.at(1, 1), 0b10u);
 }
+
+// A lesson's observed iteration: the ring view shows that iteration's first collective of its
+// filter (the buffers' broadcast before it is not a gradient collective), in the order rank 0
+// recorded them; an iteration the trace lacks has none.
+TEST(VizRing, CollectiveOfAnIterationIsItsFirstMatchingOne) {
+  auto collective = [](uint64_t seq, int64_t iteration, const char* op, const char* what) {
+    lab::Event e;
+    e.kind = lab::EventKind::Collective;
+    e.op = op;
+    e.what = what;
+    e.op_seq = seq;
+    e.train_step = iteration;
+    return e;
+  };
+  std::vector<std::vector<lab::Event>> ev(2);
+  uint64_t seq = 0;
+  for (int64_t it = 0; it < 3; ++it) {
+    ev[0].push_back(collective(seq++, it, "broadcast", "buffers"));
+    ev[0].push_back(collective(seq++, it, "allreduce", "grad bucket"));
+    ev[0].push_back(collective(seq++, it, "allreduce", "grad bucket"));
+  }
+  ev[1] = ev[0];
+  uint64_t found = 99;
+  ASSERT_TRUE(viz::collective_of_iteration(ev, viz::CollectiveFilter{}, 1, found));
+  EXPECT_EQ(found, 4u);
+  viz::CollectiveFilter any;
+  any.what.clear();
+  any.op.clear();
+  ASSERT_TRUE(viz::collective_of_iteration(ev, any, 1, found));
+  EXPECT_EQ(found, 3u) << "every collective: the broadcast comes first";
+  EXPECT_FALSE(viz::collective_of_iteration(ev, viz::CollectiveFilter{}, 3, found));
+  EXPECT_FALSE(viz::collective_of_iteration({}, viz::CollectiveFilter{}, 0, found));
+}

@@ -122,11 +122,14 @@ void reap(AppState& app) {
                      app.retiring.end());
 }
 
-// View caches describe the old run; the user's choices (layer, channel, filters) stay.
+// View caches describe the old run; the user's choices (layer, channel, filters, a lesson's
+// iteration and ring step: the runs it observes may open after it chose them) stay.
 void reset_view_caches(AppState& app) {
   RingViewState ring;
   ring.filter = app.ring.filter;
   ring.follow = app.ring.follow;
+  ring.want_iteration = app.ring.want_iteration;
+  ring.scrub_step = app.ring.scrub_step;
   app.ring = ring;
   app.ring_twin = ring;
   app.async = app.async_twin = AsyncViewState{};
@@ -346,11 +349,20 @@ class AppLab : public LabHooks {
     if (!m_app.data.live && o.step >= 0) {  // finished runs: show the observed iteration
       m_app.bn.follow = false;
       m_app.bn.step = o.step;
-      m_app.ring.follow = m_app.ring_twin.follow = false;
-      m_app.ring.scrub_step = m_app.ring_twin.scrub_step = static_cast<int>(o.step);
+      // the allreduce view: the iteration's first gradient collective, after o.ring_step of its
+      // steps (all of them without one)
+      for (RingViewState* r : {&m_app.ring, &m_app.ring_twin}) {
+        r->follow = false;
+        r->have_shown = false;
+        r->want_iteration = o.step;
+        r->scrub_step = o.ring_step >= 0 ? static_cast<int>(o.ring_step) : 1 << 20;
+      }
     } else {
       m_app.bn.follow = true;
-      m_app.ring.follow = m_app.ring_twin.follow = true;
+      for (RingViewState* r : {&m_app.ring, &m_app.ring_twin}) {
+        r->follow = true;
+        r->want_iteration = -1;
+      }
     }
   }
 

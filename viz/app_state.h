@@ -70,6 +70,10 @@ struct RingViewState {
   int anim_step = -1;        // global step being animated
   double replay_t0 = 0;      // replay of a finished collective: when it started
   int scrub_step = -1;       // user-chosen step (not following)
+  // Not following and nothing chosen yet (a run just opened, a new filter): show the first
+  // collective of this training iteration once the trace holds it (a lesson's observed
+  // iteration; -1: none).
+  int64_t want_iteration = -1;
   // cache of the shown collective, rebuilt when new events arrive
   CollectiveTrace trace;
   uint64_t trace_version = ~uint64_t{0};

@@ -124,6 +124,13 @@ Shown choose(const RunData& d, RingViewState& st, const FrameClock& clock) {
       }
     }
   }
+  if (!st.follow && !st.have_shown && st.want_iteration >= 0) {
+    uint64_t seq = 0;
+    if (collective_of_iteration(d.events, f, st.want_iteration, seq)) {
+      st.shown_seq = seq;
+      st.have_shown = true;
+    }
+  }
   if (!st.have_shown) return s;
   if (st.trace_seq != st.shown_seq || (st.trace_version != d.events_version && !st.trace.complete())) {
     st.trace = collect_trace(d.events, st.shown_seq, d.cfg.allreduce);
@@ -468,9 +475,11 @@ void draw_side(const RunData& d, RingViewState& st, const Shown& sh) {
   const int total = expected_steps(t);
   heading(fmt("%s #%llu", t.op.c_str(), static_cast<unsigned long long>(t.op_seq)).c_str());
   ImGui::SameLine();
-  ImGui::TextDisabled("%s%s, iteration %lld%s", t.what.c_str(), t.tag >= 0 ? fmt(" %d", t.tag).c_str() : "",
-                      static_cast<long long>(t.train_step),
-                      t.algorithm.empty() ? "" : fmt(", %s", t.algorithm.c_str()).c_str());
+  const std::string which = t.what + (t.tag >= 0 ? fmt(" %d", t.tag) : "") +
+                            fmt(", iteration %lld", static_cast<long long>(t.train_step)) +
+                            (t.algorithm.empty() ? "" : ", " + t.algorithm);
+  ImGui::TextDisabled("%s", which.c_str());
+  note_item("value", "collective", true, which);
   tooltip("op_seq numbers the collectives of a run; it is the same on every rank. 'grad bucket k' is DDP's k-th "
           "gradient bucket; 'param average' is local SGD's averaging; 'buffers' is the BatchNorm buffer broadcast; "
           "'bn stats' is SyncBatchNorm; DataParallel's are scatter, replicate, gather and reduce.");
@@ -489,10 +498,12 @@ void draw_side(const RunData& d, RingViewState& st, const Shown& sh) {
     }
   for (const PhaseSteps& x : phases)
     if (x.phase == ph) phase_len = x.steps;
-  if (ph != lab::Phase::None)
-    ImGui::Text("%s step %d of %d  (step %d of %d overall)", lab::phase_name(ph), in_phase + 1, std::max(phase_len, in_phase + 1),
-                cur + 1, total);
-  else
+  if (ph != lab::Phase::None) {
+    const std::string step = fmt("%s step %d of %d  (step %d of %d overall)", lab::phase_name(ph), in_phase + 1,
+                                 std::max(phase_len, in_phase + 1), cur + 1, total);
+    ImGui::TextUnformatted(step.c_str());
+    note_item("value", "step", true, step);
+  } else
     ImGui::TextDisabled("no transfers (world size 1)");
   // a strip of all steps: combining (blue) then copying (green)
   {

@@ -155,6 +155,17 @@ bool latest_collective(const std::vector<std::vector<lab::Event>>& events, const
   return found && world > 0;
 }
 
+bool collective_of_iteration(const std::vector<std::vector<lab::Event>>& events, const CollectiveFilter& f,
+                             int64_t iteration, uint64_t& op_seq) {
+  if (events.empty()) return false;
+  for (const lab::Event& e : events[0])
+    if (e.kind == lab::EventKind::Collective && e.train_step == iteration && f.matches(e)) {
+      op_seq = e.op_seq;
+      return true;
+    }
+  return false;
+}
+
 bool previous_collective(const std::vector<std::vector<lab::Event>>& events, const CollectiveFilter& f,
                          uint64_t op_seq, uint64_t& out) {
   bool found = false;

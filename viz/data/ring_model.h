@@ -90,6 +90,11 @@ int allreduce_global_step(const std::string& algorithm, int world, const lab::Ev
 // for one whose Collective event every rank has recorded. False when there is none.
 bool latest_collective(const std::vector<std::vector<lab::Event>>& events, const CollectiveFilter& f,
                        bool complete_only, uint64_t& op_seq);
+// The first collective of training iteration `iteration` that matches the filter (rank 0's log,
+// Collective events; every rank numbers collectives alike): a lesson's observed iteration. False
+// when the trace holds none.
+bool collective_of_iteration(const std::vector<std::vector<lab::Event>>& events, const CollectiveFilter& f,
+                             int64_t iteration, uint64_t& op_seq);
 // The op_seq before `op_seq` that matches the filter (for stepping back); false when none.
 bool previous_collective(const std::vector<std::vector<lab::Event>>& events, const CollectiveFilter& f,
                          uint64_t op_seq, uint64_t& out);
