@@ -116,6 +116,12 @@ struct Drawn {
   std::string dump() const { return items.dump(1); }
 };
 
+// The lessons' tests: the user's data and settings in `d`, a virtual display.
+std::string lesson_env(const testutil::TempDir& d) {
+  return "XDG_DATA_HOME=" + d.file("data") + " XDG_CONFIG_HOME=" + d.file("config") +
+         " xvfb-run -a -s \"-screen 0 1600x1000x24\"";
+}
+
 Drawn load_drawn(const std::string& png) {
   Drawn d;
   const std::string path = png.substr(0, png.size() - 4) + ".items.json";
@@ -404,8 +410,7 @@ TEST(GuiLessons, QuestionObservedMomentAndResults) {
   DTLAB_REQUIRE_GUI();
   DTLAB_REQUIRE_DATASET();
   testutil::TempDir d;
-  const std::string env = "XDG_DATA_HOME=" + d.file("data") + " XDG_CONFIG_HOME=" + d.file("config") +
-                          " xvfb-run -a -s \"-screen 0 1600x1000x24\"";
+  const std::string env = lesson_env(d);
   const std::vector<std::pair<std::string, std::string>> stages = {
       {"question", "--lesson bn-ddp"},
       {"observe", "--lesson bn-ddp --answers whose_batch=b,sync_equals_global=a --lesson-stage observe"},
@@ -443,8 +448,7 @@ TEST(GuiLessons, PreparedRunsReplayAtTheObservedIteration) {
   testutil::TempDir d;
   const auto prep = testutil::run_cli("lesson prepare bn-ddp --out " + d.file("prepared"));
   ASSERT_EQ(prep.exit_code, 0) << prep.out;
-  const std::string env = "XDG_DATA_HOME=" + d.file("data") + " XDG_CONFIG_HOME=" + d.file("config") +
-                          " xvfb-run -a -s \"-screen 0 1600x1000x24\"";
+  const std::string env = lesson_env(d);
   const auto r = testutil::run_cli_with_prefix(
       env, "gui --lesson bn-ddp --prepared " + d.file("prepared") + " --answers whose_batch=b,sync_equals_global=a "
            "--lesson-stage observe --screenshot-items --screenshot " + d.file("observe.png"));
@@ -473,8 +477,7 @@ TEST(GuiLessons, PreparedRunsShowTheObservedCollectiveAndRingStep) {
   testutil::TempDir d;
   const auto prep = testutil::run_cli("lesson prepare why-ring --out " + d.file("prepared"));
   ASSERT_EQ(prep.exit_code, 0) << prep.out;
-  const std::string env = "XDG_DATA_HOME=" + d.file("data") + " XDG_CONFIG_HOME=" + d.file("config") +
-                          " xvfb-run -a -s \"-screen 0 1600x1000x24\"";
+  const std::string env = lesson_env(d);
   const auto r = testutil::run_cli_with_prefix(
       env, "gui --lesson why-ring --prepared " + d.file("prepared") +
                " --answers auto --lesson-stage observe --screenshot-items --screenshot " + d.file("observe.png"));

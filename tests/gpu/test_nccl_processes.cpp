@@ -22,6 +22,7 @@
 #include "errors.h"
 #include "float_compare.h"
 #include "mpi/mpi_runtime.h"
+#include "mpi/mpi_test_shutdown.h"
 #include "nccl/transport_nccl.h"
 #include "rank_threads.h"
 #include "threads/transport_threads.h"
@@ -184,10 +185,5 @@ int main(int argc, char** argv) {
     error = e.what();
   }
   g_world.reset();
-  if (rt) {
-    const auto s = rt->shutdown(code, error);
-    if (!s.note.empty()) std::fprintf(stderr, "%s\n", s.note.c_str());
-    if (!s.clean) rt->kill_job(code);
-  }
-  return code;
+  return mpitest::shutdown(rt.get(), code, error);
 }

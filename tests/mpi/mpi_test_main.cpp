@@ -8,6 +8,7 @@
 
 #include "backends.h"
 #include "errors.h"
+#include "mpi_test_shutdown.h"
 #include "mpi_test_world.h"
 
 namespace {
@@ -42,10 +43,5 @@ int main(int argc, char** argv) {
     error = e.what();
   }
   g_world.reset();
-  if (rt) {
-    const auto s = rt->shutdown(code, error);
-    if (!s.note.empty()) std::fprintf(stderr, "%s\n", s.note.c_str());
-    if (!s.clean) rt->kill_job(code);
-  }
-  return code;
+  return mpitest::shutdown(rt.get(), code, error);
 }
