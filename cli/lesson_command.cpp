@@ -408,6 +408,7 @@ int cmd_run(const LessonCommandOptions& o) {
   const std::string out = !o.out_dir.empty() ? o.out_dir : new_session_dir(lesson.id);
   prepare_lesson_dir(out, lesson, o.overwrite, "--out");
   fs::create_directories(out);
+  mark_lesson_dir(out, lesson, "session");
   // replaying: the runs are read where they were prepared; the record goes to `out`
   Session s(lesson, prepared.empty() ? out : prepared);
   std::vector<const Part*> parts;
@@ -648,6 +649,7 @@ int cmd_prepare(const LessonCommandOptions& o) {
   const std::string dir = o.out_dir.empty() ? prepared_dir(lesson.id) : o.out_dir;
   prepare_lesson_dir(dir, lesson, o.overwrite, o.out_dir.empty() ? "the prepared folder" : "--out");
   fs::create_directories(dir);
+  mark_lesson_dir(dir, lesson, "prepare");
   Session s(lesson, dir);
   std::printf("preparing lesson %s into %s\n", lesson.id.c_str(), dir.c_str());
   nlohmann::json runs = nlohmann::json::object();

@@ -431,6 +431,45 @@ TEST(LessonCli, RunPrepareReplayAndReport) {
   EXPECT_TRUE(contains(csv, "record,learner,lesson,lesson_version")) << csv;
 }
 
+// A session or preparation that never finished (Ctrl-C, a test's time limit) leaves its runs and
+// the folder's marker: the folder is named as unfinished, refused unasked, and --overwrite reuses
+// it; a folder without the marker is never taken.
+TEST(LessonFolder, AnInterruptedSessionIsNamedAndOverwriteReusesIt) {
+  testutil::TempDir dir;
+  const Lesson l = parse_lesson(kGood, "lessons/tiny.toml");
+  const std::string out = dir.file("session");
+  std::filesystem::create_directories(out + "/dropped");
+  mark_lesson_dir(out, l, "session");
+  testutil::write_file(out + "/dropped/metrics.jsonl", "");
+  testutil::write_file(out + "/notes.txt", "the teacher's");
+  try {
+    prepare_lesson_dir(out, l, false, "--out");
+    ADD_FAILURE() << "an unfinished session was replaced unasked";
+  } catch (const lab::IoError& e) {
+    EXPECT_TRUE(contains(e.what(), "already holds an unfinished session of lesson 'tiny' (started ")) << e.what();
+  }
+  prepare_lesson_dir(out, l, true, "--out");
+  EXPECT_FALSE(std::filesystem::exists(out + "/dropped"));
+  EXPECT_FALSE(std::filesystem::exists(out + "/lesson.json"));
+  EXPECT_TRUE(std::filesystem::exists(out + "/notes.txt"));  // not the lesson's: kept
+
+  const std::string other = dir.file("other");  // runs without the marker: not a lesson folder
+  std::filesystem::create_directories(other + "/dropped");
+  try {
+    prepare_lesson_dir(other, l, true, "--out");
+    ADD_FAILURE() << "a folder without the marker was taken";
+  } catch (const lab::IoError& e) {
+    EXPECT_TRUE(contains(e.what(), "is not empty and is not a lesson folder")) << e.what();
+  }
+  mark_lesson_dir(other, parse_lesson(replace(kGood, "id = \"tiny\"", "id = \"other\""), "lessons/other.toml"), "prepare");
+  try {  // another lesson's unfinished preparation
+    prepare_lesson_dir(other, l, true, "--out");
+    ADD_FAILURE() << "another lesson's folder was taken";
+  } catch (const lab::IoError& e) {
+    EXPECT_TRUE(contains(e.what(), "holds an unfinished preparation of lesson 'other'")) << e.what();
+  }
+}
+
 TEST(LessonReport, RatesFromRecords) {
   testutil::TempDir dir;
   auto rec = [&](const std::string& name, const std::string& answer, bool correct, int conf) {
@@ -561,6 +600,72 @@ TEST(LessonQuantity, CountsAnArrayOfObjects) {
   EXPECT_EQ(files.read(q, o).number, 1);
   q.path = "/ddp/buckets/0/bytes";  // a number has no count
   EXPECT_THROW(files.read(q, o), QuantityError);
+}
+
+// trace quantities: the durations of the timeline's spans, in seconds, filtered by name (a glob),
+// rank (the span's process) and step; several spans need a reduction.
+TEST(LessonQuantity, TraceSpansAreDurationsInSeconds) {
+  testutil::TempDir d;
+  testutil::write_file(d.file("trace.json"), R"({"traceEvents": [
+    {"name": "process_name", "ph": "M", "pid": 0, "args": {"name": "rank 0"}},
+    {"name": "allreduce grad bucket 0", "ph": "X", "pid": 0, "tid": 1, "ts": 10, "dur": 1500, "args": {"step": 0}},
+    {"name": "allreduce grad bucket 0", "ph": "X", "pid": 1, "tid": 1, "ts": 12, "dur": 250, "args": {"step": 0}},
+    {"name": "allreduce grad bucket 1", "ph": "X", "pid": 0, "tid": 1, "ts": 20, "dur": 4000, "args": {"step": 0}},
+    {"name": "allreduce grad bucket 0", "ph": "X", "pid": 0, "tid": 1, "ts": 90, "dur": 750, "args": {"step": 1}},
+    {"name": "forward", "ph": "X", "pid": 0, "tid": 0, "ts": 0, "dur": 8, "args": {"step": 0}}
+  ]})");
+  RunOutcome o;
+  o.name = "r";
+  o.dir = d.path();
+  QuantitySpec q;
+  q.name = "ar";
+  q.source = "trace";
+  q.path = "allreduce grad bucket 0";
+  RunFiles files;
+  try {  // three spans and no reduction: the error says how to choose
+    files.read(q, o);
+    ADD_FAILURE() << "three spans became one value";
+  } catch (const QuantityError& e) {
+    EXPECT_TRUE(contains(e.what(), "3 spans of trace.json match")) << e.what();
+  }
+  q.reduce = "min";
+  EXPECT_DOUBLE_EQ(files.read(q, o).number, 250e-6);
+  q.reduce = "series";
+  const Value all = files.read(q, o);
+  ASSERT_EQ(all.tensor.size(), 3u);
+  EXPECT_DOUBLE_EQ(all.tensor[0], 1500e-6);
+  EXPECT_DOUBLE_EQ(all.tensor[2], 750e-6);
+  q.rank = 0;
+  q.reduce = "max";
+  EXPECT_DOUBLE_EQ(files.read(q, o).number, 1500e-6);
+  q.step = 1;
+  q.reduce.clear();
+  EXPECT_DOUBLE_EQ(files.read(q, o).number, 750e-6);
+  q.step.reset();
+  q.rank.reset();
+  q.path = "allreduce grad bucket *";  // a glob
+  q.reduce = "sum";
+  EXPECT_DOUBLE_EQ(files.read(q, o).number, 6500e-6);
+  q.path = "allgather";  // no such span: the error lists the names there are
+  try {
+    files.read(q, o);
+    ADD_FAILURE() << "a name no span has was read";
+  } catch (const QuantityError& e) {
+    EXPECT_TRUE(contains(e.what(), "no span of trace.json matches 'allgather'")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "allreduce grad bucket 1, forward")) << e.what();
+  }
+}
+
+TEST(LessonFile, TraceQuantitiesTakeRankStepAndReduce) {
+  const std::string base = "ar = { run = \"dropped\", trace = \"allreduce grad bucket 0\", rank = 1, step = 2, reduce = \"min\" }\ntwice = { expr";
+  const std::string with = replace(kGood, "twice = { expr", base);
+  EXPECT_NO_THROW(parse_lesson(with, "lessons/tiny.toml"));
+  auto p = problems(replace(with, "step = 2", "kind = \"eval\""));
+  ASSERT_FALSE(p.empty());
+  EXPECT_TRUE(contains(p[0].message, "'kind' filters metrics quantities, not trace")) << p[0].message;
+  p = problems(replace(with, "reduce = \"min\"", "reduce = \"median\""));
+  ASSERT_FALSE(p.empty());
+  EXPECT_TRUE(contains(p[0].message, "unknown reduce 'median'")) << p[0].message;
 }
 
 // bn.* statistics come from bn_stats.bin as float32 values: read through the quantity, they are

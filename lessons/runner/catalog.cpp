@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "errors.h"
+#include "session.h"
 
 namespace lessons {
 
@@ -137,16 +138,20 @@ void prepare_lesson_dir(const std::string& dir, const Lesson& lesson, bool overw
   if (names.empty()) return;
   const auto has = [&](const std::string& n) { return std::find(names.begin(), names.end(), n) != names.end(); };
   std::string kind;  // what the folder holds, from its own files
-  for (const char* f : {"prepared.json", "record.json"}) {
+  for (const char* f : {"prepared.json", "record.json", kLessonDirMarker}) {
     if (!has(f)) continue;
+    const std::string file = f;
     try {
-      std::ifstream in(dir + "/" + f);
+      std::ifstream in(dir + "/" + file);
       const nlohmann::json j = nlohmann::json::parse(in);
       const std::string id = j.contains("lesson") && j["lesson"].is_object() ? j["lesson"].value("id", "")
                                                                                : j.value("lesson", "");
-      const std::string when = j.value(std::string(f) == "prepared.json" ? "prepared" : "finished", "");
-      kind = std::string(std::string(f) == "prepared.json" ? "the prepared runs" : "a session") + " of lesson '" + id + "'" +
-             (when.empty() ? "" : " (" + when + ")");
+      const std::string when = j.value(file == "prepared.json" ? "prepared" : file == "record.json" ? "finished" : "started", "");
+      // the marker alone: the session or preparation that made the folder never finished
+      const std::string what = file == "prepared.json"  ? "the prepared runs"
+                               : file == "record.json" ? "a session"
+                               : "an unfinished " + std::string(j.value("what", "") == "prepare" ? "preparation" : "session");
+      kind = what + " of lesson '" + id + "'" + (when.empty() ? "" : " (" + std::string(file == kLessonDirMarker ? "started " : "") + when + ")");
       if (id != lesson.id)
         throw lab::IoError(flag + " " + dir + " holds " + kind + ", not of '" + lesson.id + "'",
                            "choose a new or empty folder for " + flag);
@@ -165,13 +170,22 @@ void prepare_lesson_dir(const std::string& dir, const Lesson& lesson, bool overw
   if (!overwrite)
     throw lab::IoError(flag + " " + dir + " already holds " + kind + ": dtlab does not replace it unasked",
                        "choose a new " + flag + ", or pass --overwrite to replace it");
-  std::vector<std::string> ours = {"record.json", "prepared.json"};
+  std::vector<std::string> ours = {"record.json", "prepared.json", kLessonDirMarker};
   for (const Part* p : lesson.parts())
     for (const RunSpec& r : p->runs) ours.push_back(r.name);
   for (const std::string& n : ours) {
     fs::remove_all(dir + "/" + n, ec);
     if (ec) throw lab::IoError("--overwrite: cannot remove " + dir + "/" + n + ": " + ec.message());
   }
+}
+
+void mark_lesson_dir(const std::string& dir, const Lesson& lesson, const std::string& what) {
+  const std::string path = dir + "/" + kLessonDirMarker;
+  std::ofstream out(path);
+  out << nlohmann::json{{"format", "dtlab-lesson-folder"}, {"lesson", lesson.id}, {"version", lesson.version},
+                        {"what", what}, {"started", iso_now()}}.dump(1)
+      << "\n";
+  if (!out) throw lab::IoError("cannot write " + path);
 }
 
 std::string learner_name() {

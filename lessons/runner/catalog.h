@@ -40,7 +40,13 @@ std::string new_session_dir(const std::string& id);
 // lesson (record.json or prepared.json) is refused, saying what it holds, unless `overwrite`,
 // which removes its record, prepared.json and the lesson's run folders (nothing else); any other
 // folder is refused. Throws lab::IoError (exit 4). `flag` names the option in messages.
+// An interrupted session or preparation (Ctrl-C, a time limit) leaves the folder with only its
+// marker, lesson.json, written when it starts: such a folder is refused as "an unfinished session
+// of lesson 'x'" and --overwrite reuses it.
 void prepare_lesson_dir(const std::string& dir, const Lesson& lesson, bool overwrite, const std::string& flag);
+// The marker: which lesson the folder is for, `what` ("session" or "prepare") and when it started.
+inline constexpr const char* kLessonDirMarker = "lesson.json";
+void mark_lesson_dir(const std::string& dir, const Lesson& lesson, const std::string& what);
 // <data>/lessons/records
 std::string records_dir();
 // Who the learner is, for records: $DTLAB_LEARNER, else $USER, else "learner".

@@ -215,7 +215,7 @@ class Reader {
 // ---- 3. the parts of a lesson ----
 
 const std::vector<std::string> kViews = {"ring", "batchnorm", "batching", "traineval", "bench"};
-const std::vector<std::string> kSources = {"summary", "metrics", "tensor", "result", "config", "exit_code", "error", "expr"};
+const std::vector<std::string> kSources = {"summary", "metrics", "trace", "tensor", "result", "config", "exit_code", "error", "expr"};
 const std::vector<std::string> kReduces = {"last", "first", "mean", "sum", "min", "max", "spread", "std", "count", "series"};
 
 void read_predictions(Reader& rd, const toml::table& t, const std::string& where, Part& part) {
@@ -321,7 +321,7 @@ void read_quantities(Reader& rd, const toml::table& t, const std::string& where,
       rd.error(pos_of(v.source()), w + " must be a table ([quantities." + q.name + "] or name = { ... })");
       continue;
     }
-    rd.known_keys(*qt, w, {"run", "summary", "metrics", "tensor", "result", "config", "exit_code", "error", "expr", "file",
+    rd.known_keys(*qt, w, {"run", "summary", "metrics", "trace", "tensor", "result", "config", "exit_code", "error", "expr", "file",
                            "rank", "kind", "step", "epoch", "layer", "channel", "reduce", "what", "unit"});
     std::vector<std::string> given;
     for (const std::string& s : kSources)
@@ -351,11 +351,15 @@ void read_quantities(Reader& rd, const toml::table& t, const std::string& where,
       q.path = rd.str(*qt, q.source, w, true).value_or("");
     }
     // filters: which apply to which source
-    const bool metrics = q.source == "metrics", tensor = q.source == "tensor";
+    const bool metrics = q.source == "metrics", tensor = q.source == "tensor", trace = q.source == "trace";
     const bool json_source = q.source == "summary" || q.source == "result";
-    for (const char* key : {"kind", "step", "epoch", "layer", "channel", "reduce"})
-      if (qt->get(key) && !metrics && !(json_source && std::string(key) == "reduce"))
-        rd.error(rd.pos(*qt, key), w + ": '" + std::string(key) + "' filters metrics quantities, not " + q.source);
+    for (const char* key : {"kind", "step", "epoch", "layer", "channel", "reduce"}) {
+      const std::string k = key;
+      const bool applies = metrics || (json_source && k == "reduce") || (trace && (k == "step" || k == "reduce"));
+      if (qt->get(key) && !applies)
+        rd.error(rd.pos(*qt, key), w + ": '" + k + "' filters metrics" + (k == "step" || k == "reduce" ? " and trace" : "") +
+                                       " quantities, not " + q.source);
+    }
     if (json_source && qt->get("reduce")) {
       q.reduce = rd.str(*qt, "reduce", w, false).value_or("");
       if (q.reduce != "count")
@@ -363,14 +367,23 @@ void read_quantities(Reader& rd, const toml::table& t, const std::string& where,
                                          "elements of an array, or keys of an object, at the pointer), got '" + q.reduce + "'");
     }
     if (qt->get("file") && !tensor) rd.error(rd.pos(*qt, "file"), w + ": 'file' names the weights file of a tensor quantity");
-    if (qt->get("rank") && !metrics && !tensor)
-      rd.error(rd.pos(*qt, "rank"), w + ": 'rank' applies to metrics and tensor quantities");
+    if (qt->get("rank") && !metrics && !tensor && !trace)
+      rd.error(rd.pos(*qt, "rank"), w + ": 'rank' applies to metrics, trace and tensor quantities");
     if (tensor) {
       q.file = rd.str(*qt, "file", w, false).value_or("final.safetensors");
       if (q.file.find('/') != std::string::npos || q.file.size() < 12 || q.file.compare(q.file.size() - 12, 12, ".safetensors") != 0)
         rd.error(rd.pos(*qt, "file"), w + ": file is a .safetensors file in the run directory, e.g. \"init.safetensors\"");
     }
     if (auto r = rd.integer(*qt, "rank", w, false)) q.rank = *r;
+    if (trace) {
+      if (const toml::node* s = qt->get("step")) {
+        if (s->is_integer() && *s->value<int64_t>() >= 0) q.step = *s->value<int64_t>();
+        else rd.error(pos_of(s->source()), w + ": step must be an iteration (0, 1, ...)");
+      }
+      q.reduce = rd.str(*qt, "reduce", w, false).value_or("");
+      if (!q.reduce.empty() && std::find(kReduces.begin(), kReduces.end(), q.reduce) == kReduces.end())
+        rd.error(rd.pos(*qt, "reduce"), w + ": unknown reduce '" + q.reduce + "' (known: " + quote_list(kReduces) + ")");
+    }
     if (metrics) {
       q.kind = rd.str(*qt, "kind", w, false).value_or("step");
       if (q.kind != "step" && q.kind != "epoch" && q.kind != "eval")
@@ -755,7 +768,8 @@ class Linker {
       else if (!q.run.empty() && q.source != "exit_code" && q.source != "error") {
         const RunSpec* r = visible_run(p, q.run);
         const bool is_run = r->command == "run";
-        if ((q.source == "summary" || q.source == "metrics" || q.source == "tensor" || q.source == "config") && !is_run)
+        if ((q.source == "summary" || q.source == "metrics" || q.source == "trace" || q.source == "tensor" || q.source == "config") &&
+            !is_run)
           m_rd.error(q.pos, "quantity '" + q.name + "': " + q.source + " comes from a training run's directory; run '" + q.run +
                                 "' is `dtlab " + r->command + "`: read its output with result = \"/json/pointer\"");
         if (q.source == "result" && is_run)
@@ -1226,6 +1240,7 @@ namespace {
 
 bool timing_quantity(const Lesson& l, const Part& p, const QuantitySpec& q, int depth) {
   if (q.source == "metrics") return q.path == "t";
+  if (q.source == "trace") return true;  // the durations of timeline spans
   if (q.source == "summary" || q.source == "result") return q.reduce != "count" && kTimingKeys.count(last_key(q.path)) > 0;
   if (q.source != "expr" || depth > 64) return false;  // deeper: a cycle, reported by the linker
   for (const auto& [name, off] : q.expr.names()) {

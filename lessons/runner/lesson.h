@@ -86,16 +86,16 @@ struct RunSpec {
 struct QuantitySpec {
   std::string name;
   std::string run;                 // the run it is read from (empty for expr)
-  std::string source;              // summary | metrics | tensor | result | config | exit_code | error | expr
-  std::string path;                // summary/result: JSON pointer; metrics: field; tensor: name or glob; config: key
+  std::string source;              // summary | metrics | trace | tensor | result | config | exit_code | error | expr
+  std::string path;                // summary/result: JSON pointer; metrics: field; trace, tensor: name or glob; config: key
   std::string file = "final.safetensors";  // tensor: the weights file in the run directory
-  std::optional<int64_t> rank;     // metrics: filter; tensor: that rank's own files overlay final.safetensors
+  std::optional<int64_t> rank;     // metrics, trace: filter; tensor: that rank's own files overlay final.safetensors
   std::string kind = "step";       // metrics: step | epoch | eval
-  std::optional<int64_t> step;     // metrics filter; -1: the last step recorded
+  std::optional<int64_t> step;     // metrics, trace filter; -1 (metrics only): the last step recorded
   std::optional<int64_t> epoch;    // metrics filter
   std::string layer;               // metrics bn.*: the BatchNorm layer ("2" in "2.running_mean")
   std::optional<int64_t> channel;  // metrics bn.*: one channel instead of the whole array
-  std::string reduce;              // metrics: last first mean sum min max spread std count series
+  std::string reduce;              // metrics, trace: last first mean sum min max spread std count series
   Expr expr;                       // expr
   std::string what, unit;          // for people: shown next to the value
   SourcePos pos;

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <set>
 #include <sstream>
 
 #include "bn_stats.h"
@@ -441,6 +442,45 @@ Value RunFiles::read(const QuantitySpec& q, const RunOutcome& o) {
       if (vals.empty()) throw QuantityError(where + ": no " + q.kind + " record of metrics.jsonl matches the filters");
       throw QuantityError(where + ": " + std::to_string(vals.size()) + " " + q.kind +
                           " records match: filter by rank, step or epoch, or add reduce (last, mean, spread, series, ...)");
+    }
+    return reduce_values(vals, q.reduce, where);
+  }
+  if (q.source == "trace") {
+    // the timeline's spans ("X" events) whose name matches, in seconds: one process per rank
+    const std::string path = o.dir + "/trace.json";
+    if (!is_file(path)) throw QuantityError(where + ": " + missing(o, "trace.json"));
+    const nlohmann::json& doc = json_file(path);
+    const nlohmann::json* events = doc.is_object() && doc.contains("traceEvents") ? &doc["traceEvents"] : &doc;
+    if (!events->is_array()) throw QuantityError(where + ": " + path + " holds no traceEvents array");
+    std::vector<Value> vals;
+    std::set<std::string> names;
+    int64_t last_step = -1;
+    for (const nlohmann::json& e : *events) {
+      if (!e.is_object() || e.value("ph", "") != "X" || !e.contains("name") || !e["name"].is_string()) continue;
+      const std::string name = e["name"].get<std::string>();
+      names.insert(name);
+      if (fnmatch(q.path.c_str(), name.c_str(), 0) != 0) continue;
+      if (q.rank && (!e.contains("pid") || !e["pid"].is_number_integer() || e["pid"].get<int64_t>() != *q.rank)) continue;
+      const nlohmann::json* args = e.contains("args") && e["args"].is_object() ? &e["args"] : nullptr;
+      const bool has_step = args && args->contains("step") && (*args)["step"].is_number_integer();
+      if (has_step) last_step = std::max(last_step, (*args)["step"].get<int64_t>());
+      if (q.step && (!has_step || (*args)["step"].get<int64_t>() != *q.step)) continue;
+      if (!e.contains("dur") || !e["dur"].is_number())
+        throw QuantityError(where + ": " + path + ": the span '" + name + "' has no duration (dur)");
+      vals.push_back(Value::num(e["dur"].get<double>() * 1e-6));  // microseconds in the file
+    }
+    if (vals.empty()) {
+      std::string known;
+      for (const std::string& n : names) known += (known.empty() ? "" : ", ") + n;
+      throw QuantityError(where + ": no span of trace.json matches '" + q.path + "'" +
+                          (q.rank ? " on rank " + std::to_string(*q.rank) : "") +
+                          (q.step ? " at step " + std::to_string(*q.step) + " (it records steps 0.." + std::to_string(last_step) +
+                                    ": --trace-steps)" : "") + " (spans: " + known + ")");
+    }
+    if (q.reduce.empty()) {
+      if (vals.size() == 1) return vals[0];
+      throw QuantityError(where + ": " + std::to_string(vals.size()) + " spans of trace.json match '" + q.path +
+                          "': filter by rank or step, or add reduce (min, mean, series, ...)");
     }
     return reduce_values(vals, q.reduce, where);
   }
