@@ -46,9 +46,11 @@ class StagedCpuExecutor : public lab::ModelExecutor {
 
   const lab::Tensor& forward(const lab::Tensor& x, lab::Mode mode) override {
     ++forwards;
+    if (m_spans.size() > 4096) m_spans.clear();  // a copy whose run never takes them (as the GPU's)
     upload_params();
     const lab::Tensor* in = &x;
     for (size_t i = 0; i < m_host.size(); ++i) {
+      const Timed span(*this, mode == lab::Mode::Train ? lab::Phase::Forward : lab::Phase::Eval, i);
       m_in[i] = *in;
       if (auto* bn = dynamic_cast<lab::BatchNorm*>(&m_host.module(i))) {
         std::vector<float> mean, var_sum;
@@ -70,6 +72,7 @@ class StagedCpuExecutor : public lab::ModelExecutor {
     const lab::Model::ParamLayout layout = m_host.param_layout();
     const size_t first_with_params = layout.first_with_params;
     for (size_t i = count; i-- > first_with_params;) {
+      const Timed span(*this, lab::Phase::Backward, i);
       const lab::Tensor& dy = i + 1 == count ? dlogits : m_grad[i];
       lab::Tensor* dx = i > first_with_params ? &m_grad[i - 1] : nullptr;
       if (auto* bn = dynamic_cast<lab::BatchNorm*>(&m_host.module(i))) {
@@ -92,9 +95,35 @@ class StagedCpuExecutor : public lab::ModelExecutor {
     }
   }
 
+  // The "device's" timeline: each layer's work timed on the host's clock, as the GPU's executor
+  // times its kernels with CUDA events.
+  void take_device_events(std::vector<lab::Event>& out) override {
+    out.insert(out.end(), m_spans.begin(), m_spans.end());
+    m_spans.clear();
+  }
+
   int forwards = 0;
 
  private:
+  struct Timed {
+    Timed(StagedCpuExecutor& x, lab::Phase phase, size_t module) : x(x) {
+      e.kind = lab::EventKind::Device;
+      e.phase = phase;
+      e.what = "kernels";
+      e.tag = static_cast<int32_t>(module);
+      const std::string kind = x.m_host.module(module).kind();
+      e.op = kind == "Linear" ? "linear" : kind == "Conv2d" ? "conv2d" : kind.rfind("BatchNorm", 0) == 0 ? "batchnorm" : "other";
+      e.t_start = lab::now_seconds();
+    }
+    ~Timed() {
+      e.t_end = lab::now_seconds();
+      x.m_spans.push_back(e);
+    }
+    StagedCpuExecutor& x;
+    lab::Event e;
+  };
+  std::vector<lab::Event> m_spans;
+
   void upload_params() {
     for (size_t i = 0; i < m_host.size(); ++i) {
       const std::vector<lab::Param*> hp = m_host.module(i).params(), dp = m_dev->module(i).params();
@@ -389,5 +418,44 @@ TEST(DeviceSeam, RunThroughAStagedExecutorEqualsTheCpuRun) {
     EXPECT_EQ(v.summary.conv_algorithms, std::vector<std::string>{"forward conv k3 p1: im2col + sgemm (the only one, FMA)"})
         << what;
     EXPECT_TRUE(viz::load_run_dir(cpu_dir.path()).summary.device_name.empty()) << what;
+
+    // The device's own timeline (EventKind::Device, trace.json's "device" track): every layer's
+    // work of every training forward and backward, inside the host's span of the same phase and
+    // step of its rank. A CPU run has none.
+    const std::string trace = testutil::read_file(dev_dir.file("trace.json"));
+    EXPECT_NE(trace.find(R"("args":{"name":"device"},"name":"thread_name")"), std::string::npos) << what;
+    EXPECT_EQ(testutil::read_file(cpu_dir.file("trace.json")).find(R"({"name":"device"})"), std::string::npos) << what;
+    for (const auto& log : viz::load_run_dir(cpu_dir.path()).events)
+      for (const lab::Event& e : log) EXPECT_NE(e.kind, lab::EventKind::Device) << what;
+    if (std::string(k.mode) == "dp") continue;  // one process computes for every device: rank 0's log
+    for (int r = 0; r < 2; ++r) {
+      const std::vector<lab::Event>& log = v.events[static_cast<size_t>(r)];
+      for (int64_t step = 0; step < 4; ++step)
+        for (const lab::Phase phase : {lab::Phase::Forward, lab::Phase::Backward}) {
+          const auto host = std::find_if(log.begin(), log.end(), [&](const lab::Event& e) {
+            return e.kind == lab::EventKind::Compute && e.phase == phase && e.train_step == step;
+          });
+          ASSERT_NE(host, log.end()) << what << " rank " << r << " step " << step;
+          int layers = 0, linear = 0;
+          for (const lab::Event& e : log) {
+            if (e.kind != lab::EventKind::Device || e.train_step != step || e.phase != phase) continue;
+            ++layers;
+            linear += std::string(e.op) == "linear";
+            EXPECT_EQ(e.rank, r);
+            EXPECT_STREQ(e.what, "kernels");
+            EXPECT_GE(e.t_start, host->t_start) << what << " " << e.op << " " << e.tag;
+            EXPECT_LE(e.t_end, host->t_end) << what << " " << e.op << " " << e.tag;
+          }
+          lab::ModelOptions mo;
+          mo.name = k.model;
+          const std::unique_ptr<lab::Model> m = lab::build_model(mo, 0);
+          const int want = phase == lab::Phase::Forward ? static_cast<int>(m->size())
+                                                        : static_cast<int>(m->size() - m->param_layout().first_with_params);
+          EXPECT_EQ(layers, want) << what << " rank " << r << " step " << step << " " << lab::phase_name(phase);
+          int want_linear = 0;
+          for (size_t i = 0; i < m->size(); ++i) want_linear += m->module(i).kind() == "Linear";
+          EXPECT_EQ(linear, want_linear) << what;
+        }
+    }
   }
 }

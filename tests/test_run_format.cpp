@@ -14,6 +14,7 @@
 #include "run.h"
 #include "run_data.h"
 #include "run_format.h"
+#include "run_wire.h"
 #include "test_util.h"
 
 namespace {
@@ -244,9 +245,21 @@ TEST(RunFormat, TraceEventsOfEveryKindReadBack) {
   chunk.dst = 0;
   chunk.chunk = 1;
   chunk.bytes = 2048;
+  lab::Event kernels = compute;  // what a device did within the backward (--device)
+  kernels.kind = lab::EventKind::Device;
+  kernels.op = "conv2d";
+  kernels.what = "kernels";
+  kernels.tag = 3;
+  kernels.t_start = 0.55;
+  kernels.t_end = 0.6;
+  lab::Event copy = kernels;
+  copy.op = "copy to host";
+  copy.what = "copy";
+  copy.tag = -1;
+  copy.bytes = 1200;
   lab::Event late = compute;
   late.train_step = 5;  // at or after max_step: not written
-  events[1] = {compute, coll, chunk, late};
+  events[1] = {compute, coll, chunk, kernels, copy, late};
   const std::string path = d.file("trace.json");
   lab::write_trace(path, events, 5, {{"train_samples", 256}, {"test_samples", 64}});
   const lab::TraceContents t = lab::read_trace(path, 2, kept);
@@ -254,8 +267,8 @@ TEST(RunFormat, TraceEventsOfEveryKindReadBack) {
   EXPECT_EQ(t.test_samples, 64);
   ASSERT_EQ(t.per_rank.size(), 2u);
   EXPECT_TRUE(t.per_rank[0].empty());
-  ASSERT_EQ(t.per_rank[1].size(), 3u);
-  for (size_t i = 0; i < 3; ++i) {
+  ASSERT_EQ(t.per_rank[1].size(), 5u);
+  for (size_t i = 0; i < 5; ++i) {
     const lab::Event &a = events[1][i], &b = t.per_rank[1][i];
     SCOPED_TRACE("event " + std::to_string(i));
     EXPECT_EQ(a.kind, b.kind);
@@ -273,6 +286,61 @@ TEST(RunFormat, TraceEventsOfEveryKindReadBack) {
     EXPECT_EQ(a.bytes, b.bytes);
     EXPECT_NEAR(a.t_start, b.t_start, 1e-12);
     EXPECT_NEAR(a.t_end, b.t_end, 1e-12);
+  }
+  // the device's track is named only where a rank has device events
+  const std::string text = testutil::read_file(path);
+  EXPECT_NE(text.find(R"({"args":{"name":"device"},"name":"thread_name","ph":"M","pid":1,"tid":3})"), std::string::npos);
+  EXPECT_EQ(text.find(R"("pid":0,"tid":3)"), std::string::npos);
+}
+
+// A rank in another process sends its events to rank 0's (run_wire.h): every kind, the device's
+// included, arrives as it left; a kind past the last is refused by name.
+TEST(RunWire, EventsOfEveryKindCrossProcessesAndAnUnknownKindIsRefused) {
+  lab::RankReport rep;
+  for (const lab::EventKind k : {lab::EventKind::Chunk, lab::EventKind::Collective, lab::EventKind::Compute, lab::EventKind::Device}) {
+    lab::Event e;
+    e.kind = k;
+    e.phase = lab::Phase::Backward;
+    e.op = k == lab::EventKind::Device ? "copy to host" : "allreduce";
+    e.what = k == lab::EventKind::Device ? "copy" : "grad bucket";
+    e.tag = 2;
+    e.rank = 1;
+    e.bytes = 640;
+    e.train_step = 3;
+    e.t_start = 0.25;
+    e.t_end = 0.5;
+    rep.events.push_back(e);
+  }
+  const auto intern = kept;
+  std::vector<char> bytes = lab::encode_rank_report(rep);
+  const lab::RankReport back = lab::decode_rank_report(bytes, 1, intern);
+  ASSERT_EQ(back.events.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(back.events[i].kind, rep.events[i].kind);
+    EXPECT_STREQ(back.events[i].op, rep.events[i].op);
+    EXPECT_EQ(back.events[i].bytes, 640u);
+  }
+  // the kind byte of the last event: one past Device
+  const std::vector<char> device = lab::encode_rank_report([&] {
+    lab::RankReport one;
+    one.events = {rep.events[3]};
+    return one;
+  }());
+  bytes = device;
+  size_t at = std::string::npos;
+  for (size_t i = 0; i + 1 < bytes.size(); ++i)  // u8 kind, u8 phase (Backward) just after the event count
+    if (bytes[i] == static_cast<char>(lab::EventKind::Device) && bytes[i + 1] == static_cast<char>(lab::Phase::Backward) &&
+        i >= 8 && bytes[i - 8] == 1) {
+      at = i;
+      break;
+    }
+  ASSERT_NE(at, std::string::npos);
+  bytes[at] = static_cast<char>(static_cast<int>(lab::EventKind::kLastKind) + 1);
+  try {
+    lab::decode_rank_report(bytes, 1, intern);
+    ADD_FAILURE() << "an unknown event kind was read";
+  } catch (const lab::CommError& e) {
+    EXPECT_NE(std::string(e.what()).find("an event of kind 4"), std::string::npos) << e.what();
   }
 }
 

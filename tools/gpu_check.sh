@@ -24,7 +24,8 @@
 #   gpu            nvidia-smi and dtlab's probe see the GPU; driver, CUDA, cuBLAS, cuDNN, NCCL versions
 #   op_tests       every op and the executor against the CPU reference (tests/gpu), once, JSON report
 #   training_cpu   a short run (cnn, 2 emulated ranks, SyncBN, 10 steps of 64 each) on the CPU
-#   training_cuda  the same run on the GPU; its losses beside the CPU's, step by step
+#   training_cuda  the same run on the GPU; its losses beside the CPU's, step by step, and what
+#                  its trace's device track says the GPU did (kernels, copies) in the passes
 #   eval_cpu/cuda  the GPU-trained weights over the whole test set on both: top-1 agreement
 #   timings_dtlab  dtlab bench train --device cuda: cnn and mlp at batch 32, 64, 256
 #   timings_torch  PyTorch eager and CUDA Graph steps on the same GPU (tools/torch/gpu_train_bench.py)

@@ -20,7 +20,19 @@ constexpr ImU32 kBroadcastColor = IM_COL32(204, 121, 167, 255);
 constexpr ImU32 kAllgatherColor = IM_COL32(240, 228, 66, 255);
 constexpr ImU32 kReduceColor = IM_COL32(213, 94, 0, 255);
 
+// what the device did (--device): its kernels a darker shade of the phase's colour, copies grey
+constexpr ImU32 kDeviceCopyColor = IM_COL32(120, 120, 120, 255);
+
 ImU32 event_color(const lab::Event& e) {
+  if (e.kind == lab::EventKind::Device) {
+    if (std::strcmp(e.what, "copy") == 0) return kDeviceCopyColor;
+    switch (e.phase) {
+      case lab::Phase::Forward: return IM_COL32(43, 110, 150, 255);
+      case lab::Phase::Backward: return IM_COL32(20, 70, 140, 255);
+      case lab::Phase::OptimizerStep: return IM_COL32(0, 100, 72, 255);
+      default: return IM_COL32(90, 90, 90, 255);
+    }
+  }
   if (e.kind == lab::EventKind::Compute) {
     switch (e.phase) {
       case lab::Phase::Forward: return IM_COL32(86, 180, 233, 255);
@@ -41,6 +53,9 @@ ImU32 event_color(const lab::Event& e) {
 std::string describe(const lab::Event& e) {
   std::string s;
   if (e.kind == lab::EventKind::Compute) s = e.op;
+  else if (e.kind == lab::EventKind::Device)
+    s = fmt("on the device, %s: %s%s%s", lab::phase_name(e.phase), e.op, e.tag >= 0 ? fmt(" (module %d)", e.tag).c_str() : "",
+            e.bytes ? (", " + fmt_bytes(static_cast<double>(e.bytes))).c_str() : "");
   else if (e.kind == lab::EventKind::Collective)
     s = std::strcmp(e.op, "push") == 0
             ? fmt("push of iteration %lld's gradient, %s, staleness %d (updates the server applied since this "
@@ -79,6 +94,9 @@ void draw_timeline_panel(const RunData& d, TimelineState& st) {
                                       {"optimizer", IM_COL32(0, 158, 115, 255)},
                                       {"eval", IM_COL32(150, 150, 150, 255)}};
   std::vector<Entry> legend = compute;
+  const bool on_device = d.cfg.compute.device != "cpu";  // the device's own timeline under the host's
+  if (on_device)
+    legend.insert(legend.end(), {{"on the device: kernels", IM_COL32(43, 110, 150, 255)}, {"copies", kDeviceCopyColor}});
   if (d.caps().parameter_server)
     legend.insert(legend.end(), {{"pull (weights from the server)", kBroadcastColor},
                                  {"push (a gradient; tooltip: its staleness)", kReduceColor}});
@@ -139,7 +157,7 @@ void draw_timeline_panel(const RunData& d, TimelineState& st) {
     struct Bar {
       float xa = 0, xb = -1, ya = 0, yb = 0;
       ImU32 c = 0;
-    } bars[3];
+    } bars[4];
     auto flush = [&](Bar& b) {
       if (b.xb >= b.xa) dl->AddRectFilled(ImVec2(b.xa, b.ya), ImVec2(b.xb, b.yb), b.c);
       b.xb = b.xa - 1;
@@ -148,9 +166,13 @@ void draw_timeline_panel(const RunData& d, TimelineState& st) {
     for (auto it = first; it != log.end(); ++it) {
       const lab::Event& e = *it;
       if (e.t_start > t1) continue;
-      // compute: upper half; whole collectives: lower half; single chunks: thin ticks in the lower half
-      float ya = y + 2, yb = y + lane_h * 0.5f - 1;
-      if (e.kind == lab::EventKind::Collective) {
+      // compute: upper half (on a device: the host's view above, the device's own below it); whole
+      // collectives: lower half; single chunks: thin ticks in the lower half
+      float ya = y + 2, yb = y + lane_h * (on_device ? 0.28f : 0.5f) - 1;
+      if (e.kind == lab::EventKind::Device) {
+        ya = y + lane_h * 0.28f;
+        yb = y + lane_h * 0.5f - 1;
+      } else if (e.kind == lab::EventKind::Collective) {
         ya = y + lane_h * 0.5f + 1;
         yb = y + lane_h - 2;
       } else if (e.kind == lab::EventKind::Chunk) {
@@ -160,7 +182,10 @@ void draw_timeline_panel(const RunData& d, TimelineState& st) {
       const float xa = std::max(X(e.t_start), p0.x + label_w), xb = std::max(X(e.t_end), xa + 1);
       if (e.kind == lab::EventKind::Chunk && xb - xa < 2) continue;
       const ImU32 c = e.kind == lab::EventKind::Chunk ? kChunkColor : event_color(e);
-      Bar& bar = bars[e.kind == lab::EventKind::Compute ? 0 : e.kind == lab::EventKind::Collective ? 1 : 2];
+      Bar& bar = bars[e.kind == lab::EventKind::Compute     ? 0
+                      : e.kind == lab::EventKind::Collective ? 1
+                      : e.kind == lab::EventKind::Chunk      ? 2
+                                                             : 3];
       if (bar.xb >= bar.xa && bar.c == c && xa <= bar.xb && xb >= bar.xa) {
         bar.xa = std::min(bar.xa, xa);
         bar.xb = std::max(bar.xb, xb);
@@ -178,9 +203,12 @@ void draw_timeline_panel(const RunData& d, TimelineState& st) {
     ImGui::Text("%s: %s", d.member(hit->rank).c_str(), describe(*hit).c_str());
     ImGui::EndTooltip();
   } else if (hovered) {
-    tooltip("Upper half of a lane: compute (forward, backward, optimizer step, evaluation). Lower half: "
-            "collectives; white ticks: single chunk transfers. DDP starts a bucket's allreduce during backward, "
-            "so they overlap. Drag to look back.");
+    tooltip(on_device ? "Upper half of a lane: compute as the host saw it (forward, backward, optimizer step), and "
+                        "below it what the device did, timed by the device (each layer's kernels, the copies in grey). "
+                        "Lower half: collectives; white ticks: single chunk transfers. Drag to look back."
+                      : "Upper half of a lane: compute (forward, backward, optimizer step, evaluation). Lower half: "
+                        "collectives; white ticks: single chunk transfers. DDP starts a bucket's allreduce during "
+                        "backward, so they overlap. Drag to look back.");
   }
 }
 

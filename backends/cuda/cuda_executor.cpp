@@ -15,7 +15,12 @@
 // sums, and every Linear/Conv2d parameter gradient. A download waits for the stream: the host needs
 // its values at once (the BatchNorm halves, on_param_ready).
 //
-// Sections: staging | layers | executor | factory
+// The device's timeline (DeviceTimer): each layer's kernels and each copy are bracketed by a pair
+// of CUDA events on the stream; take_device_events turns them into EventKind::Device spans on the
+// host's clock, anchored at the last synchronizing download: the host reads the clock the moment
+// that copy is known done, and every other span is placed by its device-measured distance from it.
+//
+// Sections: staging and timing | layers | executor | factory
 #include "cuda_executor.h"
 
 #include <array>
@@ -61,18 +66,119 @@ int64_t inner_of(const Shape& s) {
   return inner;
 }
 
-// ---- staging ----
+// ---- staging and timing ----
 
-// The executor's host <-> device copies on the context's stream, counted (StagingTraffic).
+// Spans of device work, each a pair of CUDA events recorded on the stream around it.
+class DeviceTimer {
+ public:
+  explicit DeviceTimer(CudaContext& ctx) : m_ctx(ctx) {}
+  ~DeviceTimer() {
+    for (cudaEvent_t e : m_free) static_cast<void>(cudaEventDestroy(e));
+    for (const Span& s : m_spans) {
+      static_cast<void>(cudaEventDestroy(s.start));
+      if (s.end) static_cast<void>(cudaEventDestroy(s.end));
+    }
+    if (m_anchor) static_cast<void>(cudaEventDestroy(m_anchor));
+  }
+  DeviceTimer(const DeviceTimer&) = delete;
+  DeviceTimer& operator=(const DeviceTimer&) = delete;
+
+  Phase phase = Phase::None;  // of the spans recorded now (the executor's forward or backward)
+
+  // Returns the span's index for end(); op and what: static strings.
+  size_t begin(const char* op, const char* what, int tag, uint64_t bytes = 0) {
+    Span s{event(), nullptr, phase, op, what, tag, bytes};
+    DTLAB_CUDA_CHECK(cudaEventRecord(s.start, m_ctx.stream()));
+    m_spans.push_back(s);
+    return m_spans.size() - 1;
+  }
+  void end(size_t i) {
+    m_spans[i].end = event();
+    DTLAB_CUDA_CHECK(cudaEventRecord(m_spans[i].end, m_ctx.stream()));
+  }
+  // At the end of a forward or backward: an event after all of its work, waited for, and the
+  // host's clock read the moment it is done. Every span is placed by its distance from it.
+  void close() {
+    if (m_spans.empty()) return;
+    if (!m_anchor) DTLAB_CUDA_CHECK(cudaEventCreate(&m_anchor));
+    DTLAB_CUDA_CHECK(cudaEventRecord(m_anchor, m_ctx.stream()));
+    DTLAB_CUDA_CHECK(cudaEventSynchronize(m_anchor));
+    m_anchor_host = now_seconds();
+    m_closed = m_spans.size();
+  }
+
+  // The spans of the closed passes, on the host's clock (Device events with phase, op, what, tag
+  // and bytes set); their events go back to the pool.
+  void take(std::vector<Event>& out) {
+    for (size_t i = 0; i < m_closed; ++i) {
+      const Span& s = m_spans[i];
+      float to_anchor_ms = 0, length_ms = 0;
+      DTLAB_CUDA_CHECK(cudaEventElapsedTime(&to_anchor_ms, s.end, m_anchor));
+      DTLAB_CUDA_CHECK(cudaEventElapsedTime(&length_ms, s.start, s.end));
+      Event e;
+      e.kind = EventKind::Device;
+      e.phase = s.phase;
+      e.op = s.op;
+      e.what = s.what;
+      e.tag = s.tag;
+      e.bytes = s.bytes;
+      e.t_end = m_anchor_host - static_cast<double>(to_anchor_ms) * 1e-3;
+      e.t_start = e.t_end - static_cast<double>(length_ms) * 1e-3;
+      out.push_back(e);
+    }
+    recycle(m_closed);
+  }
+  size_t pending() const { return m_spans.size(); }
+  void drop() { recycle(m_spans.size()); }
+
+ private:
+  struct Span {
+    cudaEvent_t start, end;
+    Phase phase;
+    const char* op;
+    const char* what;
+    int tag;
+    uint64_t bytes;
+  };
+  cudaEvent_t event() {
+    if (!m_free.empty()) {
+      const cudaEvent_t e = m_free.back();
+      m_free.pop_back();
+      return e;
+    }
+    cudaEvent_t e = nullptr;
+    DTLAB_CUDA_CHECK(cudaEventCreate(&e));
+    return e;
+  }
+  void recycle(size_t count) {
+    for (size_t i = 0; i < count; ++i) {
+      m_free.push_back(m_spans[i].start);
+      if (m_spans[i].end) m_free.push_back(m_spans[i].end);
+    }
+    m_spans.erase(m_spans.begin(), m_spans.begin() + static_cast<std::ptrdiff_t>(count));
+    m_closed = 0;
+  }
+  CudaContext& m_ctx;
+  std::vector<Span> m_spans;
+  std::vector<cudaEvent_t> m_free;
+  cudaEvent_t m_anchor = nullptr;
+  size_t m_closed = 0;  // m_spans[0, m_closed) ended before the anchor
+  double m_anchor_host = 0;
+};
+
+// The executor's host <-> device copies on the context's stream, counted (StagingTraffic) and
+// timed (DeviceTimer).
 class Staging {
  public:
-  explicit Staging(CudaContext& ctx) : ctx(ctx) {}
+  explicit Staging(CudaContext& ctx) : ctx(ctx), timer(ctx) {}
 
   // host (count,) -> d, grown to count elements
   template <class T>
   void upload(DeviceBuffer<T>& d, const T* host, size_t count) {
     d.resize(count);
+    const size_t span = timer.begin("copy to device", "copy", -1, count * sizeof(T));
     d.upload(host, count, ctx.stream());
+    timer.end(span);
     m_traffic.host_to_device_bytes += count * sizeof(T);
   }
   void upload(DeviceBuffer<float>& d, const std::vector<float>& host) { upload(d, host.data(), host.size()); }
@@ -82,7 +188,9 @@ class Staging {
   void download(const T* device, T* host, size_t count) {
     if (count == 0) return;
     const auto t0 = std::chrono::steady_clock::now();
+    const size_t span = timer.begin("copy to host", "copy", -1, count * sizeof(T));
     DTLAB_CUDA_CHECK(cudaMemcpyAsync(host, device, count * sizeof(T), cudaMemcpyDeviceToHost, ctx.stream()));
+    timer.end(span);
     DTLAB_CUDA_CHECK(cudaStreamSynchronize(ctx.stream()));
     m_traffic.wait_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     m_traffic.device_to_host_bytes += count * sizeof(T);
@@ -103,6 +211,7 @@ class Staging {
   const StagingTraffic& traffic() const { return m_traffic; }
 
   CudaContext& ctx;
+  DeviceTimer timer;
 
  private:
   StagingTraffic m_traffic;
@@ -397,6 +506,17 @@ class MaxPoolLayer : public DeviceLayer {
   Shape m_in_shape;
 };
 
+// A module's kernels on the device's timeline; Flatten is a reshape and does no device work.
+const char* timeline_name(const std::string& kind) {
+  if (kind == "Linear") return "linear";
+  if (kind == "Conv2d") return "conv2d";
+  if (kind == "BatchNorm1d") return "batchnorm1d";
+  if (kind == "BatchNorm2d") return "batchnorm2d";
+  if (kind == "ReLU") return "relu";
+  if (kind == "MaxPool2d") return "max-pool";
+  return nullptr;
+}
+
 const char* const kSupported = "the GPU runs Flatten, Linear, Conv2d, BatchNorm1d, BatchNorm2d, ReLU and MaxPool2d(2)";
 
 std::unique_ptr<DeviceLayer> make_layer(Staging& st, Module& m, size_t index) {
@@ -424,7 +544,10 @@ class CudaExecutor final : public ModelExecutor {
  public:
   CudaExecutor(Model& model, const CudaContextOptions& options, DeviceSpec spec, std::string gpu_name)
       : m_ctx(options), m_st(m_ctx), m_spec(std::move(spec)), m_gpu_name(std::move(gpu_name)) {
-    for (size_t i = 0; i < model.size(); ++i) m_layers.push_back(make_layer(m_st, model.module(i), i));
+    for (size_t i = 0; i < model.size(); ++i) {
+      m_layers.push_back(make_layer(m_st, model.module(i), i));
+      m_ops.push_back(timeline_name(model.module(i).kind()));
+    }
     m_layout = model.param_layout();  // Model::backward's walk
   }
 
@@ -440,11 +563,20 @@ class CudaExecutor final : public ModelExecutor {
   const Tensor& forward(const Tensor& x, Mode mode) override {
     m_ctx.make_current();
     m_trained = false;
+    // Spans wait to be taken after the run's compute phase; an executor whose run never asks (the
+    // evaluation copy's) drops them before they pile up.
+    if (m_st.timer.pending() > 4096) m_st.timer.drop();
+    m_st.timer.phase = mode == Mode::Train ? Phase::Forward : Phase::Eval;
     m_st.upload(m_x, x.ptr(), x.data.size());
     DeviceView h{m_x.data(), x.shape};
-    for (auto& layer : m_layers) h = layer->forward(h, mode);
+    for (size_t i = 0; i < m_layers.size(); ++i) {
+      const size_t span = m_ops[i] ? m_st.timer.begin(m_ops[i], "kernels", static_cast<int>(i)) : 0;
+      h = m_layers[i]->forward(h, mode);
+      if (m_ops[i]) m_st.timer.end(span);
+    }
     m_logits.resize(h.shape);
     m_st.download(h.data, m_logits.ptr(), m_logits.data.size());
+    m_st.timer.close();
     m_trained = mode == Mode::Train;
     return m_logits;
   }
@@ -453,14 +585,20 @@ class CudaExecutor final : public ModelExecutor {
   void backward(const Tensor& dlogits, const std::function<void(int)>& on_param_ready) override {
     assert(m_trained && dlogits.shape == m_logits.shape);
     m_ctx.make_current();
+    m_st.timer.phase = Phase::Backward;
     m_st.upload(m_dlogits, dlogits.ptr(), dlogits.data.size());
     DeviceView dy{m_dlogits.data(), dlogits.shape};
     for (size_t i = m_layers.size(); i-- > m_layout.first_with_params;) {
+      const size_t span = m_ops[i] ? m_st.timer.begin(m_ops[i], "kernels", static_cast<int>(i)) : 0;
       dy = m_layers[i]->backward(dy, i > m_layout.first_with_params);
+      if (m_ops[i]) m_st.timer.end(span);
       if (on_param_ready)
         for (int p = m_layout.count[i] - 1; p >= 0; --p) on_param_ready(m_layout.first[i] + p);
     }
+    m_st.timer.close();
   }
+
+  void take_device_events(std::vector<Event>& out) override { m_st.timer.take(out); }
 
   StagingTraffic traffic() const override { return m_st.traffic(); }
 
@@ -485,6 +623,7 @@ class CudaExecutor final : public ModelExecutor {
   DeviceSpec m_spec;
   std::string m_gpu_name;
   std::vector<std::unique_ptr<DeviceLayer>> m_layers;  // one per module
+  std::vector<const char*> m_ops;                      // each one's name on the timeline (null: no device work)
   Model::ParamLayout m_layout;                         // where each module's parameters sit in params()
   DeviceBuffer<float> m_x;        // (N, ...): the staged input
   DeviceBuffer<float> m_dlogits;  // (N, 10)

@@ -82,6 +82,18 @@ void Communicator::record(const Event& e) {
   if (m_log) m_log->record(e);
 }
 
+void Communicator::record_device_events(int64_t step) {
+  if (!m_device_events) return;
+  m_device_buf.clear();
+  m_device_events(m_device_buf);
+  for (Event& d : m_device_buf) {
+    d.kind = EventKind::Device;
+    d.rank = rank();
+    d.train_step = step;
+    record(d);
+  }
+}
+
 void Communicator::gate(const Event& next) {
   if (m_gate) m_gate->before_step(rank(), next);
 }

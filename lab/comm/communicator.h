@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -98,13 +99,18 @@ class Communicator {
       f();
       e.t_end = now_seconds();
       record(e);
+      record_device_events(step);
     } else {
       decltype(auto) result = f();
       e.t_end = now_seconds();
       record(e);
+      record_device_events(step);
       return result;
     }
   }
+  // Where a device's own timeline comes from (ModelExecutor::take_device_events): after every
+  // timed phase, what the device did is recorded as this rank's Device events of that step.
+  void set_device_events(std::function<void(std::vector<Event>&)> source) { m_device_events = std::move(source); }
 
   // Used by algorithms: record one chunk event / call the gate.
   uint64_t next_seq() { return m_seq++; }
@@ -121,6 +127,9 @@ class Communicator {
   uint64_t m_bytes_sent = 0;
   AllreduceAlgorithm m_algorithm = AllreduceAlgorithm::Ring;
   bool m_arrival_order = false;
+  std::function<void(std::vector<Event>&)> m_device_events;
+  std::vector<Event> m_device_buf;
+  void record_device_events(int64_t step);
 };
 
 }  // namespace lab

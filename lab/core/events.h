@@ -12,7 +12,10 @@ namespace lab {
 enum class EventKind : uint8_t {
   Chunk,       // one point-to-point transfer of a collective (recorded by the sender)
   Collective,  // one whole collective call on one rank (allreduce, broadcast, allgather)
-  Compute,     // forward, backward, optimizer step, evaluation
+  Compute,     // forward, backward, optimizer step, evaluation (the host's time around them)
+  Device,      // work a device did within a compute phase (a layer's kernels, a copy), timed by the
+               // device itself (CUDA events) and placed on the host's clock; op names the work
+  kLastKind = Device,  // keep last: files and messages that carry kinds check against it
 };
 
 enum class Phase : uint8_t {
@@ -36,7 +39,8 @@ struct Event {
   EventKind kind = EventKind::Compute;
   Phase phase = Phase::None;
   const char* op = "";     // static string: "allreduce", "allgather", "broadcast", "forward", ...
-  const char* what = "";   // static string: "grad bucket", "bn stats", "bn grad sums", "buffers", ...
+  const char* what = "";   // static string: "grad bucket", "bn stats", "bn grad sums", "buffers", ...;
+                           // Device: "kernels" or "copy"
   int32_t tag = -1;        // bucket index or module index, -1 if none
   int32_t rank = 0;        // the rank that recorded the event
   int32_t src = -1;        // Chunk: sender
@@ -45,7 +49,7 @@ struct Event {
   int32_t ring_step = -1;  // Chunk: step within its phase (0 .. N-2 for a ring)
   uint64_t op_seq = 0;     // sequence number of the collective, identical on every rank
   int64_t train_step = -1; // training iteration (global step counter), -1 outside training
-  uint64_t bytes = 0;      // Chunk: payload bytes; Collective: buffer bytes
+  uint64_t bytes = 0;      // Chunk: payload bytes; Collective: buffer bytes; Device copy: bytes copied
   double t_start = 0, t_end = 0;  // seconds since the run's clock origin (now_seconds())
 };
 

@@ -34,8 +34,10 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "device.h"
+#include "events.h"
 #include "module.h"
 
 namespace lab {
@@ -65,6 +67,13 @@ class ModelExecutor {
   // What the device chose, for summary.json: a JSON object as text, e.g. the cuDNN algorithm of
   // each convolution pass ({"conv_algorithms": [...]}). "{}" when there is nothing to say.
   virtual std::string report_json() const { return "{}"; }
+  // The device's own timeline: what it did since the last call (each layer's kernels of a forward
+  // or backward, the copies), as EventKind::Device events timed by the device and placed on
+  // now_seconds()'s clock, with phase, op, what, tag (the module index) and bytes set; the caller
+  // sets rank and train_step. The run calls it after each compute phase (Communicator::timed), so
+  // the app's timeline and trace.json show the device beside the host's view of the same phase.
+  // A device that cannot time itself appends nothing.
+  virtual void take_device_events(std::vector<Event>& out) { (void)out; }
 };
 
 // Builds the executor of `model` (already built, on the host) for rank `rank` on opt.device.

@@ -150,6 +150,8 @@ struct Run::RankLoop {
         env{r.m_cfg, rk, r.m_cfg.world_size, model, comm, transport, worker, opt, r.m_train, faults,
             r.m_steps_per_epoch, r.m_steps_total, {}, {}} {
     comm.set_allreduce_algorithm(parse_allreduce_algorithm(c.allreduce));
+    if (ModelExecutor* dev = model.executor())  // --device: the device's own timeline beside the host's
+      comm.set_device_events([dev](std::vector<Event>& out) { dev->take_device_events(out); });
     comm.set_arrival_order(c.nondeterministic);
     env.iteration_gate = [this](int64_t step) { run.m_control->before_iteration(rank, step); };
     env.ran_out_of_data = [this](int64_t step, int64_t epoch, int64_t batches) {

@@ -302,6 +302,9 @@ void write_trace(const std::string& path, const std::vector<std::vector<Event>>&
     emit({{"ph", "M"}, {"name", "thread_name"}, {"pid", r}, {"tid", 0}, {"args", {{"name", "compute"}}}});
     emit({{"ph", "M"}, {"name", "thread_name"}, {"pid", r}, {"tid", 1}, {"args", {{"name", "communication"}}}});
     emit({{"ph", "M"}, {"name", "thread_name"}, {"pid", r}, {"tid", 2}, {"args", {{"name", "chunks"}}}});
+    // a run on a device that times itself: what the device did, on a track of its own
+    if (std::any_of(events_per_rank[r].begin(), events_per_rank[r].end(), [](const Event& e) { return e.kind == EventKind::Device; }))
+      emit({{"ph", "M"}, {"name", "thread_name"}, {"pid", r}, {"tid", 3}, {"args", {{"name", "device"}}}});
     for (const Event& e : events_per_rank[r]) {
       if (max_step >= 0 && e.train_step >= max_step) continue;
       nlohmann::json j;
@@ -315,6 +318,15 @@ void write_trace(const std::string& path, const std::vector<std::vector<Event>>&
         j["name"] = phase_name(e.phase);
         j["cat"] = "compute";
         if (std::strcmp(e.op, phase_name(e.phase)) != 0) args["op"] = e.op;
+      } else if (e.kind == EventKind::Device) {
+        j["tid"] = 3;
+        j["name"] = std::string(e.op) + (e.tag >= 0 ? " " + std::to_string(e.tag) : "");
+        j["cat"] = "device";
+        args["op"] = e.op;
+        args["what"] = e.what;
+        args["tag"] = e.tag;
+        args["phase"] = phase_name(e.phase);
+        if (e.bytes) args["bytes"] = e.bytes;
       } else if (e.kind == EventKind::Collective) {
         j["tid"] = 1;
         j["name"] = std::string(e.op) + " " + e.what + (e.tag >= 0 ? " " + std::to_string(e.tag) : "");
@@ -436,6 +448,13 @@ TraceContents read_trace(const std::string& path, int world,
         e.chunk = int_value(args, "chunk", -1);
         e.bytes = int_value(args, "bytes", uint64_t{0});
         e.phase = phase_from_name(args.value("phase", name.substr(0, name.find(" chunk"))));
+      } else if (cat == "device") {
+        e.kind = EventKind::Device;
+        e.op = intern(args.value("op", name));
+        e.what = intern(args.value("what", std::string()));
+        e.tag = int_value(args, "tag", -1);
+        e.bytes = int_value(args, "bytes", uint64_t{0});
+        e.phase = phase_from_name(args.value("phase", std::string()));
       } else {
         continue;
       }

@@ -234,7 +234,7 @@ RankReport decode_rank_report(const std::vector<char>& bytes, int from_rank,
   r.events.resize(rd.count(64));
   for (Event& e : r.events) {
     const uint8_t kind = rd.get<uint8_t>(), phase = rd.get<uint8_t>();
-    if (kind > static_cast<uint8_t>(EventKind::Compute) || phase > static_cast<uint8_t>(Phase::kLast))
+    if (kind > static_cast<uint8_t>(EventKind::kLastKind) || phase > static_cast<uint8_t>(Phase::kLast))
       rd.bad("an event of kind " + std::to_string(kind) + ", phase " + std::to_string(phase));
     e.kind = static_cast<EventKind>(kind);
     e.phase = static_cast<Phase>(phase);

@@ -317,6 +317,57 @@ TEST_P(CudaExecutor, TrafficAndReport) {
   EXPECT_EQ(passes, GetParam() == "cnn" ? conv_passes : std::set<std::string>{});
 }
 
+// The device's timeline: after a forward, each module with device work (Flatten has none) has a
+// "kernels" span of phase forward, in the module order, with copies around them; after the
+// backward, the modules with parameters and those after them, in reverse; every span lies within
+// the host's time around the pass, and a second take gives nothing.
+TEST_P(CudaExecutor, DeviceTimelineHasEachLayersKernelsInsideThePass) {
+  Twins m = make_twins(GetParam());
+  lab::ModelExecutor& exec = *m.gpu->executor();
+  const lab::Tensor x = batch(16, 9);
+  std::vector<lab::Event> ev;
+  const double t0 = lab::now_seconds();
+  m.gpu->forward(x, lab::Mode::Train);
+  const double t1 = lab::now_seconds();
+  exec.take_device_events(ev);
+  std::vector<int> kernels;
+  int copies = 0;
+  for (const lab::Event& e : ev) {
+    EXPECT_EQ(e.kind, lab::EventKind::Device);
+    EXPECT_EQ(e.phase, lab::Phase::Forward);
+    EXPECT_GE(e.t_start, t0 - 1e-4) << e.op;  // the anchor's clock read may trail the GPU by microseconds
+    EXPECT_LE(e.t_end, t1 + 1e-4) << e.op;
+    EXPECT_LE(e.t_start, e.t_end) << e.op;
+    if (std::string(e.what) == "kernels") {
+      kernels.push_back(e.tag);
+    } else {
+      ++copies;
+      EXPECT_GT(e.bytes, 0u);
+    }
+  }
+  std::vector<int> want;
+  for (size_t i = 0; i < m.gpu->size(); ++i)
+    if (m.gpu->module(i).kind() != "Flatten") want.push_back(static_cast<int>(i));
+  EXPECT_EQ(kernels, want);
+  EXPECT_GE(copies, 2);  // the input up, the logits down (and the parameters, BatchNorm's halves)
+  std::vector<lab::Event> again;
+  exec.take_device_events(again);
+  EXPECT_TRUE(again.empty());
+
+  m.gpu->backward(randn({16, 10}, 10, 0.1f));
+  exec.take_device_events(again);
+  std::vector<int> back;
+  for (const lab::Event& e : again) {
+    EXPECT_EQ(e.phase, lab::Phase::Backward);
+    if (std::string(e.what) == "kernels") back.push_back(e.tag);
+  }
+  const size_t first = m.gpu->param_layout().first_with_params;
+  std::vector<int> want_back;
+  for (size_t i = m.gpu->size(); i-- > first;)
+    if (m.gpu->module(i).kind() != "Flatten") want_back.push_back(static_cast<int>(i));
+  EXPECT_EQ(back, want_back);
+}
+
 // ---- errors ----
 
 // Runs with and without a GPU. Without one: the probe's reason as a DeviceError naming --device;

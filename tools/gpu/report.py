@@ -36,7 +36,7 @@ STAGES = [
     ("gpu", True, "nvidia-smi and dtlab's own probe see the GPU; versions of the driver and libraries"),
     ("op_tests", True, "every op and the executor against the CPU reference (tests/gpu), once"),
     ("training_cpu", False, "the short training run on the CPU (the reference of training_cuda)"),
-    ("training_cuda", True, "the same run on the GPU (2 emulated ranks, SyncBN): losses beside the CPU's"),
+    ("training_cuda", True, "the same run on the GPU (2 emulated ranks, SyncBN): losses beside the CPU's, and the device's own timeline"),
     ("eval_cpu", False, "the trained weights evaluated on the CPU over the whole test set"),
     ("eval_cuda", True, "the same weights on the GPU: accuracy and top-1 agreement with the CPU"),
     ("timings_dtlab", True, "dtlab bench train --device cuda, cnn and mlp at batch 32, 64, 256"),
@@ -332,6 +332,24 @@ def losses(run_dir):
     return out
 
 
+def device_timeline(run_dir):
+    """What the GPU did during the run's forward and backward passes, from trace.json's device
+    track (tid 3: each layer's kernels and each copy, timed by CUDA events), beside the host's
+    time in the same passes; None when the trace has no device spans."""
+    trace = load_json(os.path.join(run_dir, "trace.json")) or {}
+    events = [e for e in trace.get("traceEvents", []) if isinstance(e, dict) and e.get("ph") == "X"]
+    dev = [e for e in events if e.get("cat") == "device"]
+    if not dev:
+        return None
+    host_ms = sum(e.get("dur", 0) for e in events
+                  if e.get("cat") == "compute" and e.get("name") in ("forward", "backward")) / 1000
+    kernels_ms = sum(e.get("dur", 0) for e in dev if e.get("args", {}).get("what") == "kernels") / 1000
+    copies_ms = sum(e.get("dur", 0) for e in dev if e.get("args", {}).get("what") == "copy") / 1000
+    return {"spans": len(dev), "kernels_ms": round(kernels_ms, 3), "copies_ms": round(copies_ms, 3),
+            "host_forward_backward_ms": round(host_ms, 3),
+            "device_busy_share": round((kernels_ms + copies_ms) / host_ms, 4) if host_ms > 0 else None}
+
+
 def stage_training(s, device):
     run = s.path(f"run-{device}")
     status, note = s.outcome(s.rc.get("run", 1), s.path(f"run-{device}.log"))
@@ -342,6 +360,11 @@ def stage_training(s, device):
     mine = losses(run)
     s.figures["steps"] = len(mine)
     if device == "cuda":
+        timeline = device_timeline(run)
+        if timeline:
+            s.figures["device_timeline"] = timeline
+        else:
+            s.set("failed", "the GPU run's trace.json has no device track (tid 3): the executor's CUDA-event spans are missing")
         cpu = losses(s.path("run-cpu"))
         common = sorted(set(cpu) & set(mine))
         if common:

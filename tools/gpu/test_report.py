@@ -104,8 +104,16 @@ def gtest_log(tests, reason):
     return "\n".join(lines) + "\n"
 
 
-def run_dir(work, name, losses):
+def run_dir(work, name, losses, device_spans=True):
     write(work, f"{name}/summary.json", {"test_eval_mode": {"accuracy": 0.7}, "samples_per_s": 1000.0})
+    events = [{"ph": "X", "pid": 0, "tid": 0, "cat": "compute", "name": "forward", "ts": 0, "dur": 2000},
+              {"ph": "X", "pid": 0, "tid": 0, "cat": "compute", "name": "backward", "ts": 2000, "dur": 2000}]
+    if device_spans:
+        events += [{"ph": "X", "pid": 0, "tid": 3, "cat": "device", "name": "conv2d 0", "ts": 10, "dur": 1000,
+                    "args": {"what": "kernels"}},
+                   {"ph": "X", "pid": 0, "tid": 3, "cat": "device", "name": "copy to host", "ts": 1500, "dur": 500,
+                    "args": {"what": "copy"}}]
+    write(work, f"{name}/trace.json", {"traceEvents": events})
     write(work, f"{name}/metrics.jsonl", "".join(json.dumps({"kind": "step", "rank": r, "step": s, "loss": l}) + "\n"
                                                  for (r, s), l in losses.items()))
 
@@ -141,6 +149,13 @@ def main():
     diff = rec["figures"].get("losses_vs_cpu", {})
     if not (abs(diff.get("max_abs_diff", 0) - 0.0005) < 1e-9 and diff.get("at") == {"rank": 0, "step": 1}):
         FAILED.append(f"training_cuda: losses_vs_cpu {diff}")
+    if rec["figures"].get("device_timeline") != {"spans": 2, "kernels_ms": 1.0, "copies_ms": 0.5,
+                                                 "host_forward_backward_ms": 4.0, "device_busy_share": 0.375}:
+        FAILED.append(f"training_cuda: device_timeline {rec['figures'].get('device_timeline')}")
+    run_dir(work, "run-cuda", {(0, 0): 2.30}, device_spans=False)
+    check("training_cuda: a GPU run without the device's timeline", stage(work, "training_cuda", run=0), "failed",
+          "no device track")
+    run_dir(work, "run-cuda", {(0, 0): 2.30, (0, 1): 2.1005, (1, 0): 2.31})
     write(work, "run-cuda.log", "dtlab: error: --device cuda: no GPU: cudaGetDeviceCount found 0 devices\n  hint: check\n")
     check("training_cuda: dtlab's 'no GPU' where the gpu stage saw one", stage(work, "training_cuda", run=9), "failed",
           "yet the gpu stage found a GPU")

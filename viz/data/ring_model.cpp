@@ -50,7 +50,7 @@ int power_of_two_below(int n, int* levels = nullptr) {
 }  // namespace
 
 bool CollectiveFilter::matches(const lab::Event& e) const {
-  if (e.kind == lab::EventKind::Compute) return false;
+  if (e.kind == lab::EventKind::Compute || e.kind == lab::EventKind::Device) return false;
   if (!op.empty() && op != e.op) return false;
   if (!what.empty() && std::find(what.begin(), what.end(), e.what) == what.end()) return false;
   return true;
@@ -205,7 +205,7 @@ CollectiveTrace collect_trace(const std::vector<std::vector<lab::Event>>& events
     // Events of one collective sit together near the end: search backwards until an older op.
     for (auto it = log.rbegin(); it != log.rend(); ++it) {
       const lab::Event& e = *it;
-      if (e.kind == lab::EventKind::Compute) continue;
+      if (e.kind == lab::EventKind::Compute || e.kind == lab::EventKind::Device) continue;
       if (e.op_seq < op_seq && e.kind == lab::EventKind::Collective) break;
       if (e.op_seq != op_seq) continue;
       if (t.op.empty()) {
