@@ -233,6 +233,7 @@ RoundTimes time_train_step(const BenchTrainOptions& opt, long long batch) {
         Communicator comm(tw.transport(rank), nullptr);
         CommWorker worker;  // DDP's communication thread (overlap)
         Sgd sgd(model.params(), sgd_options(cfg));
+        sgd.set_device(model.executor());  // as a run's rank does (executor.h: residency)
         RankEnv env{cfg, rank, world, model, comm, tw.transport(rank), worker, sgd, train, no_faults, 1, 1,
                     [](int64_t) {}, [](int64_t, int64_t, int64_t) {}};
         std::unique_ptr<RankMode> ddp = mode_of(cfg).make_rank(env);

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 
 #include "backends.h"
 #include "batchnorm.h"
@@ -22,163 +23,13 @@
 #include "run.h"
 #include "run_data.h"
 #include "safetensors.h"
+#include "staged_executor.h"
 #include "test_util.h"
 
 namespace {
 
-// ---- a CPU executor with the GPU's protocol ----
-
-class StagedCpuExecutor : public lab::ModelExecutor {
- public:
-  StagedCpuExecutor(lab::Model& host, const lab::ModelOptions& mopt) : m_host(host), m_dev(lab::build_model(mopt, 0)) {
-    m_dev->set_fusion(false);
-    const size_t n = host.size();
-    m_in.resize(n);
-    m_out.resize(n);
-    m_grad.resize(n);
-  }
-  std::string describe() const override { return "staged-cpu (test)"; }
-  lab::StagingTraffic traffic() const override { return m_traffic; }
-  std::string report_json() const override {
-    return R"({"conv_algorithms": [{"layer": "conv k3 p1", "pass": "forward", "algo": "im2col + sgemm",
-               "how": "the only one", "deterministic": true, "math": "FMA"}]})";
-  }
-
-  const lab::Tensor& forward(const lab::Tensor& x, lab::Mode mode) override {
-    ++forwards;
-    if (m_spans.size() > 4096) m_spans.clear();  // a copy whose run never takes them (as the GPU's)
-    upload_params();
-    const lab::Tensor* in = &x;
-    for (size_t i = 0; i < m_host.size(); ++i) {
-      const Timed span(*this, mode == lab::Mode::Train ? lab::Phase::Forward : lab::Phase::Eval, i);
-      m_in[i] = *in;
-      if (auto* bn = dynamic_cast<lab::BatchNorm*>(&m_host.module(i))) {
-        std::vector<float> mean, var_sum;
-        if (bn->uses_batch_stats(mode)) bn->local_stats(*in, mean, var_sum);  // "on the device"
-        bn->prepare_from_local_stats(in->shape, mode, mean, var_sum);         // the host's half
-        apply(*bn, *in, m_out[i]);
-      } else {
-        m_dev->module(i).forward(*in, m_out[i], mode);
-      }
-      in = &m_out[i];
-    }
-    m_logits = *in;
-    m_traffic.device_to_host_bytes += static_cast<uint64_t>(m_logits.numel()) * 4;
-    return m_logits;
-  }
-
-  void backward(const lab::Tensor& dlogits, const std::function<void(int)>& on_param_ready) override {
-    const size_t count = m_host.size();
-    const lab::Model::ParamLayout layout = m_host.param_layout();
-    const size_t first_with_params = layout.first_with_params;
-    for (size_t i = count; i-- > first_with_params;) {
-      const Timed span(*this, lab::Phase::Backward, i);
-      const lab::Tensor& dy = i + 1 == count ? dlogits : m_grad[i];
-      lab::Tensor* dx = i > first_with_params ? &m_grad[i - 1] : nullptr;
-      if (auto* bn = dynamic_cast<lab::BatchNorm*>(&m_host.module(i))) {
-        std::vector<double> sum_dy, sum_dy_xmu;
-        bn->grad_sums(dy, m_in[i], sum_dy, sum_dy_xmu);
-        const auto* k = bn->finish_backward(sum_dy, sum_dy_xmu, dx != nullptr);  // adds the host grads
-        if (dx) input_grad(*bn, *k, dy, m_in[i], *dx);
-      } else {
-        lab::Module& dev = m_dev->module(i);
-        for (lab::Param* p : dev.params()) p->grad.zero();
-        dev.backward(dy, dx);
-        const std::vector<lab::Param*> hp = m_host.module(i).params(), dp = dev.params();
-        for (size_t p = 0; p < hp.size(); ++p) {  // download and add
-          for (int64_t e = 0; e < hp[p]->grad.numel(); ++e) hp[p]->grad.data[e] += dp[p]->grad.data[e];
-          m_traffic.device_to_host_bytes += static_cast<uint64_t>(dp[p]->grad.numel()) * 4;
-        }
-      }
-      if (on_param_ready)
-        for (int p = layout.count[i] - 1; p >= 0; --p) on_param_ready(layout.first[i] + p);
-    }
-  }
-
-  // The "device's" timeline: each layer's work timed on the host's clock, as the GPU's executor
-  // times its kernels with CUDA events.
-  void take_device_events(std::vector<lab::Event>& out) override {
-    out.insert(out.end(), m_spans.begin(), m_spans.end());
-    m_spans.clear();
-  }
-
-  int forwards = 0;
-
- private:
-  struct Timed {
-    Timed(StagedCpuExecutor& x, lab::Phase phase, size_t module) : x(x) {
-      e.kind = lab::EventKind::Device;
-      e.phase = phase;
-      e.what = "kernels";
-      e.tag = static_cast<int32_t>(module);
-      const std::string kind = x.m_host.module(module).kind();
-      e.op = kind == "Linear" ? "linear" : kind == "Conv2d" ? "conv2d" : kind.rfind("BatchNorm", 0) == 0 ? "batchnorm" : "other";
-      e.t_start = lab::now_seconds();
-    }
-    ~Timed() {
-      e.t_end = lab::now_seconds();
-      x.m_spans.push_back(e);
-    }
-    StagedCpuExecutor& x;
-    lab::Event e;
-  };
-  std::vector<lab::Event> m_spans;
-
-  void upload_params() {
-    for (size_t i = 0; i < m_host.size(); ++i) {
-      const std::vector<lab::Param*> hp = m_host.module(i).params(), dp = m_dev->module(i).params();
-      for (size_t p = 0; p < hp.size(); ++p) {
-        dp[p]->value.data = hp[p]->value.data;
-        m_traffic.host_to_device_bytes += static_cast<uint64_t>(hp[p]->value.numel()) * 4;
-      }
-    }
-  }
-  static int64_t inner_of(const lab::Tensor& x) {
-    int64_t inner = 1;
-    for (int d = 2; d < x.ndim(); ++d) inner *= x.dim(d);
-    return inner;
-  }
-  static void apply(const lab::BatchNorm& bn, const lab::Tensor& x, lab::Tensor& y) {
-    y.resize(x.shape);
-    const int64_t c = x.dim(1), inner = inner_of(x);
-    for (int64_t i = 0; i < x.numel(); ++i) {
-      const int64_t ch = (i / inner) % c;
-      y.data[i] = lab::bn_affine(x.data[i], bn.alpha()[ch], bn.beta()[ch]);
-    }
-  }
-  static void input_grad(const lab::BatchNorm& bn, const lab::BatchNorm::InputGradCoefficients& k, const lab::Tensor& dy,
-                         const lab::Tensor& x, lab::Tensor& dx) {
-    dx.resize(x.shape);
-    const int64_t c = x.dim(1), inner = inner_of(x);
-    for (int64_t i = 0; i < x.numel(); ++i) {
-      const int64_t ch = (i / inner) % c;
-      dx.data[i] = lab::bn_input_grad(dy.data[i], x.data[i], k.grad_mean[ch], bn.mean()[ch], k.k[ch], k.scale[ch]);
-    }
-  }
-
-  lab::Model& m_host;
-  std::unique_ptr<lab::Model> m_dev;  // the "device": same modules, parameters copied in
-  std::vector<lab::Tensor> m_in, m_out, m_grad;
-  lab::Tensor m_logits;
-  lab::StagingTraffic m_traffic;
-};
-
-int g_executors = 0;
-
-// Registers the staged executor as the program's device backend for the length of a test.
-struct StagedBackend {
-  StagedBackend() {
-    g_executors = 0;
-    lab::set_executor_factory([](lab::Model& m, const lab::ComputeOptions& opt, int) {
-      EXPECT_EQ(opt.device, "cuda");
-      ++g_executors;
-      lab::ModelOptions mo;
-      mo.name = m.describe().find("Conv2d") != std::string::npos ? "cnn" : "mlp";
-      return std::make_unique<StagedCpuExecutor>(m, mo);
-    });
-  }
-  ~StagedBackend() { lab::set_executor_factory({}); }
-};
+using testutil::g_executors;
+using testutil::StagedBackend;
 
 bool no_gpu_here() {
   const std::vector<std::string> r = lab::gpu_backend_report();
@@ -456,6 +307,110 @@ TEST(DeviceSeam, RunThroughAStagedExecutorEqualsTheCpuRun) {
           for (size_t i = 0; i < m->size(); ++i) want_linear += m->module(i).kind() == "Linear";
           EXPECT_EQ(linear, want_linear) << what;
         }
+    }
+  }
+}
+
+// ---- residency (executor.h) ----
+
+namespace {
+
+// Every file of `a` the same bytes in `b`: the weights, the metrics without their clocks, the
+// checkpoints (model, momentum buffers, counters).
+void expect_same_files(const std::string& a, const std::string& b, const std::string& what) {
+  const auto same = [&](const std::string& f) { return testutil::read_file(a + "/" + f) == testutil::read_file(b + "/" + f); };
+  EXPECT_TRUE(same("final.safetensors")) << what;
+  EXPECT_TRUE(same("init.safetensors")) << what;
+  EXPECT_TRUE(testutil::without_wall_clock(testutil::read_file(a + "/metrics.jsonl")) ==
+              testutil::without_wall_clock(testutil::read_file(b + "/metrics.jsonl")))
+      << what;
+  namespace fs = std::filesystem;
+  if (!fs::exists(a + "/checkpoints")) return;
+  int compared = 0;
+  for (const auto& step : fs::directory_iterator(a + "/checkpoints"))
+    for (const auto& f : fs::directory_iterator(step.path())) {
+      if (f.path().extension() != ".safetensors") continue;
+      const std::string rel = step.path().filename().string() + "/" + f.path().filename().string();
+      EXPECT_TRUE(testutil::read_file(f.path().string()) == testutil::read_file(b + "/checkpoints/" + rel)) << what << " " << rel;
+      ++compared;
+    }
+  EXPECT_GT(compared, 0) << what;
+}
+
+}  // namespace
+
+// The residency protocol through the staged executor in its resident mode: the Linear weights and
+// biases and their momentum buffers live on the "device" between steps and SGD steps them there;
+// the host's copies are poisoned (NaN) until someone asks for them, so every reader that forgets
+// to (a broadcast, local SGD's average, DataParallel's replicate, a checkpoint, the final weights,
+// an evaluation copy) would show in these bits. Every mode gives the CPU run's bits (the mlp: every
+// layer is the CPU's own), and the device takes the parameters up only after the host wrote them.
+TEST(DeviceResidency, ParametersOnTheDeviceGiveTheCpuRunsBits) {
+  DTLAB_REQUIRE_DATASET();
+  struct Case {
+    const char* name;
+    std::function<void(lab::RunConfig&)> set;
+  };
+  const std::vector<Case> cases = {
+      {"ddp, momentum, checkpoints, periodic eval",
+       [](lab::RunConfig& c) {
+         c.checkpoint_every = 2;
+         c.eval_every = 3;
+         c.eval_samples = 32;
+       }},
+      {"ddp, SyncBN, nesterov, weight decay, no_sync",
+       [](lab::RunConfig& c) {
+         c.bn = "sync";
+         c.nesterov = true;
+         c.weight_decay = 1e-3;
+         c.no_sync_steps = 1;
+       }},
+      {"ddp, no momentum", [](lab::RunConfig& c) { c.momentum = 0.0; }},
+      {"local-sgd",
+       [](lab::RunConfig& c) {
+         c.mode = "local-sgd";
+         c.average_every = 2;
+         c.checkpoint_every = 3;
+       }},
+      {"dp", [](lab::RunConfig& c) { c.mode = "dp"; }},
+      {"async (seeded: the free schedule is the arrival order)",
+       [](lab::RunConfig& c) {
+         c.mode = "async";
+         c.async_schedule = "seeded";
+       }},
+  };
+  for (const Case& k : cases) {
+    testutil::TempDir cpu_dir, dev_dir;
+    lab::RunConfig c = testutil::small_run("mlp", 2, cpu_dir.path(), 6);
+    k.set(c);
+    lab::Run(c, lab::make_world).run();
+
+    StagedBackend backend(/*resident=*/true);
+    lab::RunConfig d = c;
+    d.out_dir = dev_dir.path();
+    d.compute.device = "cuda";
+    lab::Run run(d, lab::make_world);  // alive below: its models own the executors
+    run.run();
+    expect_same_files(cpu_dir.path(), dev_dir.path(), k.name);
+
+    const nlohmann::json s = nlohmann::json::parse(testutil::read_file(dev_dir.file("summary.json")));
+    const int64_t steps = s["steps"].get<int64_t>();
+    int stepped = 0;
+    for (const testutil::StagedCpuExecutor* e : testutil::g_staged)
+      if (e) stepped += e->device_steps;
+    // the mlp's three Linear layers: six parameters stepped on the device per optimizer step
+    const int64_t per_step = 6;
+    if (std::string(k.name).rfind("ddp", 0) == 0 && c.no_sync_steps == 0) {
+      EXPECT_EQ(stepped, 2 * steps * per_step) << k.name;
+      // taken up once, after DDP's initial broadcast; never again: the device is the parameters' home
+      for (size_t r = 0; r < 2; ++r) {
+        ASSERT_NE(testutil::g_staged[r], nullptr);
+        EXPECT_EQ(testutil::g_staged[r]->params_uploaded, 10) << k.name << " rank " << r;
+      }
+    } else if (c.mode == "async") {
+      EXPECT_EQ(stepped, 0) << k.name;  // the server steps (on the host); a worker only computes gradients
+    } else {
+      EXPECT_GT(stepped, 0) << k.name;
     }
   }
 }

@@ -9,11 +9,14 @@
 //              statistics, the batch-of-one error, the weight and bias gradients)
 //   ReLU       relu_forward / relu_backward with a byte mask
 //   MaxPool2d  maxpool2x2_forward / _backward (kernel 2 only)
-// Copies per training step (Staging counts them): host -> device the input, every Linear/Conv2d
-// parameter, each BatchNorm's coefficients (alpha, beta; in backward mean and the input-gradient
-// coefficients) and dlogits; device -> host the logits, each BatchNorm's statistics and gradient
-// sums, and every Linear/Conv2d parameter gradient. A download waits for the stream: the host needs
-// its values at once (the BatchNorm halves, on_param_ready).
+// Copies per training step (Staging counts them): host -> device the input, each BatchNorm's
+// coefficients (alpha, beta; in backward mean and the input-gradient coefficients), dlogits and,
+// for the optimizer step on the device (sgd_param), every Linear/Conv2d gradient once reduced;
+// device -> host the logits, each BatchNorm's statistics and gradient sums, and every Linear/Conv2d
+// parameter gradient. The Linear/Conv2d parameters and momentum buffers stay on the device
+// (residency, executor.h): taken up only after the host wrote them, brought down only when the
+// host asks. A download waits for the stream: the host needs its values at once (the BatchNorm
+// halves, on_param_ready).
 //
 // The device's timeline (DeviceTimer): each layer's kernels and each copy are bracketed by a pair
 // of CUDA events on the stream; take_device_events turns them into EventKind::Device spans on the
@@ -212,6 +215,9 @@ class Staging {
 
   CudaContext& ctx;
   DeviceTimer timer;
+  // Residency: the host wrote the parameters since the device last took them up (at first: the
+  // device has none); the next forward (or SGD step) uploads them.
+  bool params_stale = true;
 
  private:
   StagingTraffic m_traffic;
@@ -228,6 +234,14 @@ class DeviceLayer {
   // dy -> the module's parameter gradients added to the host (+=); dx when want_dx, else an empty
   // view. Follows the forward whose output dy is the gradient of.
   virtual DeviceView backward(const DeviceView& dy, bool want_dx) = 0;
+  // Residency (executor.h): the device's copy of the module's p-th parameter, where the device keeps
+  // and steps it (Linear, Conv2d); nullptr where the host does (BatchNorm's, finished on the host).
+  virtual DeviceBuffer<float>* device_param(int p) {
+    (void)p;
+    return nullptr;
+  }
+  // The host's values of those parameters taken up (after the host wrote them).
+  virtual void upload_params() {}
 };
 
 // x: (N, d1, d2, ...) -> y: (N, d1*d2*...), the same memory
@@ -259,8 +273,7 @@ class LinearLayer : public DeviceLayer {
       throw ConfigError(m_name + " got an input of size " + shape_str(x.shape) + ": expected (N, " +
                         std::to_string(in) + ")");
     const int n = static_cast<int>(x.shape[0]);
-    m_st.upload(m_w, m_m.weight().value.data);
-    if (m_m.has_bias()) m_st.upload(m_b, m_m.bias().value.data);
+    if (m_st.params_stale) upload_params();
     m_y.resize(static_cast<size_t>(n) * out);
     if (n > 0) {
       sgemm(m_st.ctx, false, true, n, out, in, 1.0f, x.data, in, m_w.data(), in, 0.0f, m_y.data(), out);
@@ -292,11 +305,17 @@ class LinearLayer : public DeviceLayer {
     return dx;
   }
 
+  DeviceBuffer<float>* device_param(int p) override { return p == 0 ? &m_w : p == 1 && m_m.has_bias() ? &m_b : nullptr; }
+  void upload_params() override {
+    m_st.upload(m_w, m_m.weight().value.data);
+    if (m_m.has_bias()) m_st.upload(m_b, m_m.bias().value.data);
+  }
+
  private:
   Staging& m_st;
   Linear& m_m;
   std::string m_name;
-  DeviceBuffer<float> m_w, m_b;  // (out, in), (out,): the host values of the last forward
+  DeviceBuffer<float> m_w, m_b;  // (out, in), (out,): the parameters (resident: executor.h)
   DeviceBuffer<float> m_y;       // (N, out)
   DeviceBuffer<float> m_grads;   // (out * in + out,)
   DeviceBuffer<float> m_dx;      // (N, in)
@@ -320,8 +339,7 @@ class ConvLayer : public DeviceLayer {
     s.cout = m_m.out_channels();
     s.k = m_m.kernel_size();
     s.pad = m_m.padding();
-    m_st.upload(m_w, m_m.weight().value.data);
-    if (m_m.has_bias()) m_st.upload(m_b, m_m.bias().value.data);
+    if (m_st.params_stale) upload_params();
     const int64_t plane = int64_t{s.ho()} * s.wo();
     m_y.resize(static_cast<size_t>(s.n * s.cout * plane));
     // cuDNN refuses an empty batch: it has no output to compute
@@ -356,6 +374,12 @@ class ConvLayer : public DeviceLayer {
     return dx;
   }
 
+  DeviceBuffer<float>* device_param(int p) override { return p == 0 ? &m_w : p == 1 && m_m.has_bias() ? &m_b : nullptr; }
+  void upload_params() override {
+    m_st.upload(m_w, m_m.weight().value.data);
+    if (m_m.has_bias()) m_st.upload(m_b, m_m.bias().value.data);
+  }
+
  private:
   CudnnConv2d& conv_for(const Conv2dShape& s) {
     std::unique_ptr<CudnnConv2d>& conv = m_convs[{s.n, s.h, s.w}];
@@ -368,7 +392,7 @@ class ConvLayer : public DeviceLayer {
   std::string m_name;
   std::map<std::array<int, 3>, std::unique_ptr<CudnnConv2d>> m_convs;  // per input (N, H, W)
   CudnnConv2d* m_conv = nullptr;  // the last forward's (null: an empty batch)
-  DeviceBuffer<float> m_w, m_b;   // (Cout, Cin, k, k), (Cout,): the host values of the last forward
+  DeviceBuffer<float> m_w, m_b;   // (Cout, Cin, k, k), (Cout,): the parameters (resident: executor.h)
   DeviceBuffer<float> m_y;        // (N, Cout, Ho, Wo)
   DeviceBuffer<float> m_grads;    // (Cout * Cin * k * k + Cout,)
   DeviceBuffer<float> m_dx;       // (N, Cin, H, W)
@@ -549,6 +573,14 @@ class CudaExecutor final : public ModelExecutor {
       m_ops.push_back(timeline_name(model.module(i).kind()));
     }
     m_layout = model.param_layout();  // Model::backward's walk
+    m_params = model.params();
+    for (size_t i = 0; i < model.size(); ++i)
+      for (int p = 0; p < m_layout.count[i]; ++p) m_owner.push_back({i, p});
+    m_momentum.resize(m_params.size());
+    m_mirror.assign(m_params.size(), nullptr);
+    m_momentum_stale.assign(m_params.size(), 0);
+    for (size_t i = 0; i < m_params.size(); ++i)
+      if (device_param(i)) m_last_device_param = i;
   }
 
   ~CudaExecutor() override {
@@ -566,6 +598,9 @@ class CudaExecutor final : public ModelExecutor {
     // Spans wait to be taken after the run's compute phase; an executor whose run never asks (the
     // evaluation copy's) drops them before they pile up.
     if (m_st.timer.pending() > 4096) m_st.timer.drop();
+    // Until its optimizer steps here (sgd_param), the host's parameters are the state: take them
+    // up every time, as the host-staged protocol does.
+    if (!m_stepping) m_st.params_stale = true;
     m_st.timer.phase = mode == Mode::Train ? Phase::Forward : Phase::Eval;
     m_st.upload(m_x, x.ptr(), x.data.size());
     DeviceView h{m_x.data(), x.shape};
@@ -574,6 +609,7 @@ class CudaExecutor final : public ModelExecutor {
       h = m_layers[i]->forward(h, mode);
       if (m_ops[i]) m_st.timer.end(span);
     }
+    m_st.params_stale = false;  // every layer with parameters took them up
     m_logits.resize(h.shape);
     m_st.download(h.data, m_logits.ptr(), m_logits.data.size());
     m_st.timer.close();
@@ -600,6 +636,64 @@ class CudaExecutor final : public ModelExecutor {
 
   void take_device_events(std::vector<Event>& out) override { m_st.timer.take(out); }
 
+  // ---- residency (executor.h): the Linear and Conv2d parameters and their momentum buffers ----
+  unsigned resident() const override { return kStateAll; }
+
+  void to_host(unsigned sets) override {
+    if (!(sets & kStateParams && m_host_params_stale) && !(sets & kStateMomentum && m_host_momentum_stale)) return;
+    m_ctx.make_current();
+    for (size_t i = 0; i < m_params.size(); ++i) {
+      DeviceBuffer<float>* d = device_param(i);
+      if (!d) continue;
+      if (sets & kStateParams && m_host_params_stale) m_st.download(d->data(), m_params[i]->value.ptr(), d->size());
+      if (sets & kStateMomentum && m_host_momentum_stale && m_mirror[i] && m_momentum[i].size())
+        m_st.download(m_momentum[i].data(), m_mirror[i]->ptr(), m_momentum[i].size());
+    }
+    if (sets & kStateParams) m_host_params_stale = false;
+    if (sets & kStateMomentum) m_host_momentum_stale = false;
+  }
+
+  void host_changed(unsigned sets) override {
+    if (sets & kStateParams) {
+      m_st.params_stale = true;
+      m_host_params_stale = false;
+    }
+    if (sets & kStateMomentum) {
+      std::fill(m_momentum_stale.begin(), m_momentum_stale.end(), 1);
+      m_host_momentum_stale = false;
+    }
+  }
+
+  bool sgd_param(size_t index, const SgdOptions& opt, bool first, Tensor& host_buffer) override {
+    DeviceBuffer<float>* w = device_param(index);
+    if (!w) return false;
+    m_ctx.make_current();
+    m_stepping = true;
+    m_st.timer.phase = Phase::OptimizerStep;
+    if (m_st.params_stale) {  // the host wrote them after the last forward: its values first
+      for (auto& layer : m_layers) layer->upload_params();
+      m_st.params_stale = false;
+    }
+    const Param& p = *m_params[index];
+    m_st.upload(m_grad, p.grad.data);  // the host's gradient (averaged, accumulated)
+    float* buf = nullptr;
+    if (opt.momentum != 0.0) {
+      DeviceBuffer<float>& b = m_momentum[index];
+      b.resize(w->size());
+      if (m_momentum_stale[index] && !first) m_st.upload(b, host_buffer.data);  // restored from a checkpoint
+      m_momentum_stale[index] = 0;
+      m_mirror[index] = &host_buffer;
+      m_host_momentum_stale = true;
+      buf = b.data();
+    }
+    const size_t span = m_st.timer.begin("sgd", "kernels", static_cast<int>(m_owner[index].first));
+    sgd_step(m_ctx, w->data(), m_grad.data(), buf, static_cast<int64_t>(w->size()), opt, first);
+    m_st.timer.end(span);
+    m_host_params_stale = true;
+    if (index == m_last_device_param) m_st.timer.close();  // the step's spans, for the optimizer phase
+    return true;
+  }
+
   StagingTraffic traffic() const override { return m_st.traffic(); }
 
   // {"device": "cuda:0", "name": "NVIDIA H100 80GB HBM3", "conv_algorithms": [{"layer", "pass", ...}]}
@@ -625,6 +719,20 @@ class CudaExecutor final : public ModelExecutor {
   std::vector<std::unique_ptr<DeviceLayer>> m_layers;  // one per module
   std::vector<const char*> m_ops;                      // each one's name on the timeline (null: no device work)
   Model::ParamLayout m_layout;                         // where each module's parameters sit in params()
+  // residency: per parameter (Model::params() order) its module and index there, the device's
+  // momentum buffer and the host's mirror of it
+  std::vector<Param*> m_params;
+  std::vector<std::pair<size_t, int>> m_owner;
+  std::vector<DeviceBuffer<float>> m_momentum;
+  std::vector<Tensor*> m_mirror;
+  std::vector<char> m_momentum_stale;  // the host's buffer is newer (a restored checkpoint)
+  size_t m_last_device_param = ~size_t{0};
+  bool m_host_params_stale = false, m_host_momentum_stale = false;
+  bool m_stepping = false;        // sgd_param has run: the device's parameters are the state
+  DeviceBuffer<float> m_grad;     // the gradient being stepped
+  DeviceBuffer<float>* device_param(size_t index) {
+    return m_layers[m_owner[index].first]->device_param(m_owner[index].second);
+  }
   DeviceBuffer<float> m_x;        // (N, ...): the staged input
   DeviceBuffer<float> m_dlogits;  // (N, 10)
   Tensor m_logits;                // (N, 10) on the host

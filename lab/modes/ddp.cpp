@@ -205,6 +205,7 @@ void broadcast_buffers(Model& model, Communicator& comm, int root) {
 void broadcast_state(Model& model, Communicator& comm, int root) {
   // PyTorch coalesces the module states into 250 MB buckets; ours fit in one.
   std::vector<float> flat;
+  model.to_host(kStateParams);  // a device's parameters (executor.h: residency)
   for (Param* p : model.params()) flat.insert(flat.end(), p->value.data.begin(), p->value.data.end());
   comm.broadcast(flat.data(), flat.size() * sizeof(float), root, CollectiveInfo{"parameters", -1});
   if (comm.rank() != root) {
@@ -213,6 +214,7 @@ void broadcast_state(Model& model, Communicator& comm, int root) {
       std::memcpy(p->value.data.data(), flat.data() + off, p->value.data.size() * sizeof(float));
       off += p->value.data.size();
     }
+    model.host_changed(kStateParams);
   }
   broadcast_buffers(model, comm, root);
 }

@@ -22,6 +22,7 @@ double PeriodicModelAverager::average_parameters(Model& model, Communicator& com
   if (!average) return -1.0;
   // flat_params = torch.cat([p.data.reshape(-1) for p in params]); flat_params /= world_size
   const std::vector<Param*> params = model.params();
+  model.to_host(kStateParams);  // a device's parameters (executor.h: residency)
   m_before.clear();
   for (const Param* p : params) m_before.insert(m_before.end(), p->value.data.begin(), p->value.data.end());
   const float world = static_cast<float>(comm.world_size());
@@ -39,6 +40,7 @@ double PeriodicModelAverager::average_parameters(Model& model, Communicator& com
     std::memcpy(p->value.data.data(), m_flat.data() + off, p->value.data.size() * sizeof(float));
     off += p->value.data.size();
   }
+  model.host_changed(kStateParams);
   return std::sqrt(sq);
 }
 

@@ -3,16 +3,17 @@
 // (backends/backends.h: make_executor) to lab::Run, as it passes the transport's World.
 //
 // "cpu" is the reference and needs no executor: Model runs its own modules (lab/nn). Any other
-// device runs the model through a ModelExecutor attached with Model::set_executor, host-staged:
+// device runs the model through a ModelExecutor attached with Model::set_executor:
 //
-//   * The Model's host tensors stay the state of record between steps: parameters (Param::value),
-//     gradients (Param::grad), buffers (running statistics, num_batches_tracked). Everything else
-//     of the run (the optimizer, DDP's buckets and every allreduce, local SGD's averaging, the
-//     broadcasts, checkpoints, the BatchNorm statistics the app shows) keeps reading and writing
-//     them, so run.cpp does not know which device computes.
-//   * forward(x, mode) uploads x and the parameters (they may have changed on the host since the
-//     last forward: an optimizer step, a broadcast, a checkpoint), runs the layers on the device
-//     and downloads the logits.
+//   * The Model's host tensors are the state of record between steps, or its mirrors where the
+//     device keeps it (residency, below): parameters (Param::value), gradients (Param::grad),
+//     buffers (running statistics, num_batches_tracked). Everything else of the run (DDP's buckets
+//     and every allreduce, local SGD's averaging, the broadcasts, checkpoints, the BatchNorm
+//     statistics the app shows) reads and writes them, so run.cpp does not know which device
+//     computes.
+//   * forward(x, mode) uploads x, and the parameters where the host's are newer (host-staged:
+//     always; resident: only after host_changed), runs the layers on the device and downloads the
+//     logits.
 //   * BatchNorm is split at its statistics: the device computes this rank's per-channel mean and
 //     sum of squared deviations, the host BatchNorm finishes the step from them
 //     (BatchNorm::prepare_from_local_stats: SyncBN's collectives, the running statistics, the
@@ -25,9 +26,23 @@
 //     (+=, so no_sync's accumulation works unchanged) and calls on_param_ready for each parameter
 //     in the same order as Model::backward: DDP's buckets start as they do on the CPU.
 //
-// The staging costs a copy of the parameters each way per step (host -> device before the forward,
-// gradients device -> host during backward); an executor counts those bytes (StagingTraffic) and
-// the run reports them. A device-resident optimizer and a device-aware transport remove them.
+// Host-staged, a step copies the parameters each way (host -> device before the forward, gradients
+// device -> host during backward); an executor counts those bytes (StagingTraffic) and the run
+// reports them.
+//
+// Residency: an executor may keep state on the device between steps instead (resident() says
+// which). Today that is the parameters its own optimizer step updates (sgd_param: the Linear and
+// Conv2d weights and biases, with their momentum buffers), from its first step on (before it, and
+// for a model whose optimizer steps on the host, it stays host-staged). A step then copies the
+// gradients down and, once reduced, up for the step: no parameter travels. The host's copies are
+// mirrors:
+//   * Model::to_host(sets) brings them up to date before the host reads them (a checkpoint, the
+//     final weights, a broadcast, local SGD's average, an evaluation on another model);
+//   * Model::host_changed(sets) after the host wrote them (a broadcast, a checkpoint restored,
+//     an average): the device takes them up before it next uses them.
+// The central readers and writers do it (model_tensors, load_model_tensors, copy_state); code that
+// touches Param::value directly says so itself. BatchNorm's parameters and buffers, and every
+// gradient, stay on the host (the host finishes BatchNorm, the collectives read the gradients).
 #pragma once
 
 #include <cstdint>
@@ -43,6 +58,14 @@
 namespace lab {
 
 class Model;
+struct SgdOptions;
+
+// What a device can keep between steps (ModelExecutor::resident, Model::to_host, host_changed).
+enum StateSet : unsigned {
+  kStateParams = 1u,    // parameter values
+  kStateMomentum = 2u,  // the optimizer's momentum buffers of the parameters it steps on the device
+  kStateAll = 3u,
+};
 
 // Bytes the host-staged executor moved, and the time it spent waiting for those copies.
 struct StagingTraffic {
@@ -74,6 +97,23 @@ class ModelExecutor {
   // the app's timeline and trace.json show the device beside the host's view of the same phase.
   // A device that cannot time itself appends nothing.
   virtual void take_device_events(std::vector<Event>& out) { (void)out; }
+
+  // ---- residency (above) ----
+  // The sets the device holds between steps (0: host-staged, the host's tensors are the state).
+  virtual unsigned resident() const { return 0; }
+  // Bring the host's copies of `sets` up to date (a copy only where the device changed them).
+  virtual void to_host(unsigned sets) { (void)sets; }
+  // The host wrote `sets`: the device's copies are stale until it takes the host's up again.
+  virtual void host_changed(unsigned sets) { (void)sets; }
+  // One torch.optim.SGD update of parameter `index` (Model::params() order) on the device, with its
+  // host gradient, as Sgd::step does it (optim.h; `first`: its first step). `host_buffer` is the
+  // parameter's momentum buffer on the host (sized), which becomes the device's mirror
+  // (to_host(kStateMomentum) fills it; a restored one is taken up after host_changed). Returns
+  // false for a parameter the device does not step (the host then does).
+  virtual bool sgd_param(size_t index, const SgdOptions& opt, bool first, Tensor& host_buffer) {
+    (void)index, (void)opt, (void)first, (void)host_buffer;
+    return false;
+  }
 };
 
 // Builds the executor of `model` (already built, on the host) for rank `rank` on opt.device.

@@ -257,6 +257,7 @@ std::unique_ptr<Model> build_model(const ModelOptions& opt, uint64_t seed) {
 }
 
 void copy_state(Model& src, Model& dst) {
+  src.to_host(kStateParams);
   std::vector<StateEntry> s = src.state_dict();
   std::vector<StateEntry> d = dst.state_dict();
   assert(s.size() == d.size());
@@ -271,6 +272,7 @@ void copy_state(Model& src, Model& dst) {
       d[i].buffer->i64 = s[i].buffer->i64;
     }
   }
+  dst.host_changed(kStateParams);
 }
 
 std::vector<std::string> param_names(Model& model) {

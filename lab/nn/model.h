@@ -93,6 +93,14 @@ class Model {
   // again. Autocast is the CPU's emulation: it cannot be combined with an executor.
   void set_executor(std::unique_ptr<ModelExecutor> exec);
   ModelExecutor* executor() { return m_exec.get(); }
+  // Residency (executor.h): the host's copies of `sets` (StateSet) up to date before the host reads
+  // them; host_changed after it wrote them. Without a resident executor both do nothing.
+  void to_host(unsigned sets) {
+    if (m_exec) m_exec->to_host(sets);
+  }
+  void host_changed(unsigned sets) {
+    if (m_exec) m_exec->host_changed(sets);
+  }
 
  private:
   std::vector<std::unique_ptr<Module>> m_modules;

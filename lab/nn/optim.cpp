@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "elementwise.h"
+#include "executor.h"
 #include "parallel.h"
 
 namespace lab {
@@ -76,6 +77,8 @@ void Sgd::step() {
   for (size_t i = 0; i < m_params.size(); ++i) {
     Param& p = *m_params[i];
     if (momentum && m_first) m_buf[i].resize(p.value.shape);
+    if (m_device && m_device->sgd_param(i, m_opt, m_first, m_buf[i]))
+      continue;  // stepped where the parameter lives
     float* buf = momentum ? m_buf[i].ptr() : nullptr;
     // weight_decay == 0 skips the add entirely (as PyTorch does), so an inf weight stays inf.
     // Elementwise: any split over the compute threads gives the same bits.
@@ -96,6 +99,12 @@ void Sgd::restore_momentum(std::vector<Tensor> buffers) {
   assert(buffers.size() == m_params.size());
   m_buf = std::move(buffers);
   m_first = false;
+  if (m_device) m_device->host_changed(kStateMomentum);
+}
+
+std::vector<Tensor>& Sgd::momentum_buffers() {
+  if (m_device) m_device->to_host(kStateMomentum);
+  return m_buf;
 }
 
 bool all_finite(const Tensor& t) {

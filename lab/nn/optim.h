@@ -27,13 +27,19 @@ struct SgdOptions {
 // torch.optim.SGD. Per parameter p with gradient g:
 //   g = g + wd * p;  buf = g (first step) else buf = momentum * buf + (1 - dampening) * g;
 //   g = nesterov ? g + momentum * buf : buf;  p = p - lr * g
+class ModelExecutor;
+
 class Sgd {
  public:
   Sgd(std::vector<Param*> params, const SgdOptions& opt);
+  // The model's executor (executor.h): the parameters it keeps on its device are stepped there,
+  // their momentum buffers here become its mirrors. nullptr: every parameter on the host.
+  void set_device(ModelExecutor* device) { m_device = device; }
   void step();
   const SgdOptions& options() const { return m_opt; }
   void set_lr(double lr) { m_opt.lr = lr; }  // a scheduler's new rate (param_group['lr'] = lr)
-  std::vector<Tensor>& momentum_buffers() { return m_buf; }
+  // Up to date (a device's mirrors brought current first).
+  std::vector<Tensor>& momentum_buffers();
   // The momentum buffers have been filled (after the first step): a checkpoint saves them.
   bool has_momentum() const { return !m_first && m_opt.momentum != 0.0; }
   // From a checkpoint: buffers per parameter (params() order), as after a first step.
@@ -44,6 +50,7 @@ class Sgd {
   SgdOptions m_opt;
   std::vector<Tensor> m_buf;
   bool m_first = true;
+  ModelExecutor* m_device = nullptr;
 };
 
 }  // namespace lab

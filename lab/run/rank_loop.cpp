@@ -150,8 +150,10 @@ struct Run::RankLoop {
         env{r.m_cfg, rk, r.m_cfg.world_size, model, comm, transport, worker, opt, r.m_train, faults,
             r.m_steps_per_epoch, r.m_steps_total, {}, {}} {
     comm.set_allreduce_algorithm(parse_allreduce_algorithm(c.allreduce));
-    if (ModelExecutor* dev = model.executor())  // --device: the device's own timeline beside the host's
-      comm.set_device_events([dev](std::vector<Event>& out) { dev->take_device_events(out); });
+    if (ModelExecutor* dev = model.executor()) {
+      comm.set_device_events([dev](std::vector<Event>& out) { dev->take_device_events(out); });  // its own timeline
+      opt.set_device(dev);  // the parameters it keeps are stepped there (executor.h: residency)
+    }
     comm.set_arrival_order(c.nondeterministic);
     env.iteration_gate = [this](int64_t step) { run.m_control->before_iteration(rank, step); };
     env.ran_out_of_data = [this](int64_t step, int64_t epoch, int64_t batches) {
@@ -250,6 +252,7 @@ struct Run::RankLoop {
     rec.t = now_seconds() - run.m_t0;
     if (count.record_bn) rec.bn = bn_layer_records(bns, bn_index, c.track_running_stats);
     if (c.nondeterministic) {
+      model.to_host(kStateParams);  // (never on a device today: --nondeterministic is the CPU's)
       double sum = 0;
       for (const Param* p : model.params())
         for (float v : p->value.data) sum += v;

@@ -30,8 +30,9 @@ nlohmann::json Run::device_summary() {
   c["staging"] = {{"host_to_device_bytes", t.host_to_device_bytes},
                   {"device_to_host_bytes", t.device_to_host_bytes},
                   {"wait_ms", t.wait_ms},
-                  {"what", "the ranks of this process together: inputs and parameters copied to the device, "
-                           "logits and gradients copied back (host-staged executor, lab/nn/executor.h)"}};
+                  {"what", "the ranks of this process together: inputs, parameters (where the host's are newer) "
+                           "and reduced gradients copied to the device, logits and gradients copied back "
+                           "(lab/nn/executor.h)"}};
   if (ModelExecutor* e0 = is_local(0) ? m_replicas[0]->executor() : nullptr) {
     const nlohmann::json rep = nlohmann::json::parse(e0->report_json(), nullptr, false);
     if (rep.is_object()) c["rank0"] = rep;

@@ -198,6 +198,53 @@ TEST_P(CudaExecutor, FiveSgdStepsMatchCpu) {
   expect_state_close(*m.gpu, *m.cpu, tol);
 }
 
+// Residency (executor.h): with the optimizer stepping on the device, the Linear and Conv2d
+// parameters and their momentum buffers stay there; the host's copies catch up when asked
+// (to_host), and after the first step no forward takes the parameters up again.
+TEST_P(CudaExecutor, FiveSgdStepsOnTheDeviceMatchCpu) {
+  const double tol = tol_of(GetParam());
+  Twins m = make_twins(GetParam());
+  lab::SgdOptions so;
+  so.lr = 0.05;
+  so.momentum = 0.9;
+  so.weight_decay = 1e-3;
+  lab::Sgd cpu_opt(m.cpu->params(), so), gpu_opt(m.gpu->params(), so);
+  gpu_opt.set_device(m.gpu->executor());
+  uint64_t uploaded_after_first = 0;
+  for (int step = 0; step < 5; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    const lab::Tensor x = batch(32, 100 + step);
+    const std::vector<int> y = labels(32, 200 + step);
+    float losses[2];
+    for (int side = 0; side < 2; ++side) {
+      lab::Model& model = side == 0 ? *m.cpu : *m.gpu;
+      model.zero_grad();
+      lab::Tensor dlogits;
+      const uint64_t before = m.gpu->executor()->traffic().host_to_device_bytes;
+      losses[side] = lab::cross_entropy(model.forward(x, lab::Mode::Train), y, &dlogits, nullptr);
+      if (side == 1 && step > 0) uploaded_after_first += m.gpu->executor()->traffic().host_to_device_bytes - before;
+      model.backward(dlogits);
+      (side == 0 ? cpu_opt : gpu_opt).step();
+    }
+    EXPECT_NEAR(losses[1], losses[0], tol * losses[0]);
+  }
+  // a forward after the first step takes up the input (and BatchNorm's coefficients), no parameter
+  uint64_t param_bytes = 0;
+  for (lab::Param* p : m.gpu->params()) param_bytes += p->value.data.size() * sizeof(float);
+  EXPECT_LT(uploaded_after_first, 4 * (32 * 784 * sizeof(float)) + param_bytes / 2);
+  // the host's copy of the last layer's weight is the one it had before the first step, until asked
+  const size_t last_weight = m.gpu->params().size() - 2;
+  EXPECT_NE(m.gpu->params()[last_weight]->value.data, m.cpu->params()[last_weight]->value.data);
+  m.gpu->to_host(lab::kStateAll);
+  expect_state_close(*m.gpu, *m.cpu, tol);
+  const std::vector<lab::Tensor>& a = cpu_opt.momentum_buffers();
+  const std::vector<lab::Tensor>& b = gpu_opt.momentum_buffers();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    for (size_t e = 0; e < a[i].data.size(); ++e)
+      ASSERT_NEAR(b[i].data[e], a[i].data[e], tol * (1.0 + std::abs(a[i].data[e]))) << "momentum " << i << " [" << e << "]";
+}
+
 // ---- on_param_ready ----
 
 // The same indices in the same order as Model::backward (DDP's buckets start from them), each
