@@ -172,44 +172,9 @@ TEST_P(CudaExecutor, OneTrainStepMatchesCpu) {
 
 // ---- SGD ----
 
-// Five steps of SGD with momentum on the host parameters, each model on its own logits.
-TEST_P(CudaExecutor, FiveSgdStepsMatchCpu) {
-  const double tol = tol_of(GetParam());
-  Twins m = make_twins(GetParam());
-  lab::SgdOptions so;
-  so.lr = 0.05;
-  so.momentum = 0.9;
-  lab::Sgd cpu_opt(m.cpu->params(), so), gpu_opt(m.gpu->params(), so);
-  for (int step = 0; step < 5; ++step) {
-    SCOPED_TRACE("step " + std::to_string(step));
-    const lab::Tensor x = batch(32, 100 + step);
-    const std::vector<int> y = labels(32, 200 + step);
-    float losses[2];
-    for (int side = 0; side < 2; ++side) {
-      lab::Model& model = side == 0 ? *m.cpu : *m.gpu;
-      model.zero_grad();
-      lab::Tensor dlogits;
-      losses[side] = lab::cross_entropy(model.forward(x, lab::Mode::Train), y, &dlogits, nullptr);
-      model.backward(dlogits);
-      (side == 0 ? cpu_opt : gpu_opt).step();
-    }
-    EXPECT_NEAR(losses[1], losses[0], tol * losses[0]);
-  }
-  expect_state_close(*m.gpu, *m.cpu, tol);
-}
-
-// Residency (executor.h): with the optimizer stepping on the device, the Linear and Conv2d
-// parameters and their momentum buffers stay there; the host's copies catch up when asked
-// (to_host), and after the first step no forward takes the parameters up again.
-TEST_P(CudaExecutor, FiveSgdStepsOnTheDeviceMatchCpu) {
-  const double tol = tol_of(GetParam());
-  Twins m = make_twins(GetParam());
-  lab::SgdOptions so;
-  so.lr = 0.05;
-  so.momentum = 0.9;
-  so.weight_decay = 1e-3;
-  lab::Sgd cpu_opt(m.cpu->params(), so), gpu_opt(m.gpu->params(), so);
-  gpu_opt.set_device(m.gpu->executor());
+// Five steps of SGD on both twins, each on its own logits, the losses compared at every step.
+// Returns the bytes the GPU model took up in its forwards after the first step.
+uint64_t five_sgd_steps(Twins& m, lab::Sgd& cpu_opt, lab::Sgd& gpu_opt, double tol) {
   uint64_t uploaded_after_first = 0;
   for (int step = 0; step < 5; ++step) {
     SCOPED_TRACE("step " + std::to_string(step));
@@ -228,6 +193,34 @@ TEST_P(CudaExecutor, FiveSgdStepsOnTheDeviceMatchCpu) {
     }
     EXPECT_NEAR(losses[1], losses[0], tol * losses[0]);
   }
+  return uploaded_after_first;
+}
+
+// SGD with momentum on the host parameters (the optimizer knows no device).
+TEST_P(CudaExecutor, FiveSgdStepsMatchCpu) {
+  const double tol = tol_of(GetParam());
+  Twins m = make_twins(GetParam());
+  lab::SgdOptions so;
+  so.lr = 0.05;
+  so.momentum = 0.9;
+  lab::Sgd cpu_opt(m.cpu->params(), so), gpu_opt(m.gpu->params(), so);
+  five_sgd_steps(m, cpu_opt, gpu_opt, tol);
+  expect_state_close(*m.gpu, *m.cpu, tol);
+}
+
+// Residency (executor.h): with the optimizer stepping on the device, the Linear and Conv2d
+// parameters and their momentum buffers stay there; the host's copies catch up when asked
+// (to_host), and after the first step no forward takes the parameters up again.
+TEST_P(CudaExecutor, FiveSgdStepsOnTheDeviceMatchCpu) {
+  const double tol = tol_of(GetParam());
+  Twins m = make_twins(GetParam());
+  lab::SgdOptions so;
+  so.lr = 0.05;
+  so.momentum = 0.9;
+  so.weight_decay = 1e-3;
+  lab::Sgd cpu_opt(m.cpu->params(), so), gpu_opt(m.gpu->params(), so);
+  gpu_opt.set_device(m.gpu->executor());
+  const uint64_t uploaded_after_first = five_sgd_steps(m, cpu_opt, gpu_opt, tol);
   // a forward after the first step takes up the input (and BatchNorm's coefficients), no parameter
   uint64_t param_bytes = 0;
   for (lab::Param* p : m.gpu->params()) param_bytes += p->value.data.size() * sizeof(float);
