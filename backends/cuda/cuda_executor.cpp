@@ -262,10 +262,29 @@ class FlattenLayer : public DeviceLayer {
   Shape m_in_shape;
 };
 
-// y (N, out) = x (N, in) W^T + b; W: (out, in), b: (out,)
-class LinearLayer : public DeviceLayer {
+// A layer whose weight and optional bias the device keeps and steps (Linear, Conv2d: residency,
+// executor.h): their device copies, and the upload of the host's values after the host wrote them.
+class WeightBiasLayer : public DeviceLayer {
  public:
-  LinearLayer(Staging& st, Linear& m, std::string name) : m_st(st), m_m(m), m_name(std::move(name)) {}
+  DeviceBuffer<float>* device_param(int p) override { return p == 0 ? &m_w : p == 1 && m_bias ? &m_b : nullptr; }
+  void upload_params() override {
+    m_st.upload(m_w, m_weight.value.data);
+    if (m_bias) m_st.upload(m_b, m_bias->value.data);
+  }
+
+ protected:
+  WeightBiasLayer(Staging& st, Param& weight, Param* bias) : m_st(st), m_weight(weight), m_bias(bias) {}
+  Staging& m_st;
+  Param& m_weight;
+  Param* m_bias;                 // nullptr: the module has none
+  DeviceBuffer<float> m_w, m_b;  // the weight and the bias on the device
+};
+
+// y (N, out) = x (N, in) W^T + b; W: (out, in), b: (out,)
+class LinearLayer : public WeightBiasLayer {
+ public:
+  LinearLayer(Staging& st, Linear& m, std::string name)
+      : WeightBiasLayer(st, m.weight(), m.has_bias() ? &m.bias() : nullptr), m_m(m), m_name(std::move(name)) {}
 
   DeviceView forward(const DeviceView& x, Mode) override {
     const int in = m_m.in_features(), out = m_m.out_features();
@@ -305,17 +324,9 @@ class LinearLayer : public DeviceLayer {
     return dx;
   }
 
-  DeviceBuffer<float>* device_param(int p) override { return p == 0 ? &m_w : p == 1 && m_m.has_bias() ? &m_b : nullptr; }
-  void upload_params() override {
-    m_st.upload(m_w, m_m.weight().value.data);
-    if (m_m.has_bias()) m_st.upload(m_b, m_m.bias().value.data);
-  }
-
  private:
-  Staging& m_st;
   Linear& m_m;
   std::string m_name;
-  DeviceBuffer<float> m_w, m_b;  // (out, in), (out,): the parameters (resident: executor.h)
   DeviceBuffer<float> m_y;       // (N, out)
   DeviceBuffer<float> m_grads;   // (out * in + out,)
   DeviceBuffer<float> m_dx;      // (N, in)
@@ -323,9 +334,10 @@ class LinearLayer : public DeviceLayer {
 };
 
 // y (N, Cout, Ho, Wo) = conv(x (N, Cin, H, W), W (Cout, Cin, k, k)) + b (Cout,)
-class ConvLayer : public DeviceLayer {
+class ConvLayer : public WeightBiasLayer {
  public:
-  ConvLayer(Staging& st, Conv2d& m, std::string name) : m_st(st), m_m(m), m_name(std::move(name)) {}
+  ConvLayer(Staging& st, Conv2d& m, std::string name)
+      : WeightBiasLayer(st, m.weight(), m.has_bias() ? &m.bias() : nullptr), m_m(m), m_name(std::move(name)) {}
 
   DeviceView forward(const DeviceView& x, Mode) override {
     if (x.shape.size() != 4 || x.shape[1] != m_m.in_channels())
@@ -374,12 +386,6 @@ class ConvLayer : public DeviceLayer {
     return dx;
   }
 
-  DeviceBuffer<float>* device_param(int p) override { return p == 0 ? &m_w : p == 1 && m_m.has_bias() ? &m_b : nullptr; }
-  void upload_params() override {
-    m_st.upload(m_w, m_m.weight().value.data);
-    if (m_m.has_bias()) m_st.upload(m_b, m_m.bias().value.data);
-  }
-
  private:
   CudnnConv2d& conv_for(const Conv2dShape& s) {
     std::unique_ptr<CudnnConv2d>& conv = m_convs[{s.n, s.h, s.w}];
@@ -387,12 +393,10 @@ class ConvLayer : public DeviceLayer {
     return *conv;
   }
 
-  Staging& m_st;
   Conv2d& m_m;
   std::string m_name;
   std::map<std::array<int, 3>, std::unique_ptr<CudnnConv2d>> m_convs;  // per input (N, H, W)
   CudnnConv2d* m_conv = nullptr;  // the last forward's (null: an empty batch)
-  DeviceBuffer<float> m_w, m_b;   // (Cout, Cin, k, k), (Cout,): the parameters (resident: executor.h)
   DeviceBuffer<float> m_y;        // (N, Cout, Ho, Wo)
   DeviceBuffer<float> m_grads;    // (Cout * Cin * k * k + Cout,)
   DeviceBuffer<float> m_dx;       // (N, Cin, H, W)
@@ -530,17 +534,6 @@ class MaxPoolLayer : public DeviceLayer {
   Shape m_in_shape;
 };
 
-// A module's kernels on the device's timeline; Flatten is a reshape and does no device work.
-const char* timeline_name(const std::string& kind) {
-  if (kind == "Linear") return "linear";
-  if (kind == "Conv2d") return "conv2d";
-  if (kind == "BatchNorm1d") return "batchnorm1d";
-  if (kind == "BatchNorm2d") return "batchnorm2d";
-  if (kind == "ReLU") return "relu";
-  if (kind == "MaxPool2d") return "max-pool";
-  return nullptr;
-}
-
 const char* const kSupported = "the GPU runs Flatten, Linear, Conv2d, BatchNorm1d, BatchNorm2d, ReLU and MaxPool2d(2)";
 
 std::unique_ptr<DeviceLayer> make_layer(Staging& st, Module& m, size_t index) {
@@ -570,7 +563,7 @@ class CudaExecutor final : public ModelExecutor {
       : m_ctx(options), m_st(m_ctx), m_spec(std::move(spec)), m_gpu_name(std::move(gpu_name)) {
     for (size_t i = 0; i < model.size(); ++i) {
       m_layers.push_back(make_layer(m_st, model.module(i), i));
-      m_ops.push_back(timeline_name(model.module(i).kind()));
+      m_ops.push_back(device_timeline_op(model.module(i).kind()));
     }
     m_layout = model.param_layout();  // Model::backward's walk
     m_params = model.params();

@@ -116,6 +116,11 @@ class ModelExecutor {
   }
 };
 
+// A module's kernels on a device's timeline (Event::op of its EventKind::Device spans): "linear",
+// "conv2d", "batchnorm1d", "batchnorm2d", "relu", "max-pool"; nullptr for Flatten (a reshape: no
+// device work) and for a kind no device runs. One list for every device backend.
+const char* device_timeline_op(const std::string& module_kind);
+
 // Builds the executor of `model` (already built, on the host) for rank `rank` on opt.device.
 // Throws DeviceError when the device cannot be used (no driver, no GPU, a build without the
 // backend), ConfigError for a model the device cannot run.

@@ -71,8 +71,17 @@ void sgd_dispatch(bool momentum, bool first, bool nesterov, float* w, const floa
 
 }  // namespace
 
+void sgd_apply(const SgdOptions& opt, bool first, float* w, const float* g, float* buf, int64_t n) {
+  const SgdCoeffs k = sgd_coeffs(opt.lr, opt.momentum, opt.dampening, opt.weight_decay);
+  const bool momentum = opt.momentum != 0.0;
+  // weight_decay == 0 skips the add entirely (as PyTorch does), so an inf weight stays inf.
+  if (opt.weight_decay != 0.0)
+    sgd_dispatch<true>(momentum, first, opt.nesterov, w, g, momentum ? buf : nullptr, n, k);
+  else
+    sgd_dispatch<false>(momentum, first, opt.nesterov, w, g, momentum ? buf : nullptr, n, k);
+}
+
 void Sgd::step() {
-  const SgdCoeffs k = sgd_coeffs(m_opt.lr, m_opt.momentum, m_opt.dampening, m_opt.weight_decay);
   const bool momentum = m_opt.momentum != 0.0;
   for (size_t i = 0; i < m_params.size(); ++i) {
     Param& p = *m_params[i];
@@ -80,16 +89,11 @@ void Sgd::step() {
     if (m_device && m_device->sgd_param(i, m_opt, m_first, m_buf[i]))
       continue;  // stepped where the parameter lives
     float* buf = momentum ? m_buf[i].ptr() : nullptr;
-    // weight_decay == 0 skips the add entirely (as PyTorch does), so an inf weight stays inf.
     // Elementwise: any split over the compute threads gives the same bits.
     const int64_t n = p.value.numel();
     parallel_for((n + kChunk - 1) / kChunk, [&](int64_t c0, int64_t c1, int) {
       const int64_t i0 = c0 * kChunk, len = std::min(n, c1 * kChunk) - i0;
-      float* b = buf ? buf + i0 : nullptr;
-      if (m_opt.weight_decay != 0.0)
-        sgd_dispatch<true>(momentum, m_first, m_opt.nesterov, p.value.ptr() + i0, p.grad.ptr() + i0, b, len, k);
-      else
-        sgd_dispatch<false>(momentum, m_first, m_opt.nesterov, p.value.ptr() + i0, p.grad.ptr() + i0, b, len, k);
+      sgd_apply(m_opt, m_first, p.value.ptr() + i0, p.grad.ptr() + i0, buf ? buf + i0 : nullptr, len);
     });
   }
   m_first = false;

@@ -1,6 +1,7 @@
 // Loss and optimizer with PyTorch's exact rules.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "module.h"
@@ -27,6 +28,12 @@ struct SgdOptions {
 // torch.optim.SGD. Per parameter p with gradient g:
 //   g = g + wd * p;  buf = g (first step) else buf = momentum * buf + (1 - dampening) * g;
 //   g = nesterov ? g + momentum * buf : buf;  p = p - lr * g
+// Sgd::step's update of one parameter's n contiguous values: w, g, buf (nullptr without momentum;
+// `first`: the parameter's first step, buf filled from g). The one place its arithmetic is chosen
+// (sgd_element of elementwise.h, specialized on the options), for the host and for any device
+// that steps with the CPU's ops.
+void sgd_apply(const SgdOptions& opt, bool first, float* w, const float* g, float* buf, int64_t n);
+
 class ModelExecutor;
 
 class Sgd {
