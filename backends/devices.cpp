@@ -1,6 +1,7 @@
 #include "devices.h"
 
 #include "errors.h"
+#include "sim/sim_executor.h"
 
 #ifdef DTLAB_HAVE_CUDA
 #include <dlfcn.h>
@@ -50,6 +51,7 @@ NewExecutor cuda_module(const std::string& device) {
 std::unique_ptr<ModelExecutor> make_executor(Model& model, const ComputeOptions& opt, int rank) {
   const DeviceSpec d = parse_device(opt.device);
   if (d.is_cpu()) throw Error("make_executor: the CPU runs the model's own modules, it has no executor");
+  if (d.kind == "sim") return std::make_unique<SimExecutor>(model, /*resident=*/true);
 #ifdef DTLAB_HAVE_CUDA
   return std::unique_ptr<ModelExecutor>(cuda_module(opt.device)(&model, &opt, rank));
 #else

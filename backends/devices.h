@@ -12,7 +12,8 @@
 
 namespace lab {
 
-// The executor of `model` for rank `rank` on opt.device (never "cpu": the CPU needs none).
+// The executor of `model` for rank `rank` on opt.device (never "cpu": the CPU needs none): the
+// simulated GPU (backends/sim) for "sim", in every build.
 // Throws DeviceError: a build without the GPU backend (naming why it was left out), no driver or
 // no GPU (the probe's reason), a device index the machine does not have.
 std::unique_ptr<ModelExecutor> make_executor(Model& model, const ComputeOptions& opt, int rank);

@@ -47,7 +47,8 @@ void add_mode_flags(CLI::App& app, lab::RunConfig& c) {
 void add_compute_flags(CLI::App& app, lab::ComputeOptions& o, bool has_comm) {
   app.add_option("--device", o.device,
                  "where the model computes: cpu (the reference), cuda or cuda:N (cuBLAS and cuDNN; needs a build "
-                 "with the GPU backend and a GPU)")
+                 "with the GPU backend and a GPU), or sim (a simulated GPU: the GPU's protocol, its copies, "
+                 "residency and timeline, with the CPU's ops; any machine)")
       ->capture_default_str();
   app.add_flag("--allow-tf32", o.allow_tf32,
                "--device cuda: allow TF32 in matrix products and convolutions (torch.backends.cuda.matmul.allow_tf32 "
@@ -278,7 +279,7 @@ void add_eval_flags(CLI::App& app, lab::EvalCommandOptions& o) {
                  "(accuracy, agreement, speedup)")
       ->capture_default_str();
   app.add_option("--threads", o.threads, "compute threads (0: one per core)")->capture_default_str();
-  app.add_option("--device", o.compute.device, "where the forwards run: cpu, cuda or cuda:N (float32)")
+  app.add_option("--device", o.compute.device, "where the forwards run: cpu, cuda, cuda:N or sim (float32)")
       ->capture_default_str();
   app.add_option("--json", o.json_out, "also write every figure (and every sample's prediction) as JSON");
 }

@@ -1,10 +1,11 @@
 // --device: parsing and validation, the clear error where there is no GPU (or no GPU backend), and
-// the device seam itself (lab/nn/executor.h). The seam is tested on the CPU with StagedCpuExecutor,
-// an executor that follows the host-staged protocol exactly as the GPU's does (parameters copied
-// to its own "device" modules at every forward, BatchNorm split at its statistics and gradient
-// sums, gradients copied back and added, on_param_ready in Model::backward's order) but computes
-// with the CPU's ops: a whole lab::Run through it must give the CPU run's bits. The GPU's executor
-// is tested against the CPU on a GPU (tests/gpu).
+// the device seam itself (lab/nn/executor.h). The seam is tested on the CPU with the simulated GPU
+// (--device sim, backends/sim), an executor that follows the GPU's protocols exactly as the GPU's
+// does (host-staged: parameters copied to its own "device" modules at every forward, BatchNorm split
+// at its statistics and gradient sums, gradients copied back and added, on_param_ready in
+// Model::backward's order; resident: parameters and momentum stepped on the device, the host's
+// copies poisoned mirrors) but computes with the CPU's ops: a whole lab::Run through it must give the
+// CPU run's bits. The GPU's executor is tested against the CPU on a GPU (tests/gpu).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <sstream>
 
 #include "backends.h"
 #include "batchnorm.h"
@@ -23,13 +25,13 @@
 #include "run.h"
 #include "run_data.h"
 #include "safetensors.h"
-#include "staged_executor.h"
+#include "sim_backend.h"
 #include "test_util.h"
 
 namespace {
 
-using testutil::g_executors;
-using testutil::StagedBackend;
+using testutil::g_sim;
+using testutil::SimBackend;
 
 bool no_gpu_here() {
   const std::vector<std::string> r = lab::gpu_backend_report();
@@ -40,11 +42,13 @@ bool no_gpu_here() {
 
 // ---- parsing and validation ----
 
-TEST(Device, ParsesCpuCudaAndCudaN) {
+TEST(Device, ParsesCpuCudaCudaNAndSim) {
   EXPECT_TRUE(lab::parse_device("cpu").is_cpu());
   EXPECT_EQ(lab::parse_device("cuda").str(), "cuda:0");
   EXPECT_EQ(lab::parse_device("cuda:3").index, 3);
-  for (const char* bad : {"gpu", "cuda:", "cuda:x", "cuda0", "CUDA", "cuda:-1", "cuda:99999", ""}) {
+  EXPECT_EQ(lab::parse_device("sim").str(), "sim");
+  EXPECT_FALSE(lab::parse_device("sim").is_cuda());
+  for (const char* bad : {"gpu", "cuda:", "cuda:x", "cuda0", "CUDA", "cuda:-1", "cuda:99999", "", "sim:0", "SIM"}) {
     try {
       lab::parse_device(bad);
       ADD_FAILURE() << bad << " was accepted";
@@ -132,6 +136,11 @@ TEST(DeviceCli, NcclSettingsAreCheckedBeforeAnyGpuIsAsked) {
                             "ranks 0 and 1 would both run on cuda:0, and NCCL refuses two ranks on one GPU"},
                        Case{"--device cuda --world-size 2 --rank-devices 0", "--rank-devices gives 1 GPUs for 2 ranks"},
                        Case{"--rank-devices 0", "--rank-devices places ranks on GPUs"},
+                       Case{"--comm nccl --device sim", "it needs --device cuda (got --device sim)"},
+                       Case{"--device sim --rank-devices 0", "it has no effect with --device sim"},
+                       Case{"--device sim --allow-tf32", "--allow-tf32 applies to GPU computation (cuBLAS, cuDNN): it has "
+                                                         "no effect with --device sim"},
+                       Case{"--device sim --nondeterministic", "not with --device sim"},
                        Case{"--allreduce nccl", "--allreduce nccl needs --comm nccl"}}) {
     const testutil::CliResult r = testutil::run_cli(std::string("run --steps 1 ") + k.args);
     EXPECT_EQ(r.exit_code, lab::kExitUsage) << k.args << ": " << r.out;
@@ -169,6 +178,52 @@ TEST(DeviceCli, CudaWithoutAGpuFailsAtOnceWithItsExitCode) {
   EXPECT_EQ(e.out.find("accuracy"), std::string::npos) << "fails before any figure: " << e.out;
   const testutil::CliResult a = testutil::run_cli("eval --run " + run + " --device cuda --autocast bf16");
   EXPECT_EQ(a.exit_code, lab::kExitUsage) << a.out;
+}
+
+// --device sim through the dtlab executable (backends/devices.h's factory, the resident protocol):
+// the mlp trains to the CPU's bits, the summary names the device and counts its copies, eval and
+// bench train run on it too.
+TEST(DeviceCli, SimTrainsToTheCpusBitsAndSaysWhatItCopied) {
+  DTLAB_REQUIRE_DATASET();
+  testutil::TempDir d;
+  const std::string common = "run --model mlp --world-size 2 --bn sync --batch-size 16 --steps 4 --limit-train 256 "
+                             "--limit-test 64 --checkpoint-every 2 --out ";
+  ASSERT_EQ(testutil::run_cli(common + d.file("cpu")).exit_code, 0);
+  const testutil::CliResult r = testutil::run_cli(common + d.file("sim") + " --device sim");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(testutil::read_file(d.file("cpu") + "/final.safetensors"), testutil::read_file(d.file("sim") + "/final.safetensors"));
+  const nlohmann::json s = nlohmann::json::parse(testutil::read_file(d.file("sim") + "/summary.json"));
+  EXPECT_EQ(s["device"]["device"], "sim") << s["device"].dump();
+  EXPECT_EQ(s["device"]["rank0"]["resident"], true) << s["device"].dump();
+  // six Linear parameters stepped on the device at each of the 4 steps
+  EXPECT_EQ(s["device"]["rank0"]["protocol"]["device_steps"], 24) << s["device"].dump();
+  EXPECT_GT(s["device"]["staging"]["device_to_host_bytes"].get<uint64_t>(), 0u) << s["device"].dump();
+  // resumed from its checkpoint before step 2 (the momentum buffers read back from the device's
+  // mirrors, then taken up again): still the CPU's bits
+  ASSERT_TRUE(std::filesystem::exists(d.file("sim") + "/checkpoints/step-00000002"));
+  const testutil::CliResult re = testutil::run_cli("run --resume " + d.file("sim") + " --out " + d.file("resumed"));
+  ASSERT_EQ(re.exit_code, 0) << re.out;
+  EXPECT_EQ(testutil::read_file(d.file("cpu") + "/final.safetensors"), testutil::read_file(d.file("resumed") + "/final.safetensors"));
+  EXPECT_EQ(nlohmann::json::parse(testutil::read_file(d.file("resumed") + "/summary.json"))["device"]["device"], "sim");
+
+  const testutil::CliResult e = testutil::run_cli("eval --run " + d.file("sim") + " --device sim");
+  EXPECT_EQ(e.exit_code, 0) << e.out;
+  const testutil::CliResult c = testutil::run_cli("eval --run " + d.file("sim"));
+  EXPECT_EQ(c.exit_code, 0) << c.out;
+  EXPECT_NE(e.out.find("accuracy"), std::string::npos) << e.out;
+  // the same figures on the simulated device as on the CPU: the same ops (the speed apart)
+  const auto figures = [](const std::string& out) {
+    std::string kept;
+    std::istringstream in(out);
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind("accuracy", 0) == 0) kept += line.substr(0, line.find(" |")) + "\n";
+      else if (line.rfind("  test sample", 0) == 0) kept += line + "\n";
+    return kept;
+  };
+  EXPECT_NE(figures(e.out).find("test sample 2"), std::string::npos) << e.out;
+  EXPECT_EQ(figures(e.out), figures(c.out)) << e.out << "\n---\n" << c.out;
+  const testutil::CliResult b = testutil::run_cli("bench train --model mlp --device sim --rounds 1 --seconds 0.01");
+  EXPECT_EQ(b.exit_code, 0) << b.out;
 }
 
 TEST(DeviceCli, BadDeviceAndCpuWithGpuSwitchesAreUsageErrors) {
@@ -212,14 +267,14 @@ TEST(DeviceSeam, RunThroughAStagedExecutorEqualsTheCpuRun) {
     c.eval_samples = 64;
     lab::Run(c, lab::make_world).run();
 
-    StagedBackend backend;
+    SimBackend backend;
     lab::RunConfig d = c;
     d.out_dir = dev_dir.path();
-    d.compute.device = "cuda";
+    d.compute.device = "sim";
     lab::Run run(d, lab::make_world);
     run.run();
     // two replicas, the periodic-evaluation copy, the final train-mode evaluation's copy
-    EXPECT_EQ(g_executors, 4) << what;
+    EXPECT_EQ(g_sim.size(), 4u) << what;
     const nlohmann::json s = nlohmann::json::parse(testutil::read_file(dev_dir.file("summary.json")));
     const nlohmann::json cs = nlohmann::json::parse(testutil::read_file(cpu_dir.file("summary.json")));
     if (std::string(k.model) == "mlp") {  // every layer is the CPU's own: the same bits
@@ -255,19 +310,25 @@ TEST(DeviceSeam, RunThroughAStagedExecutorEqualsTheCpuRun) {
       }
       EXPECT_NEAR(s["test_eval_mode"]["loss"].get<double>(), cs["test_eval_mode"]["loss"].get<double>(), 1e-5) << what;
     }
-    EXPECT_EQ(s["device"]["name"], "staged-cpu (test)") << what;
+    const std::string sim_name = "sim (a simulated GPU)";
+    EXPECT_EQ(s["device"]["name"], sim_name) << what;
     EXPECT_GT(s["device"]["staging"]["host_to_device_bytes"].get<uint64_t>(), 0u) << what;
     EXPECT_EQ(cs["device"]["device"], "cpu") << what;
-    EXPECT_NE(testutil::read_file(dev_dir.file("config.toml")).find("device = \"cuda\""), std::string::npos) << what;
+    EXPECT_NE(testutil::read_file(dev_dir.file("config.toml")).find("device = \"sim\""), std::string::npos) << what;
     // the app shows which device computed and what cuDNN chose (the controls panel's "device")
     const viz::RunData v = viz::load_run_dir(dev_dir.path());
-    EXPECT_EQ(v.cfg.compute.device, "cuda") << what;
-    EXPECT_EQ(v.summary.device_name, "staged-cpu (test)") << what;
+    EXPECT_EQ(v.cfg.compute.device, "sim") << what;
+    EXPECT_EQ(v.summary.device_name, sim_name) << what;
     EXPECT_EQ(v.summary.staged_bytes, s["device"]["staging"]["host_to_device_bytes"].get<uint64_t>() +
                                           s["device"]["staging"]["device_to_host_bytes"].get<uint64_t>())
         << what;
-    EXPECT_EQ(v.summary.conv_algorithms, std::vector<std::string>{"forward conv k3 p1: im2col + sgemm (the only one, FMA)"})
-        << what;
+    // the cnn's two convolutions, each pass: the CPU's im2col + sgemm
+    if (std::string(k.model) == "cnn") {
+      ASSERT_EQ(v.summary.conv_algorithms.size(), 6u) << what;
+      EXPECT_EQ(v.summary.conv_algorithms[0], "forward conv k3 p1: im2col + sgemm (the CPU's, FMA)") << what;
+    } else {
+      EXPECT_TRUE(v.summary.conv_algorithms.empty()) << what;
+    }
     EXPECT_TRUE(viz::load_run_dir(cpu_dir.path()).summary.device_name.empty()) << what;
 
     // The device's own timeline (EventKind::Device, trace.json's "device" track): every layer's
@@ -287,25 +348,32 @@ TEST(DeviceSeam, RunThroughAStagedExecutorEqualsTheCpuRun) {
             return e.kind == lab::EventKind::Compute && e.phase == phase && e.train_step == step;
           });
           ASSERT_NE(host, log.end()) << what << " rank " << r << " step " << step;
-          int layers = 0, linear = 0;
+          int layers = 0, linear = 0, copies = 0;
           for (const lab::Event& e : log) {
             if (e.kind != lab::EventKind::Device || e.train_step != step || e.phase != phase) continue;
+            EXPECT_GE(e.t_start, host->t_start) << what << " " << e.op << " " << e.tag;
+            EXPECT_LE(e.t_end, host->t_end) << what << " " << e.op << " " << e.tag;
+            if (std::string(e.what) == "copy") {  // the input or dlogits up, the logits or a gradient down
+              ++copies;
+              EXPECT_GT(e.bytes, 0u) << what << " " << e.op;
+              continue;
+            }
             ++layers;
             linear += std::string(e.op) == "linear";
             EXPECT_EQ(e.rank, r);
             EXPECT_STREQ(e.what, "kernels");
-            EXPECT_GE(e.t_start, host->t_start) << what << " " << e.op << " " << e.tag;
-            EXPECT_LE(e.t_end, host->t_end) << what << " " << e.op << " " << e.tag;
           }
           lab::ModelOptions mo;
           mo.name = k.model;
           const std::unique_ptr<lab::Model> m = lab::build_model(mo, 0);
-          const int want = phase == lab::Phase::Forward ? static_cast<int>(m->size())
-                                                        : static_cast<int>(m->size() - m->param_layout().first_with_params);
+          int want = 0;  // every module that does device work (Flatten, a reshape, does none)
+          for (size_t i = phase == lab::Phase::Forward ? 0 : m->param_layout().first_with_params; i < m->size(); ++i)
+            want += lab::device_timeline_op(m->module(i).kind()) != nullptr;
           EXPECT_EQ(layers, want) << what << " rank " << r << " step " << step << " " << lab::phase_name(phase);
           int want_linear = 0;
           for (size_t i = 0; i < m->size(); ++i) want_linear += m->module(i).kind() == "Linear";
           EXPECT_EQ(linear, want_linear) << what;
+          EXPECT_GE(copies, 2) << what << " rank " << r << " step " << step << " " << lab::phase_name(phase);
         }
     }
   }
@@ -385,10 +453,10 @@ TEST(DeviceResidency, ParametersOnTheDeviceGiveTheCpuRunsBits) {
     k.set(c);
     lab::Run(c, lab::make_world).run();
 
-    StagedBackend backend(/*resident=*/true);
+    SimBackend backend(/*resident=*/true);
     lab::RunConfig d = c;
     d.out_dir = dev_dir.path();
-    d.compute.device = "cuda";
+    d.compute.device = "sim";
     lab::Run run(d, lab::make_world);  // alive below: its models own the executors
     run.run();
     expect_same_files(cpu_dir.path(), dev_dir.path(), k.name);
@@ -396,16 +464,16 @@ TEST(DeviceResidency, ParametersOnTheDeviceGiveTheCpuRunsBits) {
     const nlohmann::json s = nlohmann::json::parse(testutil::read_file(dev_dir.file("summary.json")));
     const int64_t steps = s["steps"].get<int64_t>();
     int stepped = 0;
-    for (const testutil::StagedCpuExecutor* e : testutil::g_staged)
-      if (e) stepped += e->device_steps;
+    for (const testutil::TrackedSim* e : g_sim)
+      if (e) stepped += e->counters().device_steps;
     // the mlp's three Linear layers: six parameters stepped on the device per optimizer step
     const int64_t per_step = 6;
     if (std::string(k.name).rfind("ddp", 0) == 0 && c.no_sync_steps == 0) {
       EXPECT_EQ(stepped, 2 * steps * per_step) << k.name;
-      // taken up once, after DDP's initial broadcast; never again: the device is the parameters' home
+      // the six taken up once, after DDP's initial broadcast; never again: the device is their home
       for (size_t r = 0; r < 2; ++r) {
-        ASSERT_NE(testutil::g_staged[r], nullptr);
-        EXPECT_EQ(testutil::g_staged[r]->params_uploaded, 10) << k.name << " rank " << r;
+        ASSERT_NE(g_sim[r], nullptr);
+        EXPECT_EQ(g_sim[r]->counters().params_uploaded, 6) << k.name << " rank " << r;
       }
     } else if (c.mode == "async") {
       EXPECT_EQ(stepped, 0) << k.name;  // the server steps (on the host); a worker only computes gradients

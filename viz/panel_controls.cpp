@@ -424,10 +424,15 @@ void draw_controls_panel(const RunData& d, ControlsState& st, bool compare_bn, d
     note_item("button", "Train these settings live");
   }
   if (d.cfg.compute.device != "cpu") {
+    const bool sim = d.cfg.compute.device == "sim";
     std::string why = "--device " + d.cfg.compute.device +
-                      ": every rank's forward and backward ran on the GPU (cuBLAS, cuDNN, the lab's kernels), "
-                      "host-staged: parameters up and gradients down every step";
-    if (d.summary.staged_bytes > 0) why += fmt(", %.1f MB in all", static_cast<double>(d.summary.staged_bytes) / 1e6);
+                      (sim ? ": a simulated GPU: the GPU's protocol with the CPU's ops, so its times say nothing about "
+                             "a GPU's; what it copied is what a GPU copies"
+                           : ": every rank's forward and backward ran on the GPU (cuBLAS, cuDNN, the lab's kernels)") +
+                      ". The Linear and Conv2d parameters and their momentum live on the device and its optimizer "
+                      "steps them; the gradients go down to the host for the collectives and, reduced, back up";
+    if (d.summary.staged_bytes > 0)
+      why += fmt(" (%.1f MB copied in all, see the timeline's device band)", static_cast<double>(d.summary.staged_bytes) / 1e6);
     why += ".";
     for (const std::string& a : d.summary.conv_algorithms) why += "\n" + a;
     labeled_value("device", d.summary.device_name.empty() ? d.cfg.compute.device : d.summary.device_name, why);

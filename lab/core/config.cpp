@@ -95,8 +95,9 @@ void validate_values(const RunConfig& c) {
   if (c.allreduce == "nccl" && c.comm != "nccl")
     throw ConfigError("--allreduce nccl needs --comm nccl (NCCL's own allreduce)");
   if (c.comm == "nccl") {
-    if (parse_device(c.compute.device).is_cpu())
-      throw ConfigError("--comm nccl: NCCL moves GPU memory between GPUs: it needs --device cuda",
+    if (!parse_device(c.compute.device).is_cuda())
+      throw ConfigError("--comm nccl: NCCL moves GPU memory between GPUs: it needs --device cuda (got --device " +
+                            c.compute.device + ")",
                         "add --device cuda, or use --comm threads for emulated ranks on the CPU");
   }
   if (c.epochs < 1 && c.steps <= 0)

@@ -9,6 +9,10 @@ namespace lab {
 DeviceSpec parse_device(const std::string& text, const std::string& flag) {
   DeviceSpec d;
   if (text == "cpu") return d;
+  if (text == "sim") {
+    d.kind = "sim";
+    return d;
+  }
   const std::string cuda = "cuda";
   if (text.compare(0, cuda.size(), cuda) == 0) {
     d.kind = cuda;
@@ -21,7 +25,8 @@ DeviceSpec parse_device(const std::string& text, const std::string& flag) {
       return d;
     }
   }
-  throw ConfigError(flag + " '" + text + "': expected cpu, cuda or cuda:N (N: the GPU's index, e.g. cuda:0)");
+  throw ConfigError(flag + " '" + text + "': expected cpu, cuda, cuda:N (N: the GPU's index, e.g. cuda:0) or sim "
+                    "(a simulated GPU: the GPU's protocol with the CPU's ops)");
 }
 
 std::vector<int> rank_device_map(const ComputeOptions& opt, int world_size, const std::string& comm) {
@@ -61,15 +66,16 @@ void validate_compute_options(const ComputeOptions& opt) {
   const DeviceSpec d = parse_device(opt.device);
   for (int g : opt.rank_devices)
     if (g < 0 || g > 9999) throw ConfigError("--rank-devices: GPU index " + std::to_string(g) + " is not a GPU index");
-  if (d.is_cpu() && !opt.rank_devices.empty())
-    throw ConfigError("--rank-devices places ranks on GPUs: it has no effect with --device cpu", "add --device cuda");
-  if (!d.is_cpu()) return;
+  if (!d.is_cuda() && !opt.rank_devices.empty())
+    throw ConfigError("--rank-devices places ranks on GPUs: it has no effect with --device " + d.kind,
+                      "add --device cuda");
+  if (d.is_cuda()) return;
   const char* flag = opt.allow_tf32 ? "--allow-tf32"
                      : opt.cudnn_benchmark ? "--cudnn-benchmark"
                      : opt.cudnn_deterministic ? "--cudnn-deterministic"
                                                : nullptr;
   if (flag)
-    throw ConfigError(std::string(flag) + " applies to GPU computation (cuBLAS, cuDNN): it has no effect with --device cpu",
+    throw ConfigError(std::string(flag) + " applies to GPU computation (cuBLAS, cuDNN): it has no effect with --device " + d.kind,
                       "add --device cuda, or leave the flag out");
 }
 

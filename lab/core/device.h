@@ -9,7 +9,7 @@
 namespace lab {
 
 struct ComputeOptions {
-  std::string device = "cpu";        // "cpu" | "cuda" | "cuda:N"
+  std::string device = "cpu";        // "cpu" | "cuda" | "cuda:N" | "sim"
   bool allow_tf32 = false;           // torch.backends.cuda.matmul.allow_tf32 and cudnn.allow_tf32
   bool cudnn_benchmark = false;      // torch.backends.cudnn.benchmark
   bool cudnn_deterministic = false;  // torch.backends.cudnn.deterministic
@@ -20,14 +20,18 @@ struct ComputeOptions {
   std::vector<int> rank_nodes;
 };
 
+// sim: a simulated GPU (backends/sim): the GPU executor's protocol with the CPU's ops, one device
+// that every rank of the run shares.
 struct DeviceSpec {
-  std::string kind = "cpu";  // "cpu" | "cuda"
+  std::string kind = "cpu";  // "cpu" | "cuda" | "sim"
   int index = 0;             // cuda:N
   bool is_cpu() const { return kind == "cpu"; }
-  std::string str() const { return is_cpu() ? "cpu" : kind + ":" + std::to_string(index); }
+  bool is_cuda() const { return kind == "cuda"; }
+  std::string str() const { return is_cpu() || kind == "sim" ? kind : kind + ":" + std::to_string(index); }
 };
 
-// "cpu", "cuda" (= cuda:0) or "cuda:N". Throws ConfigError naming `flag` and the value otherwise.
+// "cpu", "cuda" (= cuda:0), "cuda:N" or "sim". Throws ConfigError naming `flag` and the value
+// otherwise.
 DeviceSpec parse_device(const std::string& text, const std::string& flag = "--device");
 
 // The GPU index of each of world_size ranks: --rank-devices when given (one per rank, else a
@@ -42,8 +46,8 @@ std::vector<int> rank_device_map(const ComputeOptions& opt, int world_size, cons
 // nodes: ComputeOptions::rank_nodes (empty: all ranks on one machine).
 void check_one_rank_per_gpu(const std::vector<int>& map, const std::vector<int>& nodes = {});
 
-// Checks the switches against the device: the cuDNN and TF32 switches mean nothing on the CPU, so
-// asking for them there is refused (ConfigError naming the flag), as is a malformed device.
+// Checks the switches against the device: the cuDNN and TF32 switches mean nothing on the CPU or
+// the simulated GPU, so asking for them there is refused (ConfigError naming the flag), as is a malformed device.
 void validate_compute_options(const ComputeOptions& opt);
 
 }  // namespace lab

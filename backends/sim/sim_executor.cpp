@@ -1,0 +1,310 @@
+#include "sim_executor.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <limits>
+
+#include <nlohmann/json.hpp>
+
+#include "batchnorm.h"
+#include "conv2d.h"
+#include "elementwise.h"
+#include "errors.h"
+#include "flatten.h"
+#include "linear.h"
+#include "maxpool2d.h"
+#include "optim.h"
+#include "relu.h"
+
+namespace lab {
+
+namespace {
+
+const char* const kSupported = "the simulated GPU runs what the GPU runs: Flatten, Linear, Conv2d, BatchNorm1d, "
+                               "BatchNorm2d, ReLU and MaxPool2d";
+
+// The device's copy of host module m (nullptr where the device keeps nothing of its own: BatchNorm,
+// whose host half finishes each step, and Flatten, a reshape).
+std::unique_ptr<Module> device_copy(Module& m, size_t index) {
+  const std::string kind = m.kind();
+  if (kind == "Flatten") return std::make_unique<Flatten>();
+  if (kind == "BatchNorm1d" || kind == "BatchNorm2d") {
+    if (!dynamic_cast<BatchNorm*>(&m)) throw Error("module " + std::to_string(index) + ": a " + kind + " that is not lab::BatchNorm");
+    return nullptr;
+  }
+  if (kind == "Linear") {
+    const auto& l = dynamic_cast<Linear&>(m);
+    return std::make_unique<Linear>(l.in_features(), l.out_features(), l.has_bias());
+  }
+  if (kind == "Conv2d") {
+    const auto& c = dynamic_cast<Conv2d&>(m);
+    return std::make_unique<Conv2d>(c.in_channels(), c.out_channels(), c.kernel_size(), c.padding(), c.has_bias());
+  }
+  if (kind == "ReLU") return std::make_unique<ReLU>();
+  if (kind == "MaxPool2d") return std::make_unique<MaxPool2d>(dynamic_cast<MaxPool2d&>(m).kernel_size());
+  throw ConfigError("--device sim cannot run module " + std::to_string(index) + " (" + m.describe() + "): the GPU executor has no " +
+                        kind + " layer",
+                    std::string(kSupported) + "; run this model with --device cpu");
+}
+
+int64_t inner_of(const Tensor& x) {
+  int64_t inner = 1;
+  for (int d = 2; d < x.ndim(); ++d) inner *= x.dim(d);
+  return inner;
+}
+
+void poison(Tensor& t) { std::fill(t.data.begin(), t.data.end(), std::numeric_limits<float>::quiet_NaN()); }
+
+uint64_t bytes_of(const Tensor& t) { return static_cast<uint64_t>(t.numel()) * sizeof(float); }
+
+}  // namespace
+
+SimExecutor::SimExecutor(Model& host, bool resident) : m_resident(resident), m_host(host) {
+  const size_t n = host.size();
+  for (size_t i = 0; i < n; ++i) {
+    m_dev.push_back(device_copy(host.module(i), i));
+    m_ops.push_back(device_timeline_op(host.module(i).kind()));
+  }
+  m_layout = host.param_layout();
+  m_params = host.params();
+  for (size_t i = 0; i < n; ++i) {
+    const std::vector<Param*> dp = m_dev[i] ? m_dev[i]->params() : std::vector<Param*>{};
+    for (int p = 0; p < m_layout.count[i]; ++p)
+    {
+      m_dev_params.push_back(dp.empty() ? nullptr : dp.at(static_cast<size_t>(p)));
+      m_owner.push_back(i);
+    }
+  }
+  m_in.resize(n);
+  m_out.resize(n);
+  m_grad.resize(n);
+  m_momentum.resize(m_params.size());
+  m_mirror.assign(m_params.size(), nullptr);
+  m_momentum_stale.assign(m_params.size(), 0);
+}
+
+void SimExecutor::span(Phase phase, const char* op, size_t module, double t0) {
+  Event e;
+  e.kind = EventKind::Device;
+  e.phase = phase;
+  e.op = op;
+  e.what = "kernels";
+  e.tag = static_cast<int32_t>(module);
+  e.t_start = t0;
+  e.t_end = now_seconds();
+  m_spans.push_back(e);
+}
+
+void SimExecutor::copied(bool to_host, uint64_t bytes, double t0) {
+  (to_host ? m_traffic.device_to_host_bytes : m_traffic.host_to_device_bytes) += bytes;
+  Event e;
+  e.kind = EventKind::Device;
+  e.phase = m_phase;
+  e.op = to_host ? "copy to host" : "copy to device";
+  e.what = "copy";
+  e.bytes = bytes;
+  e.t_start = t0;
+  e.t_end = now_seconds();
+  m_spans.push_back(e);
+}
+
+void SimExecutor::take_device_events(std::vector<Event>& out) {
+  out.insert(out.end(), m_spans.begin(), m_spans.end());
+  m_spans.clear();
+}
+
+void SimExecutor::upload_params() {
+  for (size_t i = 0; i < m_params.size(); ++i) {
+    if (!m_dev_params[i]) continue;
+    const double t0 = now_seconds();
+    m_dev_params[i]->value.data = m_params[i]->value.data;
+    m_dev_params[i]->value.shape = m_params[i]->value.shape;
+    copied(false, bytes_of(m_params[i]->value), t0);
+    ++m_count.params_uploaded;
+  }
+  m_device_params_stale = false;
+}
+
+const Tensor& SimExecutor::forward(const Tensor& x, Mode mode) {
+  ++m_count.forwards;
+  // Spans wait to be taken after the run's compute phase; an executor whose run never asks (the
+  // evaluation copy's) drops them before they pile up, as the GPU's does.
+  if (m_spans.size() > 4096) m_spans.clear();
+  // Until its optimizer steps here, the host's parameters are the state: taken up every time.
+  m_phase = mode == Mode::Train ? Phase::Forward : Phase::Eval;
+  if (!m_resident || !m_stepping || m_device_params_stale) upload_params();
+  const double tx = now_seconds();
+  m_x = x;
+  copied(false, bytes_of(x), tx);
+  const Phase phase = m_phase;
+  const Tensor* in = &m_x;
+  for (size_t i = 0; i < m_host.size(); ++i) {
+    const double t0 = now_seconds();
+    m_in[i] = *in;
+    if (auto* bn = dynamic_cast<BatchNorm*>(&m_host.module(i))) {
+      bn->check_input(in->shape);
+      std::vector<float> mean, var_sum;
+      if (bn->uses_batch_stats(mode)) bn->local_stats(*in, mean, var_sum);  // on the device; to the host
+      copied(true, (mean.size() + var_sum.size()) * sizeof(float), now_seconds());
+      bn->prepare_from_local_stats(in->shape, mode, std::move(mean), std::move(var_sum));  // the host's half
+      copied(false, (bn->alpha().size() + bn->beta().size()) * sizeof(float), now_seconds());
+      Tensor& y = m_out[i];
+      y.resize(in->shape);
+      const int64_t c = in->dim(1), inner = inner_of(*in);
+      for (int64_t e = 0; e < in->numel(); ++e) {
+        const int64_t ch = (e / inner) % c;
+        y.data[e] = bn_affine(in->data[e], bn->alpha()[ch], bn->beta()[ch]);
+      }
+    } else {
+      m_dev[i]->forward(*in, m_out[i], mode);
+    }
+    if (m_ops[i]) span(phase, m_ops[i], i, t0);
+    in = &m_out[i];
+  }
+  const double tl = now_seconds();
+  m_logits = *in;
+  copied(true, bytes_of(m_logits), tl);
+  return m_logits;
+}
+
+void SimExecutor::backward(const Tensor& dlogits, const std::function<void(int)>& on_param_ready) {
+  m_phase = Phase::Backward;
+  const double td = now_seconds();
+  m_dlogits = dlogits;
+  copied(false, bytes_of(dlogits), td);
+  const size_t count = m_host.size();
+  for (size_t i = count; i-- > m_layout.first_with_params;) {
+    const double t0 = now_seconds();
+    const Tensor& dy = i + 1 == count ? m_dlogits : m_grad[i];
+    Tensor* dx = i > m_layout.first_with_params ? &m_grad[i - 1] : nullptr;
+    if (auto* bn = dynamic_cast<BatchNorm*>(&m_host.module(i))) {
+      std::vector<double> sum_dy, sum_dy_xmu;
+      bn->grad_sums(dy, m_in[i], sum_dy, sum_dy_xmu);  // on the device; to the host
+      copied(true, (sum_dy.size() + sum_dy_xmu.size()) * sizeof(float), now_seconds());
+      const BatchNorm::InputGradCoefficients* k = bn->finish_backward(sum_dy, sum_dy_xmu, dx != nullptr);  // adds the host's grads
+      if (dx) {
+        copied(false, k->grad_mean.size() * 3 * sizeof(float), now_seconds());
+        const Tensor& x = m_in[i];
+        dx->resize(x.shape);
+        const int64_t c = x.dim(1), inner = inner_of(x);
+        for (int64_t e = 0; e < x.numel(); ++e) {
+          const int64_t ch = (e / inner) % c;
+          dx->data[e] = bn_input_grad(dy.data[e], x.data[e], k->grad_mean[ch], bn->mean()[ch], k->k[ch], k->scale[ch]);
+        }
+      }
+    } else {
+      Module& dev = *m_dev[i];
+      for (Param* p : dev.params()) p->grad.zero();
+      dev.backward(dy, dx);
+      // the gradients stay on the host (the collectives read them): downloaded and added
+      const std::vector<Param*> hp = m_host.module(i).params(), dp = dev.params();
+      for (size_t p = 0; p < hp.size(); ++p) {
+        const double tg = now_seconds();
+        float* h = hp[p]->grad.ptr();
+        const float* d = dp[p]->grad.ptr();
+        for (int64_t e = 0; e < hp[p]->grad.numel(); ++e) h[e] += d[e];
+        copied(true, bytes_of(dp[p]->grad), tg);
+      }
+    }
+    if (m_ops[i]) span(Phase::Backward, m_ops[i], i, t0);
+    if (on_param_ready)
+      for (int p = m_layout.count[i] - 1; p >= 0; --p) on_param_ready(m_layout.first[i] + p);
+  }
+}
+
+void SimExecutor::to_host(unsigned sets) {
+  if (!m_resident) return;
+  if ((sets & kStateParams) && m_host_params_stale) {
+    for (size_t i = 0; i < m_params.size(); ++i)
+      if (m_dev_params[i] && m_stepping) {
+        const double t0 = now_seconds();
+        m_params[i]->value.data = m_dev_params[i]->value.data;
+        copied(true, bytes_of(m_params[i]->value), t0);
+        ++m_count.params_to_host;
+      }
+    m_host_params_stale = false;
+  }
+  if ((sets & kStateMomentum) && m_host_momentum_stale) {
+    for (size_t i = 0; i < m_params.size(); ++i)
+      if (m_mirror[i] && m_momentum[i].numel() > 0) {
+        const double t0 = now_seconds();
+        m_mirror[i]->data = m_momentum[i].data;
+        copied(true, bytes_of(m_momentum[i]), t0);
+      }
+    m_host_momentum_stale = false;
+  }
+}
+
+void SimExecutor::host_changed(unsigned sets) {
+  if (!m_resident) return;
+  if (sets & kStateParams) {
+    m_device_params_stale = true;
+    m_host_params_stale = false;
+  }
+  if (sets & kStateMomentum) {
+    std::fill(m_momentum_stale.begin(), m_momentum_stale.end(), 1);
+    m_host_momentum_stale = false;
+  }
+}
+
+bool SimExecutor::sgd_param(size_t index, const SgdOptions& opt, bool first, Tensor& host_buffer) {
+  if (!m_resident || !m_dev_params[index]) return false;
+  m_phase = Phase::OptimizerStep;
+  if (m_device_params_stale) upload_params();  // the host wrote them after the last forward: its values first
+  const double t0 = now_seconds();
+  m_stepping = true;
+  Param& d = *m_dev_params[index];
+  const Tensor& g = m_params[index]->grad;  // the host's gradient (averaged, accumulated), taken up
+  copied(false, bytes_of(g), now_seconds());
+  float* buf = nullptr;
+  if (opt.momentum != 0.0) {
+    Tensor& b = m_momentum[index];
+    if (b.numel() != d.value.numel()) b.resize(d.value.shape);
+    if (m_momentum_stale[index] && !first) {  // restored from a checkpoint
+      const double tb = now_seconds();
+      b.data = host_buffer.data;
+      copied(false, bytes_of(b), tb);
+    }
+    m_momentum_stale[index] = 0;
+    buf = b.ptr();
+    // the host's buffer is the device's mirror from now on: poisoned until to_host
+    host_buffer.resize(d.value.shape);
+    poison(host_buffer);
+    m_mirror[index] = &host_buffer;
+    m_host_momentum_stale = true;
+  }
+  sgd_apply(opt, first, d.value.ptr(), g.ptr(), buf, d.value.numel());
+  poison(m_params[index]->value);  // a mirror the device has moved past
+  m_host_params_stale = true;
+  ++m_count.device_steps;
+  span(Phase::OptimizerStep, "sgd", m_owner[index], t0);
+  return true;
+}
+
+std::string SimExecutor::report_json() const {
+  nlohmann::json algos = nlohmann::json::array();
+  for (size_t i = 0; i < m_host.size(); ++i) {
+    const auto* c = dynamic_cast<const Conv2d*>(m_dev[i].get());
+    if (!c) continue;
+    const std::string layer = "conv k" + std::to_string(c->kernel_size()) + " p" + std::to_string(c->padding());
+    for (const char* pass : {"forward", "backward data", "backward filter"})
+      algos.push_back({{"layer", layer},
+                       {"pass", pass},
+                       {"algo", "im2col + sgemm"},
+                       {"how", "the CPU's"},
+                       {"deterministic", true},
+                       {"math", "FMA"}});
+  }
+  return nlohmann::json{{"device", "sim"},
+                        {"resident", m_resident},
+                        {"conv_algorithms", algos},
+                        {"protocol",
+                         {{"forwards", m_count.forwards},
+                          {"params_uploaded", m_count.params_uploaded},
+                          {"params_to_host", m_count.params_to_host},
+                          {"device_steps", m_count.device_steps}}}}
+      .dump();
+}
+
+}  // namespace lab

@@ -1,0 +1,88 @@
+// --device sim: a simulated GPU. It follows the GPU executor's protocol (lab/nn/executor.h) step for
+// step and computes with the CPU's ops, so that every path of a device run except the kernels
+// themselves runs on any machine, and a run through it must give the CPU run's bits:
+//   * the "device" is memory of its own: a copy of each layer (Linear, Conv2d, ReLU, MaxPool2d)
+//     with its own parameters, activations and gradients; the host's model is never computed on;
+//   * host-staged until its optimizer's first step, then resident: the Linear and Conv2d parameters
+//     and their momentum buffers live on the device, which steps them (sgd_param), and the host's
+//     copies are mirrors. A mirror the device has moved past holds NaN until to_host brings it
+//     current, so a reader that forgets to ask shows in the run's numbers at once;
+//   * BatchNorm split at its statistics as on the GPU: the device computes the per-channel sums,
+//     the host's BatchNorm finishes them (SyncBN's collectives, the running statistics), the device
+//     applies the coefficients;
+//   * the bytes a GPU would copy each way are counted (StagingTraffic) and each layer's work is a
+//     span on the device's timeline (EventKind::Device), timed on the host's clock.
+// What it does not simulate: asynchrony (its stream runs each piece of work when it is queued) and
+// the GPU's kernels (cuBLAS, cuDNN, the hand-written ones); tests/gpu compares those with the CPU.
+// Its convolutions are the CPU's unfused layers: the CPU's cnn fuses BatchNorm2d -> ReLU ->
+// MaxPool2d, whose backward adds in another order (bn_relu_pool.h), so a cnn run agrees with the
+// CPU's to float rounding, an mlp run bit for bit.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "executor.h"
+#include "model.h"
+
+namespace lab {
+
+struct SimCounters {
+  int forwards = 0;         // forward passes
+  int params_uploaded = 0;  // parameters taken up from the host
+  int params_to_host = 0;   // parameters brought down into the host's mirrors
+  int device_steps = 0;     // parameters stepped on the device (sgd_param)
+};
+
+class SimExecutor : public ModelExecutor {
+ public:
+  // resident false: host-staged throughout (every forward takes every parameter up; the host's
+  // optimizer steps), the GPU executor's protocol before residency, kept as a reference.
+  // Throws ConfigError naming a module it cannot run.
+  explicit SimExecutor(Model& host, bool resident = true);
+
+  std::string describe() const override { return "sim (a simulated GPU)"; }
+  const Tensor& forward(const Tensor& x, Mode mode) override;
+  void backward(const Tensor& dlogits, const std::function<void(int)>& on_param_ready) override;
+  StagingTraffic traffic() const override { return m_traffic; }
+  // {"device": "sim", "resident": true, "conv_algorithms": [...], "protocol": {counters}}
+  std::string report_json() const override;
+  void take_device_events(std::vector<Event>& out) override;
+
+  unsigned resident() const override { return m_resident ? kStateAll : 0u; }
+  void to_host(unsigned sets) override;
+  void host_changed(unsigned sets) override;
+  bool sgd_param(size_t index, const SgdOptions& opt, bool first, Tensor& host_buffer) override;
+
+  const SimCounters& counters() const { return m_count; }
+
+ private:
+  void upload_params();
+  void span(Phase phase, const char* op, size_t module, double t0);
+  // A copy between the host and the device: counted (StagingTraffic) and a span on the timeline.
+  void copied(bool to_host, uint64_t bytes, double t0);
+
+  bool m_resident;
+  Model& m_host;
+  std::vector<std::unique_ptr<Module>> m_dev;  // per module: its device copy (nullptr: BatchNorm, Flatten)
+  std::vector<const char*> m_ops;              // per module: its name on the timeline (device_timeline_op)
+  Model::ParamLayout m_layout;
+  std::vector<Param*> m_params;                // the host's, Model::params() order
+  std::vector<Param*> m_dev_params;            // the device's copy of each (nullptr: kept on the host)
+  std::vector<size_t> m_owner;                 // the module of each
+  std::vector<Tensor> m_in, m_out, m_grad;     // per module: its input, output, input gradient
+  Tensor m_x, m_logits, m_dlogits;
+  // residency
+  std::vector<Tensor> m_momentum;              // the device's momentum buffers
+  std::vector<Tensor*> m_mirror;               // the host's (the optimizer's) copies
+  std::vector<char> m_momentum_stale;          // the host's buffer is newer (a restored checkpoint)
+  bool m_stepping = false;                     // sgd_param has run: the device's parameters are the state
+  bool m_device_params_stale = true, m_host_params_stale = false, m_host_momentum_stale = false;
+  Phase m_phase = Phase::None;  // the pass in progress, for the copies' spans
+  StagingTraffic m_traffic;
+  SimCounters m_count;
+  std::vector<Event> m_spans;
+};
+
+}  // namespace lab
