@@ -198,6 +198,8 @@ TEST(DeviceCli, SimTrainsToTheCpusBitsAndSaysWhatItCopied) {
   // six Linear parameters stepped on the device at each of the 4 steps
   EXPECT_EQ(s["device"]["rank0"]["protocol"]["device_steps"], 24) << s["device"].dump();
   EXPECT_GT(s["device"]["staging"]["device_to_host_bytes"].get<uint64_t>(), 0u) << s["device"].dump();
+  // DDP's buckets in the device's memory: no gradient came to the host
+  EXPECT_EQ(s["device"]["rank0"]["protocol"]["grad_bytes_to_host"], 0) << s["device"].dump();
   // resumed from its checkpoint before step 2 (the momentum buffers read back from the device's
   // mirrors, then taken up again): still the CPU's bits
   ASSERT_TRUE(std::filesystem::exists(d.file("sim") + "/checkpoints/step-00000002"));
@@ -441,6 +443,25 @@ TEST(DeviceResidency, ParametersOnTheDeviceGiveTheCpuRunsBits) {
          c.checkpoint_every = 3;
        }},
       {"dp", [](lab::RunConfig& c) { c.mode = "dp"; }},
+      {"ddp, no overlap, tree allreduce (buckets staged through the host)",
+       [](lab::RunConfig& c) {
+         c.overlap = false;
+         c.allreduce = "tree";
+       }},
+      {"ddp, uneven data, join (zero buckets on the device)",
+       [](lab::RunConfig& c) {
+         c.uneven_data = true;
+         c.join = true;
+         c.limit_train = 96;
+         c.steps = 0;
+         c.epochs = 1;
+       }},
+      {"ddp, naive allreduce (staged buckets)", [](lab::RunConfig& c) { c.allreduce = "naive"; }},
+      {"ddp, skip non-finite steps (the device's finiteness test)",
+       [](lab::RunConfig& c) {
+         c.on_nonfinite = "skip-step";
+         c.lr = 1e30;
+       }},
       {"async (seeded: the free schedule is the arrival order)",
        [](lab::RunConfig& c) {
          c.mode = "async";
@@ -463,12 +484,29 @@ TEST(DeviceResidency, ParametersOnTheDeviceGiveTheCpuRunsBits) {
 
     const nlohmann::json s = nlohmann::json::parse(testutil::read_file(dev_dir.file("summary.json")));
     const int64_t steps = s["steps"].get<int64_t>();
+    if (c.on_nonfinite == "skip-step") {  // the same steps skipped, the same sources named
+      const nlohmann::json cs = nlohmann::json::parse(testutil::read_file(cpu_dir.file("summary.json")));
+      ASSERT_TRUE(s.contains("nonfinite")) << k.name;
+      EXPECT_GT(s["nonfinite"]["skipped"].size(), 0u) << k.name;
+      EXPECT_EQ(s["nonfinite"], cs["nonfinite"]) << k.name;
+    }
     int stepped = 0;
     for (const testutil::TrackedSim* e : g_sim)
       if (e) stepped += e->counters().device_steps;
     // the mlp's three Linear layers: six parameters stepped on the device per optimizer step
     const int64_t per_step = 6;
-    if (std::string(k.name).rfind("ddp", 0) == 0 && c.no_sync_steps == 0) {
+    // The gradients: kept on the device where DDP's buckets live there (the ring on the threads
+    // transport), brought to the host otherwise (staged buckets, the other modes).
+    uint64_t grad_bytes = 0;
+    for (const testutil::TrackedSim* e : g_sim)
+      if (e) grad_bytes += e->counters().grad_bytes_to_host;
+    const bool device_buckets = c.mode == "ddp" && c.allreduce == "ring";
+    if (device_buckets) {
+      EXPECT_EQ(grad_bytes, 0u) << k.name;
+    } else if (c.mode != "async") {
+      EXPECT_GT(grad_bytes, 0u) << k.name;
+    }
+    if (std::string(k.name).rfind("ddp", 0) == 0 && c.no_sync_steps == 0 && !c.join && c.on_nonfinite == "stop") {
       EXPECT_EQ(stepped, 2 * steps * per_step) << k.name;
       // the six taken up once, after DDP's initial broadcast; never again: the device is their home
       for (size_t r = 0; r < 2; ++r) {

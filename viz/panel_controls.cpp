@@ -430,7 +430,8 @@ void draw_controls_panel(const RunData& d, ControlsState& st, bool compare_bn, d
                              "a GPU's; what it copied is what a GPU copies"
                            : ": every rank's forward and backward ran on the GPU (cuBLAS, cuDNN, the lab's kernels)") +
                       ". The Linear and Conv2d parameters and their momentum live on the device and its optimizer "
-                      "steps them; the gradients go down to the host for the collectives and, reduced, back up";
+                      "steps them; under DDP their gradients stay there too, reduced between the ranks' device "
+                      "buckets (other modes take them down to the host and back)";
     if (d.summary.staged_bytes > 0)
       why += fmt(" (%.1f MB copied in all, see the timeline's device band)", static_cast<double>(d.summary.staged_bytes) / 1e6);
     why += ".";

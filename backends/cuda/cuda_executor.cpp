@@ -42,6 +42,7 @@
 #include "cuda_device.h"
 #include "cuda_error.h"
 #include "cuda_gemm.h"
+#include "cuda_memory.h"
 #include "cuda_ops.h"
 #include "device_buffer.h"
 #include "errors.h"
@@ -218,6 +219,10 @@ class Staging {
   // Residency: the host wrote the parameters since the device last took them up (at first: the
   // device has none); the next forward (or SGD step) uploads them.
   bool params_stale = true;
+  // Gradients on the device (executor.h: keep_grads): the layers accumulate their parameters'
+  // gradients there; host_grads_stale: the host's Param::grad lags behind (to_host brings it);
+  // device_grads_stale: the host wrote them (host_changed), to be taken up before their next use.
+  bool keep_grads = false, host_grads_stale = false, device_grads_stale = false;
 
  private:
   StagingTraffic m_traffic;
@@ -242,6 +247,15 @@ class DeviceLayer {
   }
   // The host's values of those parameters taken up (after the host wrote them).
   virtual void upload_params() {}
+  // Their gradients on the device (keep_grads): the buffer of the p-th, the host's taken up, the
+  // device's brought down into the host's Param::grad, and zeroed.
+  virtual DeviceBuffer<float>* device_grad(int p) {
+    (void)p;
+    return nullptr;
+  }
+  virtual void upload_grads() {}
+  virtual void download_grads() {}
+  virtual void zero_grads() {}
 };
 
 // x: (N, d1, d2, ...) -> y: (N, d1*d2*...), the same memory
@@ -271,13 +285,35 @@ class WeightBiasLayer : public DeviceLayer {
     m_st.upload(m_w, m_weight.value.data);
     if (m_bias) m_st.upload(m_b, m_bias->value.data);
   }
+  DeviceBuffer<float>* device_grad(int p) override { return p == 0 ? &m_gw : p == 1 && m_bias ? &m_gb : nullptr; }
+  void upload_grads() override {
+    m_st.upload(m_gw, m_weight.grad.data);
+    if (m_bias) m_st.upload(m_gb, m_bias->grad.data);
+  }
+  void download_grads() override {
+    m_st.download(m_gw.data(), m_weight.grad.ptr(), m_gw.size());
+    if (m_bias) m_st.download(m_gb.data(), m_bias->grad.ptr(), m_gb.size());
+  }
+  void zero_grads() override {
+    m_gw.fill_bytes(0, m_st.ctx.stream());
+    if (m_bias) m_gb.fill_bytes(0, m_st.ctx.stream());
+  }
 
  protected:
   WeightBiasLayer(Staging& st, Param& weight, Param* bias) : m_st(st), m_weight(weight), m_bias(bias) {}
+  // This backward's gradients, [dW | db] back to back from zero, accumulated (+=) where the
+  // gradients live: the device's (keep_grads) or the host's.
+  void accumulate_grads(const DeviceBuffer<float>& grads, const std::vector<Param*>& params) {
+    if (!m_st.keep_grads) return m_st.add_to_host_grads(grads, params);
+    const size_t wsize = m_weight.value.data.size();
+    add_into(m_st.ctx, m_gw.data(), grads.data(), static_cast<int64_t>(wsize));
+    if (m_bias) add_into(m_st.ctx, m_gb.data(), grads.data() + wsize, static_cast<int64_t>(m_gb.size()));
+  }
   Staging& m_st;
   Param& m_weight;
-  Param* m_bias;                 // nullptr: the module has none
-  DeviceBuffer<float> m_w, m_b;  // the weight and the bias on the device
+  Param* m_bias;                   // nullptr: the module has none
+  DeviceBuffer<float> m_w, m_b;    // the weight and the bias on the device
+  DeviceBuffer<float> m_gw, m_gb;  // their gradients, where kept on the device (keep_grads)
 };
 
 // y (N, out) = x (N, in) W^T + b; W: (out, in), b: (out,)
@@ -320,7 +356,7 @@ class LinearLayer : public WeightBiasLayer {
       if (n > 0) sgemm(m_st.ctx, false, false, n, in, out, 1.0f, dy.data, out, m_w.data(), in, 0.0f, m_dx.data(), in);
       dx = {m_dx.data(), m_x.shape};
     }
-    m_st.add_to_host_grads(m_grads, m_m.params());
+    accumulate_grads(m_grads, m_m.params());
     return dx;
   }
 
@@ -382,7 +418,7 @@ class ConvLayer : public WeightBiasLayer {
       if (m_conv) m_conv->backward_data(m_w.data(), dy.data, m_dx.data());
       dx = {m_dx.data(), m_x.shape};
     }
-    m_st.add_to_host_grads(m_grads, m_m.params());
+    accumulate_grads(m_grads, m_m.params());
     return dx;
   }
 
@@ -615,6 +651,7 @@ class CudaExecutor final : public ModelExecutor {
     assert(m_trained && dlogits.shape == m_logits.shape);
     m_ctx.make_current();
     m_st.timer.phase = Phase::Backward;
+    take_up_grads();
     m_st.upload(m_dlogits, dlogits.ptr(), dlogits.data.size());
     DeviceView dy{m_dlogits.data(), dlogits.shape};
     for (size_t i = m_layers.size(); i-- > m_layout.first_with_params;) {
@@ -624,15 +661,21 @@ class CudaExecutor final : public ModelExecutor {
       if (on_param_ready)
         for (int p = m_layout.count[i] - 1; p >= 0; --p) on_param_ready(m_layout.first[i] + p);
     }
+    if (m_st.keep_grads) m_st.host_grads_stale = true;
     m_st.timer.close();
   }
 
   void take_device_events(std::vector<Event>& out) override { m_st.timer.take(out); }
 
   // ---- residency (executor.h): the Linear and Conv2d parameters and their momentum buffers ----
-  unsigned resident() const override { return kStateAll; }
+  unsigned resident() const override { return kStateParams | kStateMomentum | (m_st.keep_grads ? kStateGrads : 0u); }
 
   void to_host(unsigned sets) override {
+    if ((sets & kStateGrads) && m_st.host_grads_stale) {
+      m_ctx.make_current();
+      for (auto& layer : m_layers) layer->download_grads();
+      m_st.host_grads_stale = false;
+    }
     if (!(sets & kStateParams && m_host_params_stale) && !(sets & kStateMomentum && m_host_momentum_stale)) return;
     m_ctx.make_current();
     for (size_t i = 0; i < m_params.size(); ++i) {
@@ -647,6 +690,10 @@ class CudaExecutor final : public ModelExecutor {
   }
 
   void host_changed(unsigned sets) override {
+    if ((sets & kStateGrads) && m_st.keep_grads) {
+      m_st.device_grads_stale = true;
+      m_st.host_grads_stale = false;
+    }
     if (sets & kStateParams) {
       m_st.params_stale = true;
       m_host_params_stale = false;
@@ -668,7 +715,13 @@ class CudaExecutor final : public ModelExecutor {
       m_st.params_stale = false;
     }
     const Param& p = *m_params[index];
-    m_st.upload(m_grad, p.grad.data);  // the host's gradient (averaged, accumulated)
+    const float* grad = m_grad.data();
+    if (float* kept = device_grad(index)) {
+      grad = kept;  // reduced where it lives
+    } else {
+      m_st.upload(m_grad, p.grad.data);  // the host's gradient (averaged, accumulated)
+      grad = m_grad.data();
+    }
     float* buf = nullptr;
     if (opt.momentum != 0.0) {
       DeviceBuffer<float>& b = m_momentum[index];
@@ -680,7 +733,7 @@ class CudaExecutor final : public ModelExecutor {
       buf = b.data();
     }
     const size_t span = m_st.timer.begin("sgd", "kernels", static_cast<int>(m_owner[index].first));
-    sgd_step(m_ctx, w->data(), m_grad.data(), buf, static_cast<int64_t>(w->size()), opt, first);
+    sgd_step(m_ctx, w->data(), grad, buf, static_cast<int64_t>(w->size()), opt, first);
     m_st.timer.end(span);
     m_host_params_stale = true;
     if (index == m_last_device_param) m_st.timer.close();  // the step's spans, for the optimizer phase
@@ -688,6 +741,36 @@ class CudaExecutor final : public ModelExecutor {
   }
 
   StagingTraffic traffic() const override { return m_st.traffic(); }
+
+  DeviceMemory* device_memory() override { return &m_memory; }
+
+  // ---- gradients on the device (executor.h: keep_grads) ----
+  bool keep_grads(bool on) override {
+    m_ctx.make_current();
+    if (on && !m_st.keep_grads) {
+      for (auto& layer : m_layers) layer->upload_grads();  // what the host has accumulated so far
+      m_st.host_grads_stale = m_st.device_grads_stale = false;
+    } else if (!on && m_st.keep_grads) {
+      to_host(kStateGrads);
+    }
+    m_st.keep_grads = on;
+    return on;
+  }
+
+  float* device_grad(size_t index) override {
+    if (!m_st.keep_grads) return nullptr;
+    DeviceBuffer<float>* g = m_layers[m_owner[index].first]->device_grad(m_owner[index].second);
+    if (!g) return nullptr;
+    take_up_grads();
+    return g->data();
+  }
+
+  void zero_grads() override {
+    if (!m_st.keep_grads) return;
+    m_ctx.make_current();
+    for (auto& layer : m_layers) layer->zero_grads();
+    m_st.host_grads_stale = m_st.device_grads_stale = false;  // zero on both sides
+  }
 
   // {"device": "cuda:0", "name": "NVIDIA H100 80GB HBM3", "conv_algorithms": [{"layer", "pass", ...}]}
   std::string report_json() const override {
@@ -706,6 +789,7 @@ class CudaExecutor final : public ModelExecutor {
 
  private:
   CudaContext m_ctx;  // first: destroyed last, after every buffer and cuDNN descriptor below
+  CudaDeviceMemory m_memory{m_ctx};  // the collectives' view of this rank's GPU memory
   Staging m_st;
   DeviceSpec m_spec;
   std::string m_gpu_name;
@@ -723,6 +807,12 @@ class CudaExecutor final : public ModelExecutor {
   bool m_host_params_stale = false, m_host_momentum_stale = false;
   bool m_stepping = false;        // sgd_param has run: the device's parameters are the state
   DeviceBuffer<float> m_grad;     // the gradient being stepped
+  // The host wrote the gradients (host_changed): the device takes them up before using its own.
+  void take_up_grads() {
+    if (!m_st.device_grads_stale) return;
+    for (auto& layer : m_layers) layer->upload_grads();
+    m_st.device_grads_stale = false;
+  }
   DeviceBuffer<float>* device_param(size_t index) {
     return m_layers[m_owner[index].first]->device_param(m_owner[index].second);
   }

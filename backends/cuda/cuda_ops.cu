@@ -77,6 +77,20 @@ __global__ void relu_forward_kernel(const float* x, float* y, uint8_t* mask, int
   }
 }
 
+__global__ void add_into_kernel(float* acc, const float* in, int64_t count) {
+  DTLAB_FOR_EACH(i, count) acc[i] += in[i];
+}
+
+__global__ void scale_kernel(float* x, float k, int64_t count) {
+  DTLAB_FOR_EACH(i, count) x[i] *= k;
+}
+
+__global__ void nonfinite_kernel(const float* x, int64_t count, int32_t* bad) {
+  int found = 0;
+  DTLAB_FOR_EACH(i, count) found |= !isfinite(x[i]);
+  if (found) atomicOr(bad, 1);
+}
+
 __global__ void relu_backward_kernel(const float* dy, const uint8_t* mask, float* dx, int64_t count) {
   DTLAB_FOR_EACH(i, count) dx[i] = relu_grad(dy[i], mask[i] != 0);
 }
@@ -274,6 +288,25 @@ void bias_grad(CudaContext& ctx, const float* dy, float* db, int64_t n, int64_t 
 void relu_forward(CudaContext& ctx, const float* x, float* y, uint8_t* mask, int64_t count) {
   if (count == 0) return;
   relu_forward_kernel<<<blocks_for(count), kThreads, 0, ctx.stream()>>>(x, y, mask, count);
+  DTLAB_CUDA_CHECK_LAUNCH();
+}
+
+void add_into(CudaContext& ctx, float* acc, const float* in, int64_t count) {
+  if (count == 0) return;
+  add_into_kernel<<<blocks_for(count), kThreads, 0, ctx.stream()>>>(acc, in, count);
+  DTLAB_CUDA_CHECK_LAUNCH();
+}
+
+void scale_inplace(CudaContext& ctx, float* x, float k, int64_t count) {
+  if (count == 0) return;
+  scale_kernel<<<blocks_for(count), kThreads, 0, ctx.stream()>>>(x, k, count);
+  DTLAB_CUDA_CHECK_LAUNCH();
+}
+
+void count_nonfinite(CudaContext& ctx, const float* x, int64_t count, int32_t* bad) {
+  DTLAB_CUDA_CHECK(cudaMemsetAsync(bad, 0, sizeof(int32_t), ctx.stream()));
+  if (count == 0) return;
+  nonfinite_kernel<<<blocks_for(count), kThreads, 0, ctx.stream()>>>(x, count, bad);
   DTLAB_CUDA_CHECK_LAUNCH();
 }
 

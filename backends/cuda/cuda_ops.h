@@ -77,6 +77,15 @@ void bn_input_grad(CudaContext& ctx, const float* dy, const float* x, const floa
 void cross_entropy(CudaContext& ctx, const float* logits, const int32_t* labels, int64_t n, int64_t c, float* loss,
                    int32_t* correct, float* dlogits);
 
+// acc (count,) += in (count,), elementwise in float32: the ring's reduction on device buffers
+// (CudaDeviceMemory::add), the same bits as the CPU's add.
+void add_into(CudaContext& ctx, float* acc, const float* in, int64_t count);
+// x (count,) *= k, float32 (DDP's 1/world_size as a gradient enters its bucket).
+void scale_inplace(CudaContext& ctx, float* x, float k, int64_t count);
+// *bad (device) = whether any of x (count,) is NaN or infinite: zeroed, then set by an integer
+// atomic (no float atomics: the answer does not depend on the order).
+void count_nonfinite(CudaContext& ctx, const float* x, int64_t count, int32_t* bad);
+
 // ---- SGD (torch.optim.SGD) over one flat buffer of count values ----
 // w, g, buf: (count,) parameters, gradients, momentum buffers (buf unused without momentum).
 // first: the first step (buf = d, no dampening).

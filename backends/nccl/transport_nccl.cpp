@@ -27,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "device_memory.h"
 #include "errors.h"
 #include "events.h"
 
@@ -192,6 +193,43 @@ class TransportNccl final : public Transport {
     p2p("sendrecv", dst, sbuf, sbytes, src, rbuf, rbytes, tag);
   }
 
+  // Device buffers (lab/comm/device_memory.h): NCCL sends from and receives into them where they
+  // are, no staging; the ring's reduction is the device's own add.
+  bool device_aware() const override { return true; }
+  bool native_on_device() const override { return true; }
+
+  void sendrecv_on(DeviceMemory&, int dst, const void* sbuf, size_t sbytes, int src, void* rbuf, size_t rbytes,
+                   uint64_t tag) override {
+    check_peer(dst, "sendrecv");
+    check_peer(src, "sendrecv");
+    p2p("sendrecv", dst, sbuf, sbytes, src, rbuf, rbytes, tag, /*on_device=*/true);
+  }
+
+  void sendrecv_reduce_on(DeviceMemory& mem, int dst, const float* sbuf, size_t scount, int src, float* acc,
+                          size_t rcount, uint64_t tag) override {
+    check_peer(dst, "sendrecv_reduce");
+    check_peer(src, "sendrecv_reduce");
+    const size_t rbytes = rcount * sizeof(float);
+    void* in = nullptr;
+    call({"sendrecv_reduce", "rank " + std::to_string(src), "its receive buffer"},
+         [&] { in = rbytes > 0 ? m_recv.reserve(rbytes) : nullptr; });
+    p2p("sendrecv_reduce", dst, sbuf, scount * sizeof(float), src, in, rbytes, tag, /*on_device=*/true);
+    if (rcount > 0) mem.add(acc, static_cast<const float*>(in), rcount);  // after NCCL's stream is done with it
+  }
+
+  // ncclAllReduce (float32, sum) in place on device memory.
+  void native_allreduce_sum_on(DeviceMemory&, float* data, size_t count) override {
+    const Site site{"native allreduce", "the other ranks",
+                    "ncclAllReduce of " + std::to_string(count) + " floats in device memory"};
+    call(site, [&] {
+      if (count == 0) return;
+      enqueue(site, "ncclAllReduce", [&](ncclComm_t c) {
+        return ncclAllReduce(data, data, count, ncclFloat, ncclSum, c, m_stream);
+      });
+      wait_done(site);
+    });
+  }
+
   // ncclAllReduce (float32, sum) in place on the staged copy of data (count floats).
   void native_allreduce_sum(float* data, size_t count) override {
     const size_t bytes = count * sizeof(float);
@@ -264,8 +302,9 @@ class TransportNccl final : public Transport {
   // One NCCL group of ncclSend of sbuf to dst (dst >= 0) and ncclRecv into rbuf from src (src >=
   // 0): NCCL runs both at once, so a ring step where every rank sends and receives does not
   // deadlock. 0-byte halves are not posted.
+  // on_device: sbuf and rbuf are device memory, used where they are; else host memory, staged.
   void p2p(const char* name, int dst, const void* sbuf, size_t sbytes, int src, void* rbuf, size_t rbytes,
-           uint64_t tag) {
+           uint64_t tag, bool on_device = false) {
     const std::string to = "rank " + std::to_string(dst), from = "rank " + std::to_string(src);
     Site site{name, src < 0 || rbytes == 0 || src == dst ? to : dst < 0 || sbytes == 0 ? from : from + " or " + to, ""};
     if (dst >= 0) {
@@ -279,8 +318,8 @@ class TransportNccl final : public Transport {
     site.detail += (dst >= 0 && src >= 0 ? " in one group, tag " : ", tag ") + std::to_string(tag);
     call(site, [&] {
       if (sbytes == 0 && rbytes == 0) return;
-      const void* sdev = sbytes > 0 ? upload(m_send, sbuf, sbytes) : nullptr;
-      void* rdev = rbytes > 0 ? m_recv.reserve(rbytes) : nullptr;
+      const void* sdev = sbytes == 0 ? nullptr : on_device ? sbuf : upload(m_send, sbuf, sbytes);
+      void* rdev = rbytes == 0 ? nullptr : on_device ? rbuf : m_recv.reserve(rbytes);
       enqueue(site, "ncclGroupStart/ncclSend/ncclRecv/ncclGroupEnd", [&](ncclComm_t c) {
         const ncclResult_t start = ncclGroupStart();
         if (!nccl_ok(start)) return start;
@@ -290,7 +329,7 @@ class TransportNccl final : public Transport {
         return !nccl_ok(s) ? s : !nccl_ok(r) ? r : end;
       });
       wait_done(site);
-      if (rbytes > 0) download(site, rbuf, rdev, rbytes);
+      if (rbytes > 0 && !on_device) download(site, rbuf, rdev, rbytes);
     });
   }
 

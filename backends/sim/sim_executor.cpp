@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include <nlohmann/json.hpp>
@@ -59,6 +60,50 @@ void poison(Tensor& t) { std::fill(t.data.begin(), t.data.end(), std::numeric_li
 uint64_t bytes_of(const Tensor& t) { return static_cast<uint64_t>(t.numel()) * sizeof(float); }
 
 }  // namespace
+
+void SimDeviceMemory::copy(void* dst, const void* src, size_t bytes) {
+  if (bytes > 0) std::memcpy(dst, src, bytes);
+  m_device += bytes;
+}
+
+void SimDeviceMemory::add(float* acc, const float* in, size_t count) {
+  for (size_t i = 0; i < count; ++i) acc[i] += in[i];
+  m_device += count * sizeof(float);
+}
+
+void SimDeviceMemory::download(void* host, const void* device, size_t bytes) {
+  if (bytes > 0) std::memcpy(host, device, bytes);
+  m_down += bytes;
+}
+
+void SimDeviceMemory::upload(void* device, const void* host, size_t bytes) {
+  if (bytes > 0) std::memcpy(device, host, bytes);
+  m_up += bytes;
+}
+
+void SimDeviceMemory::scale(float* x, float k, size_t count) {
+  for (size_t i = 0; i < count; ++i) x[i] *= k;
+  m_device += count * sizeof(float);
+}
+
+bool SimDeviceMemory::all_finite(const float* x, size_t count) {
+  m_device += count * sizeof(float);
+  m_down += sizeof(int32_t);  // the answer
+  for (size_t i = 0; i < count; ++i)
+    if (!std::isfinite(x[i])) return false;
+  return true;
+}
+
+void* SimDeviceMemory::allocate(size_t bytes) { return ::operator new(bytes > 0 ? bytes : 1); }
+
+void SimDeviceMemory::release(void* p) { ::operator delete(p); }
+
+StagingTraffic SimExecutor::traffic() const {
+  StagingTraffic t = m_traffic;
+  t.device_to_host_bytes += m_memory.downloaded();
+  t.host_to_device_bytes += m_memory.uploaded();
+  return t;
+}
 
 SimExecutor::SimExecutor(Model& host, bool resident) : m_resident(resident), m_host(host) {
   const size_t n = host.size();
@@ -197,14 +242,24 @@ void SimExecutor::backward(const Tensor& dlogits, const std::function<void(int)>
       Module& dev = *m_dev[i];
       for (Param* p : dev.params()) p->grad.zero();
       dev.backward(dy, dx);
-      // the gradients stay on the host (the collectives read them): downloaded and added
       const std::vector<Param*> hp = m_host.module(i).params(), dp = dev.params();
       for (size_t p = 0; p < hp.size(); ++p) {
+        const size_t index = static_cast<size_t>(m_layout.first[i]) + p;
+        const float* d = dp[p]->grad.ptr();
+        if (m_keep_grads && m_dev_params[index]) {  // kept on the device, accumulated there
+          take_up_grads();
+          float* g = m_dgrad[index].ptr();
+          for (int64_t e = 0; e < m_dgrad[index].numel(); ++e) g[e] += d[e];
+          poison(hp[p]->grad);  // the host's copy is a mirror now
+          m_host_grads_stale = true;
+          continue;
+        }
+        // on the host (the collectives read them there): downloaded and added
         const double tg = now_seconds();
         float* h = hp[p]->grad.ptr();
-        const float* d = dp[p]->grad.ptr();
         for (int64_t e = 0; e < hp[p]->grad.numel(); ++e) h[e] += d[e];
         copied(true, bytes_of(dp[p]->grad), tg);
+        m_count.grad_bytes_to_host += bytes_of(dp[p]->grad);
       }
     }
     if (m_ops[i]) span(Phase::Backward, m_ops[i], i, t0);
@@ -224,6 +279,15 @@ void SimExecutor::to_host(unsigned sets) {
         ++m_count.params_to_host;
       }
     m_host_params_stale = false;
+  }
+  if ((sets & kStateGrads) && m_host_grads_stale) {
+    for (size_t i = 0; i < m_params.size(); ++i)
+      if (m_keep_grads && m_dev_params[i]) {
+        const double t0 = now_seconds();
+        m_params[i]->grad.data = m_dgrad[i].data;
+        copied(true, bytes_of(m_dgrad[i]), t0);
+      }
+    m_host_grads_stale = false;
   }
   if ((sets & kStateMomentum) && m_host_momentum_stale) {
     for (size_t i = 0; i < m_params.size(); ++i)
@@ -246,6 +310,50 @@ void SimExecutor::host_changed(unsigned sets) {
     std::fill(m_momentum_stale.begin(), m_momentum_stale.end(), 1);
     m_host_momentum_stale = false;
   }
+  if ((sets & kStateGrads) && m_keep_grads) {
+    m_device_grads_stale = true;
+    m_host_grads_stale = false;
+  }
+}
+
+bool SimExecutor::keep_grads(bool on) {
+  if (on && !m_resident) return false;  // host-staged: the gradients are the host's
+  if (on && !m_keep_grads) {
+    m_dgrad.assign(m_params.size(), Tensor{});
+    for (size_t i = 0; i < m_params.size(); ++i)
+      if (m_dev_params[i]) m_dgrad[i] = m_params[i]->grad;  // what the host has accumulated so far
+    m_host_grads_stale = false;
+    m_device_grads_stale = false;
+  } else if (!on && m_keep_grads) {
+    to_host(kStateGrads);
+  }
+  m_keep_grads = on;
+  return on;
+}
+
+void SimExecutor::take_up_grads() {
+  if (!m_device_grads_stale) return;
+  for (size_t i = 0; i < m_params.size(); ++i)
+    if (m_dev_params[i]) {
+      const double t0 = now_seconds();
+      m_dgrad[i].data = m_params[i]->grad.data;
+      copied(false, bytes_of(m_dgrad[i]), t0);
+    }
+  m_device_grads_stale = false;
+}
+
+float* SimExecutor::device_grad(size_t index) {
+  if (!m_keep_grads || !m_dev_params[index]) return nullptr;
+  take_up_grads();
+  return m_dgrad[index].ptr();
+}
+
+void SimExecutor::zero_grads() {
+  if (!m_keep_grads) return;
+  for (size_t i = 0; i < m_params.size(); ++i)
+    if (m_dev_params[i]) m_dgrad[i].zero();
+  m_device_grads_stale = false;  // zero on both sides
+  m_host_grads_stale = false;
 }
 
 bool SimExecutor::sgd_param(size_t index, const SgdOptions& opt, bool first, Tensor& host_buffer) {
@@ -255,8 +363,13 @@ bool SimExecutor::sgd_param(size_t index, const SgdOptions& opt, bool first, Ten
   const double t0 = now_seconds();
   m_stepping = true;
   Param& d = *m_dev_params[index];
-  const Tensor& g = m_params[index]->grad;  // the host's gradient (averaged, accumulated), taken up
-  copied(false, bytes_of(g), now_seconds());
+  const Tensor* g = &m_params[index]->grad;  // the host's gradient (averaged, accumulated), taken up
+  if (m_keep_grads) {
+    take_up_grads();
+    g = &m_dgrad[index];  // already here
+  } else {
+    copied(false, bytes_of(*g), now_seconds());
+  }
   float* buf = nullptr;
   if (opt.momentum != 0.0) {
     Tensor& b = m_momentum[index];
@@ -274,7 +387,7 @@ bool SimExecutor::sgd_param(size_t index, const SgdOptions& opt, bool first, Ten
     m_mirror[index] = &host_buffer;
     m_host_momentum_stale = true;
   }
-  sgd_apply(opt, first, d.value.ptr(), g.ptr(), buf, d.value.numel());
+  sgd_apply(opt, first, d.value.ptr(), g->ptr(), buf, d.value.numel());
   poison(m_params[index]->value);  // a mirror the device has moved past
   m_host_params_stale = true;
   ++m_count.device_steps;
@@ -303,7 +416,8 @@ std::string SimExecutor::report_json() const {
                          {{"forwards", m_count.forwards},
                           {"params_uploaded", m_count.params_uploaded},
                           {"params_to_host", m_count.params_to_host},
-                          {"device_steps", m_count.device_steps}}}}
+                          {"device_steps", m_count.device_steps},
+                          {"grad_bytes_to_host", m_count.grad_bytes_to_host}}}}
       .dump();
 }
 

@@ -10,6 +10,9 @@
 //   * BatchNorm split at its statistics as on the GPU: the device computes the per-channel sums,
 //     the host's BatchNorm finishes them (SyncBN's collectives, the running statistics), the device
 //     applies the coefficients;
+//   * with keep_grads (DDP's buckets in device memory), the gradients of those parameters stay on
+//     the device too, reduced there by collectives on its memory (SimDeviceMemory); the host's
+//     Param::grad is then their poisoned mirror;
 //   * the bytes a GPU would copy each way are counted (StagingTraffic) and each layer's work is a
 //     span on the device's timeline (EventKind::Device), timed on the host's clock.
 // What it does not simulate: asynchrony (its stream runs each piece of work when it is queued) and
@@ -19,20 +22,47 @@
 // CPU's to float rounding, an mlp run bit for bit.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "device_memory.h"
 #include "executor.h"
 #include "model.h"
 
 namespace lab {
+
+// The simulated GPU's memory as the collectives see it: host memory (the simulated device's
+// buffers are the CPU's), its copies memcpy and its adds the CPU's in index order, so a collective
+// on it gives the host's bits. It counts what it moved: the transports call it from any rank's
+// threads (a rank's communication thread included), so the counts are atomic.
+class SimDeviceMemory final : public DeviceMemory {
+ public:
+  std::string name() const override { return "sim"; }
+  void copy(void* dst, const void* src, size_t bytes) override;
+  void add(float* acc, const float* in, size_t count) override;
+  void download(void* host, const void* device, size_t bytes) override;
+  void upload(void* device, const void* host, size_t bytes) override;
+  void scale(float* x, float k, size_t count) override;
+  bool all_finite(const float* x, size_t count) override;
+  void* allocate(size_t bytes) override;
+  void release(void* p) override;
+  uint64_t device_bytes() const { return m_device.load(); }  // copied or added on the device
+  uint64_t downloaded() const { return m_down.load(); }
+  uint64_t uploaded() const { return m_up.load(); }
+
+ private:
+  std::atomic<uint64_t> m_device{0}, m_down{0}, m_up{0};
+};
 
 struct SimCounters {
   int forwards = 0;         // forward passes
   int params_uploaded = 0;  // parameters taken up from the host
   int params_to_host = 0;   // parameters brought down into the host's mirrors
   int device_steps = 0;     // parameters stepped on the device (sgd_param)
+  uint64_t grad_bytes_to_host = 0;  // gradients a backward brought to the host (none when kept: keep_grads)
 };
 
 class SimExecutor : public ModelExecutor {
@@ -45,17 +75,24 @@ class SimExecutor : public ModelExecutor {
   std::string describe() const override { return "sim (a simulated GPU)"; }
   const Tensor& forward(const Tensor& x, Mode mode) override;
   void backward(const Tensor& dlogits, const std::function<void(int)>& on_param_ready) override;
-  StagingTraffic traffic() const override { return m_traffic; }
+  // the executor's copies and those of collectives on its memory (staged ones)
+  StagingTraffic traffic() const override;
   // {"device": "sim", "resident": true, "conv_algorithms": [...], "protocol": {counters}}
   std::string report_json() const override;
   void take_device_events(std::vector<Event>& out) override;
 
-  unsigned resident() const override { return m_resident ? kStateAll : 0u; }
+  unsigned resident() const override {
+    return m_resident ? kStateParams | kStateMomentum | (m_keep_grads ? kStateGrads : 0u) : 0u;
+  }
   void to_host(unsigned sets) override;
   void host_changed(unsigned sets) override;
   bool sgd_param(size_t index, const SgdOptions& opt, bool first, Tensor& host_buffer) override;
 
   const SimCounters& counters() const { return m_count; }
+  DeviceMemory* device_memory() override { return &m_memory; }
+  bool keep_grads(bool on) override;
+  float* device_grad(size_t index) override;
+  void zero_grads() override;
 
  private:
   void upload_params();
@@ -78,9 +115,15 @@ class SimExecutor : public ModelExecutor {
   std::vector<Tensor*> m_mirror;               // the host's (the optimizer's) copies
   std::vector<char> m_momentum_stale;          // the host's buffer is newer (a restored checkpoint)
   bool m_stepping = false;                     // sgd_param has run: the device's parameters are the state
+  // gradients on the device (keep_grads): one per device parameter, accumulated by backward
+  bool m_keep_grads = false;
+  std::vector<Tensor> m_dgrad;
+  bool m_device_grads_stale = false, m_host_grads_stale = false;
+  void take_up_grads();                        // the host's gradients, after host_changed
   bool m_device_params_stale = true, m_host_params_stale = false, m_host_momentum_stale = false;
   Phase m_phase = Phase::None;  // the pass in progress, for the copies' spans
   StagingTraffic m_traffic;
+  SimDeviceMemory m_memory;
   SimCounters m_count;
   std::vector<Event> m_spans;
 };

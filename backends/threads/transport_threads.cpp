@@ -36,6 +36,7 @@
 #include <thread>
 #include <vector>
 
+#include "device_memory.h"
 #include "errors.h"
 #include "events.h"
 
@@ -316,6 +317,25 @@ class TransportThreads final : public Transport {
                        uint64_t tag) override {
     exchange(dst, sbuf, scount * sizeof(float), src, rcount * sizeof(float), tag, "sendrecv_reduce",
              [&](const void* in) { add_into(acc, static_cast<const float*>(in), rcount); });
+  }
+
+  // Emulated ranks share one device: the receiver copies or adds straight from the sender's device
+  // buffer with the device's own calls, as it does from host memory above.
+  bool device_aware() const override { return true; }
+
+  void sendrecv_on(DeviceMemory& mem, int dst, const void* sbuf, size_t sbytes, int src, void* rbuf, size_t rbytes,
+                   uint64_t tag) override {
+    exchange(dst, sbuf, sbytes, src, rbytes, tag, "sendrecv", [&](const void* in) {
+      if (rbytes > 0) mem.copy(rbuf, in, rbytes);
+    });
+  }
+
+  void sendrecv_reduce_on(DeviceMemory& mem, int dst, const float* sbuf, size_t scount, int src, float* acc,
+                          size_t rcount, uint64_t tag) override {
+    exchange(dst, sbuf, scount * sizeof(float), src, rcount * sizeof(float), tag, "sendrecv_reduce",
+             [&](const void* in) {
+               if (rcount > 0) mem.add(acc, static_cast<const float*>(in), rcount);
+             });
   }
 
   void abort(const std::string& reason) override {

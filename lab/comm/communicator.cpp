@@ -118,17 +118,27 @@ AllreduceAlgorithm parse_allreduce_algorithm(const std::string& name) {
                     "(the transport's own, with --comm mpi or --comm nccl)");
 }
 
-void Communicator::allreduce_sum(float* data, size_t count, CollectiveInfo info) {
+void Communicator::allreduce_sum(float* data, size_t count, CollectiveInfo info, DeviceMemory* mem) {
+  if (mem && !allreduce_on_device()) {  // staged through host memory
+    m_staged.resize(count);
+    if (count > 0) mem->download(m_staged.data(), data, count * sizeof(float));
+    allreduce_sum(m_staged.data(), count, info);
+    if (count > 0) mem->upload(data, m_staged.data(), count * sizeof(float));
+    return;
+  }
   guarded(*this, "allreduce", m_seq, info, [&] {
     switch (m_algorithm) {
-      case AllreduceAlgorithm::Ring: ring_allreduce_pipelined(*this, data, count, info); break;
+      case AllreduceAlgorithm::Ring: ring_allreduce_pipelined(*this, data, count, info, kRingSegmentBytes, mem); break;
       case AllreduceAlgorithm::Naive: naive_allreduce(*this, data, count, info); break;
       case AllreduceAlgorithm::Tree: tree_allreduce(*this, data, count, info); break;
       case AllreduceAlgorithm::Native: {
         // A black box: its steps are not visible, so no gate and no chunk events.
         const uint64_t seq = next_seq();
         Event whole = collective_event("allreduce", seq, info, count * sizeof(float));
-        m_t.native_allreduce_sum(data, count);
+        if (mem)
+          m_t.native_allreduce_sum_on(*mem, data, count);
+        else
+          m_t.native_allreduce_sum(data, count);
         whole.t_end = now_seconds();
         record(whole);
         break;

@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "device_memory.h"
 #include "events.h"
 #include "transport.h"
 
@@ -57,7 +58,16 @@ class Communicator {
 
   // In-place sum over ranks with the algorithm set below (ring unless changed). Every rank ends
   // with bitwise identical values. Native records only its Collective event (no steps visible).
-  void allreduce_sum(float* data, size_t count, CollectiveInfo info);
+  // mem: data lives on that device (device_memory.h). The ring on a device-aware transport works
+  // there, chunk by chunk, and so does a transport's own allreduce that can (NCCL's); anything else
+  // (the tree, the naive gather, a transport that is not device-aware, such as MPI) has the buffer
+  // staged: downloaded, reduced in host memory, uploaded. The bits are the host's either way.
+  void allreduce_sum(float* data, size_t count, CollectiveInfo info, DeviceMemory* mem = nullptr);
+  // Whether allreduce_sum on `mem`'s buffers stays on the device (no staging).
+  bool allreduce_on_device() const {
+    return (m_algorithm == AllreduceAlgorithm::Ring && m_t.device_aware()) ||
+           (m_algorithm == AllreduceAlgorithm::Native && m_t.native_on_device());
+  }
   // Every rank of a world must use the same algorithm.
   void set_allreduce_algorithm(AllreduceAlgorithm a) { m_algorithm = a; }
   // --nondeterministic: algorithms that add several ranks' buffers on one rank (naive) add them
@@ -128,6 +138,7 @@ class Communicator {
   AllreduceAlgorithm m_algorithm = AllreduceAlgorithm::Ring;
   bool m_arrival_order = false;
   std::function<void(std::vector<Event>&)> m_device_events;
+  std::vector<float> m_staged;  // a device buffer's host copy, for a collective that cannot work there
   std::vector<Event> m_device_buf;
   void record_device_events(int64_t step);
 };

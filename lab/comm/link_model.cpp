@@ -1,4 +1,5 @@
 // LinkModelWorld: see link_model.h for the model and the waiting rules.
+#include "device_memory.h"
 #include "link_model.h"
 
 #include <algorithm>
@@ -188,6 +189,28 @@ class LinkModelTransport final : public Transport {
     check_peer(src);
     const double sent = stamp(dst, scount * sizeof(float), tag);
     m_inner.sendrecv_reduce(dst, sbuf, scount, src, acc, rcount, tag);
+    wait_until(std::max(sent, arrival(src, tag)), "sendrecv_reduce", src, rcount * sizeof(float), tag);
+  }
+
+  bool device_aware() const override { return m_inner.device_aware(); }
+
+  void sendrecv_on(DeviceMemory& mem, int dst, const void* sbuf, size_t sbytes, int src, void* rbuf, size_t rbytes,
+                   uint64_t tag) override {
+    sync_settings();
+    check_peer(dst);
+    check_peer(src);
+    const double sent = stamp(dst, sbytes, tag);
+    m_inner.sendrecv_on(mem, dst, sbuf, sbytes, src, rbuf, rbytes, tag);
+    wait_until(std::max(sent, arrival(src, tag)), "sendrecv", src, rbytes, tag);
+  }
+
+  void sendrecv_reduce_on(DeviceMemory& mem, int dst, const float* sbuf, size_t scount, int src, float* acc,
+                          size_t rcount, uint64_t tag) override {
+    sync_settings();
+    check_peer(dst);
+    check_peer(src);
+    const double sent = stamp(dst, scount * sizeof(float), tag);
+    m_inner.sendrecv_reduce_on(mem, dst, sbuf, scount, src, acc, rcount, tag);
     wait_until(std::max(sent, arrival(src, tag)), "sendrecv_reduce", src, rcount * sizeof(float), tag);
   }
 

@@ -78,7 +78,7 @@ void ring_allreduce(Communicator& comm, float* data, size_t count, CollectiveInf
 }
 
 void ring_allreduce_pipelined(Communicator& comm, float* data, size_t count, CollectiveInfo info,
-                              size_t segment_bytes) {
+                              size_t segment_bytes, DeviceMemory* mem) {
   Transport& t = comm.transport();
   const int n = comm.world_size();
   const int r = comm.rank();
@@ -113,8 +113,12 @@ void ring_allreduce_pipelined(Communicator& comm, float* data, size_t count, Col
       e.t_start = e.t_end = 0;
       comm.gate(e);
       e.t_start = now_seconds();
-      t.sendrecv_reduce(next, data + seg_begin(send_chunk, j), seg_size(send_chunk, j), prev,
-                        data + seg_begin(recv_chunk, j), seg_size(recv_chunk, j), tag);
+      if (mem)
+        t.sendrecv_reduce_on(*mem, next, data + seg_begin(send_chunk, j), seg_size(send_chunk, j), prev,
+                             data + seg_begin(recv_chunk, j), seg_size(recv_chunk, j), tag);
+      else
+        t.sendrecv_reduce(next, data + seg_begin(send_chunk, j), seg_size(send_chunk, j), prev,
+                          data + seg_begin(recv_chunk, j), seg_size(recv_chunk, j), tag);
       e.t_end = now_seconds();
       comm.add_bytes_sent(e.bytes);
       comm.record(e);
@@ -130,8 +134,12 @@ void ring_allreduce_pipelined(Communicator& comm, float* data, size_t count, Col
       e.t_start = e.t_end = 0;
       comm.gate(e);
       e.t_start = now_seconds();
-      t.sendrecv(next, data + seg_begin(send_chunk, j), e.bytes, prev, data + seg_begin(recv_chunk, j),
-                 seg_size(recv_chunk, j) * sizeof(float), tag);
+      if (mem)
+        t.sendrecv_on(*mem, next, data + seg_begin(send_chunk, j), e.bytes, prev, data + seg_begin(recv_chunk, j),
+                      seg_size(recv_chunk, j) * sizeof(float), tag);
+      else
+        t.sendrecv(next, data + seg_begin(send_chunk, j), e.bytes, prev, data + seg_begin(recv_chunk, j),
+                   seg_size(recv_chunk, j) * sizeof(float), tag);
       e.t_end = now_seconds();
       comm.add_bytes_sent(e.bytes);
       comm.record(e);

@@ -58,7 +58,9 @@ constexpr size_t kRingSegmentBytes = size_t{512} << 10;
 // was written by its neighbour at step s - 1, moments before, and is still in cache; the plain
 // ring reads it back a whole chunk later. One Chunk event and one gate call per segment sent
 // (chunk = c, ring_step = s); with G = 1 (chunks up to segment_bytes) exactly the plain ring.
+// mem: data lives on that device and the transport is device-aware (device_memory.h): every chunk
+// moves and adds there, the same steps and the same bits.
 void ring_allreduce_pipelined(Communicator& comm, float* data, size_t count, CollectiveInfo info,
-                              size_t segment_bytes = kRingSegmentBytes);
+                              size_t segment_bytes = kRingSegmentBytes, DeviceMemory* mem = nullptr);
 
 }  // namespace lab

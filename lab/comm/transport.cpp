@@ -13,6 +13,18 @@ void Transport::sendrecv_reduce(int dst, const float* sbuf, size_t scount, int s
   for (size_t i = 0; i < rcount; ++i) acc[i] += m_scratch[i];
 }
 
+void Transport::sendrecv_on(DeviceMemory&, int, const void*, size_t, int, void*, size_t, uint64_t) {
+  throw Error(std::string("the ") + name() + " transport cannot move device memory (Transport::device_aware)");
+}
+
+void Transport::sendrecv_reduce_on(DeviceMemory&, int, const float*, size_t, int, float*, size_t, uint64_t) {
+  throw Error(std::string("the ") + name() + " transport cannot move device memory (Transport::device_aware)");
+}
+
+void Transport::native_allreduce_sum_on(DeviceMemory&, float*, size_t) {
+  throw Error(std::string("the ") + name() + " transport's own allreduce cannot work on device memory");
+}
+
 std::string seconds_text(double seconds) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%g", seconds);

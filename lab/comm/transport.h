@@ -17,6 +17,8 @@
 
 namespace lab {
 
+class DeviceMemory;
+
 // "%g" of a number of seconds, as the transports' timeout messages print it: "0.5", "60".
 std::string seconds_text(double seconds);
 
@@ -44,6 +46,21 @@ class Transport {
   // The transport's own allreduce (sum, float32, in place), e.g. MPI_Allreduce: a black-box peer
   // for comparison. The default throws ConfigError.
   virtual void native_allreduce_sum(float* data, size_t count);
+
+  // ---- buffers on a device (device_memory.h) ----
+  // Whether sendrecv_on and sendrecv_reduce_on move device memory directly between the ranks.
+  // Those that do not (the default) have device buffers staged through host memory by the
+  // Communicator.
+  virtual bool device_aware() const { return false; }
+  // sendrecv and sendrecv_reduce on buffers of `mem`'s device: its copies and adds in place of
+  // memcpy and the CPU's. The defaults throw: only a device-aware transport is asked.
+  virtual void sendrecv_on(DeviceMemory& mem, int dst, const void* sbuf, size_t sbytes, int src, void* rbuf,
+                           size_t rbytes, uint64_t tag);
+  virtual void sendrecv_reduce_on(DeviceMemory& mem, int dst, const float* sbuf, size_t scount, int src, float* acc,
+                                  size_t rcount, uint64_t tag);
+  // Whether native_allreduce_sum_on runs the transport's own allreduce on device memory (NCCL).
+  virtual bool native_on_device() const { return false; }
+  virtual void native_allreduce_sum_on(DeviceMemory& mem, float* data, size_t count);
 
   // Tells every other rank that this rank failed with `reason` (their calls then throw).
   virtual void abort(const std::string& reason) = 0;

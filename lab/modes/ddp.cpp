@@ -51,12 +51,61 @@ void DdpReducer::restore_buckets(const std::vector<std::vector<int>>& buckets, b
   m_rebuilt = rebuilt;
 }
 
+DdpReducer::DeviceBucket& DdpReducer::DeviceBucket::operator=(DeviceBucket&& o) noexcept {
+  std::swap(mem, o.mem);
+  std::swap(data, o.data);
+  std::swap(capacity, o.capacity);
+  std::swap(count, o.count);
+  return *this;
+}
+
+DdpReducer::DeviceBucket::~DeviceBucket() {
+  if (mem && data) mem->release(data);
+}
+
+void DdpReducer::DeviceBucket::resize(DeviceMemory& m, size_t n) {
+  if (n > capacity || mem != &m) {
+    if (mem && data) mem->release(data);
+    mem = &m;
+    data = static_cast<float*>(m.allocate(n * sizeof(float)));
+    capacity = n;
+  }
+  count = n;
+}
+
+size_t DdpReducer::bucket_size(size_t b) const {
+  size_t total = 0;
+  for (int i : m_buckets[b]) total += m_params[static_cast<size_t>(i)]->grad.data.size();
+  return total;
+}
+
+void DdpReducer::place() {
+  if (m_placed) return;
+  m_placed = true;
+  ModelExecutor* e = m_model.executor();
+  DeviceMemory* mem = e ? e->device_memory() : nullptr;
+  if (mem && !m_divide && m_comm.allreduce_on_device() && e->keep_grads(true)) m_mem = mem;
+}
+
+void DdpReducer::set_divide_in_hook(bool on) {
+  m_divide = on;
+  if (on && m_mem) {  // a hook divides in host memory: the gradients come back to the host
+    m_model.executor()->keep_grads(false);
+    m_mem = nullptr;
+    m_dflat.clear();
+  }
+}
+
 void DdpReducer::prepare_for_backward() {
+  place();
   m_pending.assign(m_buckets.size(), 0);
   for (size_t b = 0; b < m_buckets.size(); ++b) m_pending[b] = static_cast<int>(m_buckets[b].size());
   m_ready.assign(m_params.size(), 0);
   m_next_bucket = 0;
-  m_flat.resize(m_buckets.size());
+  if (m_mem)
+    m_dflat.resize(m_buckets.size());
+  else
+    m_flat.resize(m_buckets.size());
   if (!m_rebuilt) m_ready_order.clear();
   m_launch_unfinished = m_launch == BucketLaunch::CommThread && mutated("ddp-launch-unfinished-bucket");
 }
@@ -97,8 +146,23 @@ void DdpReducer::copy_in(size_t b) {
   const int world = m_comm.world_size();
   const float scale = static_cast<float>(1.0 / world);  // PyTorch multiplies by 1/world_size
   const float divisor = static_cast<float>(world);
-  size_t total = 0;
-  for (int i : m_buckets[b]) total += m_params[static_cast<size_t>(i)]->grad.data.size();
+  const size_t total = bucket_size(b);
+  if (m_mem) {  // on the device: copied (or, kept on the host, uploaded) into the bucket, scaled there
+    DeviceBucket& d = m_dflat[b];
+    d.resize(*m_mem, total);
+    size_t off = 0;
+    for (int i : m_buckets[b]) {
+      const Tensor& g = m_params[static_cast<size_t>(i)]->grad;
+      const size_t n = g.data.size();
+      if (const float* dg = m_model.device_grad(static_cast<size_t>(i)))
+        m_mem->copy(d.data + off, dg, n * sizeof(float));
+      else
+        m_mem->upload(d.data + off, g.data.data(), n * sizeof(float));
+      m_mem->scale(d.data + off, scale, n);
+      off += n;
+    }
+    return;
+  }
   std::vector<float>& flat = m_flat[b];
   flat.resize(total);
   size_t off = 0;
@@ -113,11 +177,27 @@ void DdpReducer::copy_in(size_t b) {
 }
 
 void DdpReducer::allreduce_bucket(size_t b) {
+  if (m_mem) {
+    m_comm.allreduce_sum(m_dflat[b].data, m_dflat[b].count, CollectiveInfo{"grad bucket", static_cast<int>(b)}, m_mem);
+    return;
+  }
   m_comm.allreduce_sum(m_flat[b].data(), m_flat[b].size(), CollectiveInfo{"grad bucket", static_cast<int>(b)});
 }
 
 void DdpReducer::copy_out(size_t b) {
   size_t off = 0;
+  if (m_mem) {
+    for (int i : m_buckets[b]) {
+      Tensor& g = m_params[static_cast<size_t>(i)]->grad;
+      const size_t n = g.data.size();
+      if (float* dg = m_model.device_grad(static_cast<size_t>(i)))
+        m_mem->copy(dg, m_dflat[b].data + off, n * sizeof(float));
+      else
+        m_mem->download(g.data.data(), m_dflat[b].data + off, n * sizeof(float));
+      off += n;
+    }
+    return;
+  }
   for (int i : m_buckets[b]) {
     Tensor& g = m_params[static_cast<size_t>(i)]->grad;
     std::memcpy(g.data.data(), m_flat[b].data() + off, g.data.size() * sizeof(float));
@@ -148,10 +228,17 @@ void DdpReducer::finalize_backward() {
 }
 
 void DdpReducer::allreduce_zero_buckets() {
+  place();
   for (size_t b = 0; b < m_buckets.size(); ++b) {
-    size_t total = 0;
-    for (int i : m_buckets[b]) total += m_params[static_cast<size_t>(i)]->grad.data.size();
+    const size_t total = bucket_size(b);
     std::vector<float> zeros(total, 0.0f);
+    if (m_mem) {  // the other ranks' buckets are device memory: so is this one
+      DeviceBucket d;
+      d.resize(*m_mem, total);
+      m_mem->upload(d.data, zeros.data(), total * sizeof(float));
+      m_comm.allreduce_sum(d.data, total, CollectiveInfo{"grad bucket", static_cast<int>(b)}, m_mem);
+      continue;
+    }
     m_comm.allreduce_sum(zeros.data(), total, CollectiveInfo{"grad bucket", static_cast<int>(b)});
   }
 }

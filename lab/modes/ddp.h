@@ -15,9 +15,17 @@
 //  - InHook: inside the ready hook, on the backward thread (backward waits for each allreduce).
 // The bucket contents, the order of the collectives and the ring's reduction order are the same in
 // all three, so the gradients are bitwise identical; only the timing differs.
+// Where the buckets live: on a device whose memory the allreduce can work in (the model's
+// executor has device_memory(), keeps its gradients there when asked, and the ring runs on a
+// device-aware transport: Communicator::allreduce_on_device), the buckets are device memory and a
+// gradient never visits the host: it is copied into its bucket and scaled there, reduced chunk by
+// chunk between the ranks' buckets, and copied back, as DDP does with CUDA tensors. Gradients the
+// host keeps (BatchNorm's, finished on the host) go up into their bucket and come back down. Any
+// other case (the CPU, a hook's division, MPI ranks) keeps the buckets in host memory.
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "comm_worker.h"
@@ -42,6 +50,10 @@ class DdpReducer {
   // launch CommThread needs a worker (owned by the rank, see comm_worker.h).
   DdpReducer(Model& model, Communicator& comm, double bucket_cap_mb, BucketLaunch launch = BucketLaunch::InHook,
              CommWorker* worker = nullptr);
+  // Decides where the buckets live (above), once; prepare_for_backward does it too. A mode calls it
+  // before a backward that is not reduced (no_sync), so that the gradients it accumulates are
+  // already where the buckets will read them.
+  void place();
   // Call before each backward.
   void prepare_for_backward();
   // The Model::backward hook: parameter i's gradient is final.
@@ -53,12 +65,14 @@ class DdpReducer {
   // With a communication hook (post-localSGD), DDP copies gradients into the bucket unscaled and
   // the hook divides the bucket by the world size (tensor.div_), which can differ in the last bit
   // from DDP's own multiplication by 1/world_size when the world size is not a power of two.
-  void set_divide_in_hook(bool on) { m_divide = on; }
+  void set_divide_in_hook(bool on);
   // DDP join: a rank that ran out of data shadows one backward pass by allreducing a zero bucket
   // per bucket, in bucket order (_match_all_reduce_for_bwd_pass), on the calling thread.
   void allreduce_zero_buckets();
 
   const std::vector<std::vector<int>>& buckets() const { return m_buckets; }
+  // Whether the buckets live on the model's device (above); decided at the first backward.
+  bool buckets_on_device() const { return m_mem != nullptr; }
   bool rebuilt() const { return m_rebuilt; }
   // From a checkpoint: the buckets as the reducer had them (after the rebuild, in the first
   // iteration's gradient-ready order).
@@ -88,6 +102,23 @@ class DdpReducer {
   // Per bucket: its gradients, flattened and scaled (one buffer per bucket: with CommThread the
   // rank thread fills bucket b + 1 while the worker reduces bucket b).
   std::vector<std::vector<float>> m_flat;
+  // The same in device memory, when the buckets live there (m_mem set).
+  struct DeviceBucket {
+    DeviceMemory* mem = nullptr;
+    float* data = nullptr;
+    size_t capacity = 0, count = 0;
+    DeviceBucket() = default;
+    DeviceBucket(const DeviceBucket&) = delete;
+    DeviceBucket& operator=(const DeviceBucket&) = delete;
+    DeviceBucket(DeviceBucket&& o) noexcept { *this = std::move(o); }
+    DeviceBucket& operator=(DeviceBucket&& o) noexcept;
+    ~DeviceBucket();
+    void resize(DeviceMemory& m, size_t n);  // count = n; grown (contents dropped) as needed
+  };
+  DeviceMemory* m_mem = nullptr;
+  bool m_placed = false;  // where the buckets live has been decided
+  std::vector<DeviceBucket> m_dflat;
+  size_t bucket_size(size_t b) const;
 };
 
 // Flattened float and int64 buffers of the model, broadcast from `root` (DDP's _sync_buffers:

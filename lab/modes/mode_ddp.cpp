@@ -105,14 +105,18 @@ StepCount DdpRank::step(const StepInput& in, StepRecord& rec) {
   comm.timed(Phase::Backward, "backward", step, [&] {
     if (c.no_sync_steps == 0 || step % (c.no_sync_steps + 1) == 0 || m_grad_overwrites)
       model.zero_grad();  // no_sync accumulates
-    if (grad_allreduce) m_reducer.prepare_for_backward();
+    if (grad_allreduce)
+      m_reducer.prepare_for_backward();
+    else
+      m_reducer.place();
     bool first_grad = true;
     model.backward(m_dlogits, [&](int i) {
       if (first_grad) m_env.faults.check(rank, step, "backward");
       first_grad = false;
       // Before DDP copies it into a bucket: a non-finite gradient is caught on the rank it comes from.
-      if (nonfinite.empty() && !all_finite(params[static_cast<size_t>(i)]->grad)) {
+      if (nonfinite.empty() && !model.grad_finite(static_cast<size_t>(i))) {
         nonfinite = m_pnames[static_cast<size_t>(i)];
+        model.to_host(kStateGrads);  // for the message: a device's gradients (executor.h)
         if (c.on_nonfinite == "stop")
           throw TrainingError(
               "iteration " + std::to_string(step) + " (epoch " + std::to_string(in.epoch) + ", batch " +
@@ -131,8 +135,8 @@ StepCount DdpRank::step(const StepInput& in, StepRecord& rec) {
   // keep this step's update, as they do under GradScaler.
   bool skipped = false;
   if (synced && c.on_nonfinite == "skip-step" && (!nonfinite.empty() || grad_allreduce)) {
-    for (const Param* p : params)
-      if (!all_finite(p->grad)) skipped = true;
+    for (size_t i = 0; i < params.size(); ++i)
+      if (!model.grad_finite(i)) skipped = true;
     if (skipped) model.zero_grad();
   }
   if (synced && !skipped) comm.timed(Phase::OptimizerStep, "optimizer-step", step, [&] { m_env.opt.step(); });

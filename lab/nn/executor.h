@@ -41,8 +41,16 @@
 //   * Model::host_changed(sets) after the host wrote them (a broadcast, a checkpoint restored,
 //     an average): the device takes them up before it next uses them.
 // The central readers and writers do it (model_tensors, load_model_tensors, copy_state); code that
-// touches Param::value directly says so itself. BatchNorm's parameters and buffers, and every
-// gradient, stay on the host (the host finishes BatchNorm, the collectives read the gradients).
+// touches Param::value directly says so itself. BatchNorm's parameters and buffers stay on the
+// host (the host finishes BatchNorm).
+//
+// Gradients: on the host by default (the collectives read them there). DDP, when its allreduce can
+// work in the device's memory (device_memory(); lab/comm/device_memory.h), asks the executor to
+// keep those parameters' gradients on the device (keep_grads): its buckets are then device memory,
+// the ring moves and adds chunks between the ranks' buckets there, and the optimizer steps from the
+// reduced gradient where it is: a DDP step copies only the input up and the logits (and
+// BatchNorm's per-channel sums) down. Host readers of those gradients (a checkpoint of no_sync's
+// accumulation, the message naming a non-finite one) go through to_host(kStateGrads).
 #pragma once
 
 #include <cstdint>
@@ -57,6 +65,7 @@
 
 namespace lab {
 
+class DeviceMemory;
 class Model;
 struct SgdOptions;
 
@@ -64,7 +73,8 @@ struct SgdOptions;
 enum StateSet : unsigned {
   kStateParams = 1u,    // parameter values
   kStateMomentum = 2u,  // the optimizer's momentum buffers of the parameters it steps on the device
-  kStateAll = 3u,
+  kStateGrads = 4u,     // the gradients of those parameters, where kept on the device (keep_grads)
+  kStateAll = 7u,
 };
 
 // Bytes the host-staged executor moved, and the time it spent waiting for those copies.
@@ -114,6 +124,29 @@ class ModelExecutor {
     (void)index, (void)opt, (void)first, (void)host_buffer;
     return false;
   }
+  // The device's memory as collectives see it (lab/comm/device_memory.h): for an allreduce of
+  // buffers that live there. nullptr: none (the collectives work on the host's copies).
+  virtual DeviceMemory* device_memory() { return nullptr; }
+
+  // ---- gradients on the device ----
+  // on: from the next backward, the gradients of the parameters the device steps (sgd_param's)
+  // stay on the device, accumulated there (+=, as the host's), instead of being added into the
+  // host's Param::grad, which becomes their mirror (kStateGrads: to_host before the host reads
+  // them, host_changed after it wrote them). A caller that reduces them on the device asks (DDP's
+  // buckets in device memory). Returns whether the device keeps them (false: the host does, as
+  // before).
+  virtual bool keep_grads(bool on) {
+    (void)on;
+    return false;
+  }
+  // Parameter `index`'s gradient on the device (Model::params() order), the host's newer values
+  // taken up first; nullptr where the host keeps it. Valid until the executor is destroyed.
+  virtual float* device_grad(size_t index) {
+    (void)index;
+    return nullptr;
+  }
+  // Model::zero_grad: the device's gradients to zero.
+  virtual void zero_grads() {}
 };
 
 // A module's kernels on a device's timeline (Event::op of its EventKind::Device spans): "linear",

@@ -6,12 +6,14 @@
 #include <cstring>
 
 #include "bf16.h"
+#include "device_memory.h"
 #include "conv2d.h"
 #include "errors.h"
 #include "flatten.h"
 #include "linear.h"
 #include "maxpool2d.h"
 #include "mutation.h"
+#include "optim.h"
 #include "relu.h"
 #include "torch_rng.h"
 
@@ -186,6 +188,15 @@ std::vector<int> Model::batchnorm_module_index() {
 
 void Model::zero_grad() {
   for (Param* p : params()) p->grad.zero();
+  if (m_exec) m_exec->zero_grads();
+}
+
+bool Model::grad_finite(size_t i) {
+  if (float* g = device_grad(i)) {
+    const Param& p = *params()[i];
+    return m_exec->device_memory()->all_finite(g, p.value.data.size());
+  }
+  return all_finite(params()[i]->grad);
 }
 
 std::string Model::describe() const {

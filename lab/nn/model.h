@@ -101,6 +101,11 @@ class Model {
   void host_changed(unsigned sets) {
     if (m_exec) m_exec->host_changed(sets);
   }
+  // Gradients on the device (executor.h: keep_grads): parameter i's there, or nullptr where the
+  // host's Param::grad holds it.
+  float* device_grad(size_t i) { return m_exec ? m_exec->device_grad(i) : nullptr; }
+  // Whether parameter i's gradient is finite, wherever it lives.
+  bool grad_finite(size_t i);
 
  private:
   std::vector<std::unique_ptr<Module>> m_modules;

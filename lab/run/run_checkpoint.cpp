@@ -132,8 +132,10 @@ RankCheckpoint Run::rank_checkpoint(int rank, const RankCheckpointRefs& refs, Mo
   if (refs.opt.has_momentum())
     for (size_t i = 0; i < params.size(); ++i)
       rc.tensors.push_back(f32_tensor("optim.momentum." + names[i], refs.opt.momentum_buffers()[i]));
-  if (accumulating(c, S))
+  if (accumulating(c, S)) {
+    refs.model.to_host(kStateGrads);  // a device's gradients (executor.h: keep_grads)
     for (size_t i = 0; i < params.size(); ++i) rc.tensors.push_back(f32_tensor("grad." + names[i], params[i]->grad));
+  }
   std::vector<Event> mine;
   m_logs[static_cast<size_t>(rank)]->copy_since(0, mine);
   {
@@ -360,6 +362,7 @@ void Run::restore_rank(int rank, RankCheckpointRefs& refs) {
       if (it == extra.end()) throw IoError(where + ".safetensors: missing 'grad." + names[i] + "' (no_sync's accumulated gradient)");
       params[i]->grad = from_f32(*it->second, params[i]->value.shape, where + ".safetensors");
     }
+  if (accumulating(c, st.step)) refs.model.host_changed(kStateGrads);
   const nlohmann::json& j = rc.counters;
   try {
     refs.comm.restore_counters(j.at("bytes_sent").get<uint64_t>(), j.at("collectives").get<uint64_t>());

@@ -13,6 +13,8 @@
 // Sections: helpers | one rank | two ranks on one GPU | two GPUs
 #include <gtest/gtest.h>
 
+#include <cuda_runtime.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -26,6 +28,7 @@
 #include <vector>
 
 #include "communicator.h"
+#include "device_memory.h"
 #include "cuda_device.h"
 #include "gpu_test_util.h"
 #include "errors.h"
@@ -94,6 +97,77 @@ std::vector<std::vector<float>> ring_over(lab::World& world, std::vector<std::ve
 
 const std::vector<size_t> kCounts = {0, 1, 3, 1000, (size_t{1} << 20) + 3};
 
+// Device memory for the transport's device-buffer calls, with nothing but the CUDA runtime calls
+// the transport itself makes (so that it also runs against the CPU model of CUDA and NCCL): its
+// copies are cudaMemcpyAsync on a stream of its own, waited for; its add brings both operands to
+// the host, adds in index order and puts the sum back (the bits of the CPU's add).
+class RuntimeOnlyMemory final : public lab::DeviceMemory {
+ public:
+  explicit RuntimeOnlyMemory(int device) : m_device(device) {
+    cudaSetDevice(device);
+    cudaStreamCreateWithFlags(&m_stream, cudaStreamNonBlocking);
+  }
+  ~RuntimeOnlyMemory() override { cudaStreamDestroy(m_stream); }
+  std::string name() const override { return "cuda:" + std::to_string(m_device); }
+  void copy(void* dst, const void* src, size_t bytes) override { memcpy(dst, src, bytes, cudaMemcpyDeviceToDevice); }
+  void download(void* host, const void* device, size_t bytes) override { memcpy(host, device, bytes, cudaMemcpyDeviceToHost); }
+  void upload(void* device, const void* host, size_t bytes) override { memcpy(device, host, bytes, cudaMemcpyHostToDevice); }
+  void add(float* acc, const float* in, size_t count) override {
+    std::vector<float> a(count), b(count);
+    download(a.data(), acc, count * 4);
+    download(b.data(), in, count * 4);
+    for (size_t i = 0; i < count; ++i) a[i] += b[i];
+    upload(acc, a.data(), count * 4);
+    ++adds;
+  }
+  void scale(float*, float, size_t) override { ADD_FAILURE() << "not used by the collectives"; }
+  bool all_finite(const float*, size_t) override { return true; }
+  void* allocate(size_t bytes) override {
+    cudaSetDevice(m_device);
+    void* p = nullptr;
+    cudaMalloc(&p, bytes ? bytes : 1);
+    return p;
+  }
+  void release(void* p) override { cudaFree(p); }
+  int adds = 0;
+
+ private:
+  void memcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+    if (bytes == 0) return;
+    cudaSetDevice(m_device);
+    ASSERT_EQ(cudaMemcpyAsync(dst, src, bytes, kind, m_stream), cudaSuccess);
+    while (cudaStreamQuery(m_stream) == cudaErrorNotReady) std::this_thread::yield();
+  }
+  int m_device;
+  cudaStream_t m_stream = nullptr;
+};
+
+// The lab's pipelined ring (and, native, NCCL's own allreduce) through the Communicator on buffers
+// in device memory, one rank per GPU: each rank's inputs[r] uploaded, reduced where it is, brought
+// back. counts[r]: the adds rank r's device memory made (0 for NCCL's own).
+std::vector<std::vector<float>> on_device_over(lab::World& world, const std::vector<std::vector<float>>& inputs,
+                                               bool native, std::vector<int>* adds = nullptr) {
+  const int n = world.world_size();
+  std::vector<std::vector<float>> out(static_cast<size_t>(n));
+  std::vector<lab::EventLog> logs(static_cast<size_t>(n));
+  if (adds) adds->assign(static_cast<size_t>(n), 0);
+  expect_no_errors(run_ranks(n, [&](int r) {
+    RuntimeOnlyMemory mem(r);
+    lab::Communicator comm(world.transport(r), &logs[static_cast<size_t>(r)]);
+    comm.set_allreduce_algorithm(native ? lab::AllreduceAlgorithm::Native : lab::AllreduceAlgorithm::Ring);
+    EXPECT_TRUE(comm.allreduce_on_device());
+    const std::vector<float>& in = inputs[static_cast<size_t>(r)];
+    float* dev = static_cast<float*>(mem.allocate(in.size() * 4));
+    mem.upload(dev, in.data(), in.size() * 4);
+    comm.allreduce_sum(dev, in.size(), {"test", 3}, &mem);
+    out[static_cast<size_t>(r)].resize(in.size());
+    mem.download(out[static_cast<size_t>(r)].data(), dev, in.size() * 4);
+    mem.release(dev);
+    if (adds) (*adds)[static_cast<size_t>(r)] = mem.adds;
+  }));
+  return out;
+}
+
 // ---- one rank ----
 
 TEST(NcclOneRank, WorldAndNativeAllreduceIsACopy) {
@@ -148,6 +222,17 @@ TEST(NcclOneRank, LabRingAndNativeThroughTheCommunicatorLeaveTheInput) {
     std::vector<float> data = in;
     comm.allreduce_sum(data.data(), count, {"test", 2});
     EXPECT_TRUE(same_bits(data, in)) << "native through the Communicator, count " << count;
+  }
+}
+
+// World 1 on device memory: NCCL's own allreduce in place (a copy of the input), no staging.
+TEST(NcclOneRank, NativeAllreduceOnDeviceBuffersLeavesTheInput) {
+  SKIP_WITHOUT_GPU();
+  lab::NcclWorld world({0}, 30.0);
+  for (size_t count : kCounts) {
+    const std::vector<float> in = randn(count, 41 + static_cast<uint32_t>(count));
+    EXPECT_TRUE(same_bits(on_device_over(world, {in}, true)[0], in)) << "native, count " << count;
+    EXPECT_TRUE(same_bits(on_device_over(world, {in}, false)[0], in)) << "ring, count " << count;
   }
 }
 
@@ -229,6 +314,31 @@ TEST(NcclTwoRanks, LabRingBitwiseEqualsTheThreadsTransportsRing) {
         EXPECT_TRUE(same_bits(got[static_cast<size_t>(r)], want[static_cast<size_t>(r)]))
             << "rank " << r << ", count " << count << (pipelined ? ", pipelined" : "");
     }
+}
+
+// Buffers in device memory (Communicator::allreduce_sum's `mem`): NCCL sends from and receives into
+// them where they are, the ring's reduction is the device memory's add; the bits are the threads
+// transport's ring and, for NCCL's own allreduce, a + b.
+TEST(NcclTwoRanks, LabRingAndNativeOnDeviceBuffersGiveTheHostsBits) {
+  SKIP_WITHOUT_TWO_GPUS();
+  lab::NcclWorld nccl({0, 1}, 30.0);
+  lab::ThreadsWorld threads(2);
+  for (size_t count : kCounts) {
+    const std::vector<std::vector<float>> in = {randn(count, 31), randn(count, 32)};
+    const auto want = ring_over(threads, in, true);
+    std::vector<int> adds;
+    const auto got = on_device_over(nccl, in, false, &adds);
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_TRUE(same_bits(got[static_cast<size_t>(r)], want[static_cast<size_t>(r)])) << "rank " << r << ", count " << count;
+      if (count >= 2) EXPECT_GT(adds[static_cast<size_t>(r)], 0) << "the reduction is the device's";
+    }
+    const auto native = on_device_over(nccl, in, true);
+    for (size_t i = 0; i < count; ++i) {
+      const float sum = in[0][i] + in[1][i];
+      ASSERT_TRUE(same_bits(std::vector<float>{native[0][i]}, {sum})) << "native, element " << i;
+      ASSERT_TRUE(same_bits(std::vector<float>{native[1][i]}, {sum})) << "native, element " << i;
+    }
+  }
 }
 
 // Rank 1 fails while rank 0 waits in a recv from it: rank 0 stops at once with rank 1's reason.
