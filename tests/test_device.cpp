@@ -436,9 +436,11 @@ TEST(DeviceResidency, ParametersOnTheDeviceGiveTheCpuRunsBits) {
          c.no_sync_steps = 1;
        }},
       {"ddp, no momentum", [](lab::RunConfig& c) { c.momentum = 0.0; }},
-      {"local-sgd",
+      {"local-sgd, 3 ranks (the hook divides the bucket by 3 on the device: not a multiplication by 1/3)",
        [](lab::RunConfig& c) {
+         c.world_size = 3;
          c.mode = "local-sgd";
+         c.warmup_steps = 3;  // gradients allreduced (through the hook) for the first 3 steps
          c.average_every = 2;
          c.checkpoint_every = 3;
        }},
@@ -500,7 +502,7 @@ TEST(DeviceResidency, ParametersOnTheDeviceGiveTheCpuRunsBits) {
     uint64_t grad_bytes = 0;
     for (const testutil::TrackedSim* e : g_sim)
       if (e) grad_bytes += e->counters().grad_bytes_to_host;
-    const bool device_buckets = c.mode == "ddp" && c.allreduce == "ring";
+    const bool device_buckets = (c.mode == "ddp" || c.mode == "local-sgd") && c.allreduce == "ring";
     if (device_buckets) {
       EXPECT_EQ(grad_bytes, 0u) << k.name;
     } else if (c.mode != "async") {

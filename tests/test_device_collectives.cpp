@@ -68,6 +68,10 @@ class ScrambledMemory final : public lab::DeviceMemory {
     auto* a = reinterpret_cast<uint32_t*>(x);
     for (size_t i = 0; i < count; ++i) a[i] = enc(dec(a[i]) * k);
   }
+  void divide(float* x, float d, size_t count) override {
+    auto* a = reinterpret_cast<uint32_t*>(x);
+    for (size_t i = 0; i < count; ++i) a[i] = enc(dec(a[i]) / d);
+  }
   bool all_finite(const float* x, size_t count) override {
     const auto* a = reinterpret_cast<const uint32_t*>(x);
     for (size_t i = 0; i < count; ++i)

@@ -45,6 +45,13 @@ void CudaDeviceMemory::scale(float* x, float k, size_t count) {
   m_ctx.synchronize();
 }
 
+void CudaDeviceMemory::divide(float* x, float d, size_t count) {
+  if (count == 0) return;
+  m_ctx.make_current();
+  divide_inplace(m_ctx, x, d, static_cast<int64_t>(count));
+  m_ctx.synchronize();
+}
+
 bool CudaDeviceMemory::all_finite(const float* x, size_t count) {
   if (count == 0) return true;
   m_ctx.make_current();

@@ -26,6 +26,7 @@ class CudaDeviceMemory final : public DeviceMemory {
   void download(void* host, const void* device, size_t bytes) override;
   void upload(void* device, const void* host, size_t bytes) override;
   void scale(float* x, float k, size_t count) override;
+  void divide(float* x, float d, size_t count) override;
   bool all_finite(const float* x, size_t count) override;
   void* allocate(size_t bytes) override;
   void release(void* p) override;

@@ -85,6 +85,10 @@ __global__ void scale_kernel(float* x, float k, int64_t count) {
   DTLAB_FOR_EACH(i, count) x[i] *= k;
 }
 
+__global__ void divide_kernel(float* x, float d, int64_t count) {
+  DTLAB_FOR_EACH(i, count) x[i] = __fdiv_rn(x[i], d);  // IEEE division, as the CPU's
+}
+
 __global__ void nonfinite_kernel(const float* x, int64_t count, int32_t* bad) {
   int found = 0;
   DTLAB_FOR_EACH(i, count) found |= !isfinite(x[i]);
@@ -300,6 +304,12 @@ void add_into(CudaContext& ctx, float* acc, const float* in, int64_t count) {
 void scale_inplace(CudaContext& ctx, float* x, float k, int64_t count) {
   if (count == 0) return;
   scale_kernel<<<blocks_for(count), kThreads, 0, ctx.stream()>>>(x, k, count);
+  DTLAB_CUDA_CHECK_LAUNCH();
+}
+
+void divide_inplace(CudaContext& ctx, float* x, float d, int64_t count) {
+  if (count == 0) return;
+  divide_kernel<<<blocks_for(count), kThreads, 0, ctx.stream()>>>(x, d, count);
   DTLAB_CUDA_CHECK_LAUNCH();
 }
 

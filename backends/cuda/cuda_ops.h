@@ -82,6 +82,8 @@ void cross_entropy(CudaContext& ctx, const float* logits, const int32_t* labels,
 void add_into(CudaContext& ctx, float* acc, const float* in, int64_t count);
 // x (count,) *= k, float32 (DDP's 1/world_size as a gradient enters its bucket).
 void scale_inplace(CudaContext& ctx, float* x, float k, int64_t count);
+// x (count,) /= d, float32 (a communication hook's tensor.div_).
+void divide_inplace(CudaContext& ctx, float* x, float d, int64_t count);
 // *bad (device) = whether any of x (count,) is NaN or infinite: zeroed, then set by an integer
 // atomic (no float atomics: the answer does not depend on the order).
 void count_nonfinite(CudaContext& ctx, const float* x, int64_t count, int32_t* bad);

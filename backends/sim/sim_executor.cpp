@@ -86,6 +86,11 @@ void SimDeviceMemory::scale(float* x, float k, size_t count) {
   m_device += count * sizeof(float);
 }
 
+void SimDeviceMemory::divide(float* x, float d, size_t count) {
+  for (size_t i = 0; i < count; ++i) x[i] /= d;
+  m_device += count * sizeof(float);
+}
+
 bool SimDeviceMemory::all_finite(const float* x, size_t count) {
   m_device += count * sizeof(float);
   m_down += sizeof(int32_t);  // the answer

@@ -33,6 +33,8 @@ class DeviceMemory {
   virtual void upload(void* device, const void* host, size_t bytes) = 0;
   // x[i] *= k for i < count, float32 (DDP's 1/world_size as a gradient enters its bucket).
   virtual void scale(float* x, float k, size_t count) = 0;
+  // x[i] /= d for i < count, float32 (a communication hook's tensor.div_(world_size)).
+  virtual void divide(float* x, float d, size_t count) = 0;
   // Whether every one of the count values is finite (no NaN, no infinity): a gradient's test
   // before it is reduced. The answer comes to the host.
   virtual bool all_finite(const float* x, size_t count) = 0;

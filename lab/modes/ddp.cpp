@@ -84,17 +84,10 @@ void DdpReducer::place() {
   m_placed = true;
   ModelExecutor* e = m_model.executor();
   DeviceMemory* mem = e ? e->device_memory() : nullptr;
-  if (mem && !m_divide && m_comm.allreduce_on_device() && e->keep_grads(true)) m_mem = mem;
+  if (mem && m_comm.allreduce_on_device() && e->keep_grads(true)) m_mem = mem;
 }
 
-void DdpReducer::set_divide_in_hook(bool on) {
-  m_divide = on;
-  if (on && m_mem) {  // a hook divides in host memory: the gradients come back to the host
-    m_model.executor()->keep_grads(false);
-    m_mem = nullptr;
-    m_dflat.clear();
-  }
-}
+void DdpReducer::set_divide_in_hook(bool on) { m_divide = on; }
 
 void DdpReducer::prepare_for_backward() {
   place();
@@ -158,7 +151,10 @@ void DdpReducer::copy_in(size_t b) {
         m_mem->copy(d.data + off, dg, n * sizeof(float));
       else
         m_mem->upload(d.data + off, g.data.data(), n * sizeof(float));
-      m_mem->scale(d.data + off, scale, n);
+      if (m_divide)
+        m_mem->divide(d.data + off, divisor, n);
+      else
+        m_mem->scale(d.data + off, scale, n);
       off += n;
     }
     return;

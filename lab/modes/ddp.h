@@ -18,10 +18,11 @@
 // Where the buckets live: on a device whose memory the allreduce can work in (the model's
 // executor has device_memory(), keeps its gradients there when asked, and the ring runs on a
 // device-aware transport: Communicator::allreduce_on_device), the buckets are device memory and a
-// gradient never visits the host: it is copied into its bucket and scaled there, reduced chunk by
-// chunk between the ranks' buckets, and copied back, as DDP does with CUDA tensors. Gradients the
-// host keeps (BatchNorm's, finished on the host) go up into their bucket and come back down. Any
-// other case (the CPU, a hook's division, MPI ranks) keeps the buckets in host memory.
+// gradient never visits the host: it is copied into its bucket and scaled there (or divided, by a
+// hook), reduced chunk by chunk between the ranks' buckets, and copied back, as DDP does with CUDA
+// tensors. Gradients the host keeps (BatchNorm's, finished on the host) go up into their bucket
+// and come back down. Otherwise (the CPU; MPI ranks, the tree and the naive gather, which stage
+// the device's buckets through the host) the buckets are host memory.
 #pragma once
 
 #include <cstdint>

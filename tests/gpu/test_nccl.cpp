@@ -121,6 +121,7 @@ class RuntimeOnlyMemory final : public lab::DeviceMemory {
     ++adds;
   }
   void scale(float*, float, size_t) override { ADD_FAILURE() << "not used by the collectives"; }
+  void divide(float*, float, size_t) override { ADD_FAILURE() << "not used by the collectives"; }
   bool all_finite(const float*, size_t) override { return true; }
   void* allocate(size_t bytes) override {
     cudaSetDevice(m_device);
@@ -330,7 +331,9 @@ TEST(NcclTwoRanks, LabRingAndNativeOnDeviceBuffersGiveTheHostsBits) {
     const auto got = on_device_over(nccl, in, false, &adds);
     for (int r = 0; r < 2; ++r) {
       EXPECT_TRUE(same_bits(got[static_cast<size_t>(r)], want[static_cast<size_t>(r)])) << "rank " << r << ", count " << count;
-      if (count >= 2) EXPECT_GT(adds[static_cast<size_t>(r)], 0) << "the reduction is the device's";
+      if (count >= 2) {
+        EXPECT_GT(adds[static_cast<size_t>(r)], 0) << "the reduction is the device's";
+      }
     }
     const auto native = on_device_over(nccl, in, true);
     for (size_t i = 0; i < count; ++i) {
