@@ -10,7 +10,6 @@
 
 #include "batchnorm.h"
 #include "conv2d.h"
-#include "elementwise.h"
 #include "errors.h"
 #include "flatten.h"
 #include "linear.h"
@@ -199,13 +198,9 @@ const Tensor& SimExecutor::forward(const Tensor& x, Mode mode) {
       copied(true, (mean.size() + var_sum.size()) * sizeof(float), now_seconds());
       bn->prepare_from_local_stats(in->shape, mode, std::move(mean), std::move(var_sum));  // the host's half
       copied(false, (bn->alpha().size() + bn->beta().size()) * sizeof(float), now_seconds());
-      Tensor& y = m_out[i];
-      y.resize(in->shape);
-      const int64_t c = in->dim(1), inner = inner_of(*in);
-      for (int64_t e = 0; e < in->numel(); ++e) {
-        const int64_t ch = (e / inner) % c;
-        y.data[e] = bn_affine(in->data[e], bn->alpha()[ch], bn->beta()[ch]);
-      }
+      m_out[i].resize(in->shape);
+      channel_affine(in->ptr(), m_out[i].ptr(), nullptr, in->dim(0), in->dim(1), inner_of(*in), bn->alpha().data(),
+                     bn->beta().data());
     } else {
       m_dev[i]->forward(*in, m_out[i], mode);
     }
@@ -223,6 +218,7 @@ void SimExecutor::backward(const Tensor& dlogits, const std::function<void(int)>
   const double td = now_seconds();
   m_dlogits = dlogits;
   copied(false, bytes_of(dlogits), td);
+  if (m_keep_grads) take_up_grads();  // the host wrote them since (a restored checkpoint)
   const size_t count = m_host.size();
   for (size_t i = count; i-- > m_layout.first_with_params;) {
     const double t0 = now_seconds();
@@ -237,11 +233,8 @@ void SimExecutor::backward(const Tensor& dlogits, const std::function<void(int)>
         copied(false, k->grad_mean.size() * 3 * sizeof(float), now_seconds());
         const Tensor& x = m_in[i];
         dx->resize(x.shape);
-        const int64_t c = x.dim(1), inner = inner_of(x);
-        for (int64_t e = 0; e < x.numel(); ++e) {
-          const int64_t ch = (e / inner) % c;
-          dx->data[e] = bn_input_grad(dy.data[e], x.data[e], k->grad_mean[ch], bn->mean()[ch], k->k[ch], k->scale[ch]);
-        }
+        channel_input_grad(dy.ptr(), x.ptr(), dx->ptr(), x.dim(0), x.dim(1), inner_of(x), k->grad_mean.data(),
+                           bn->mean().data(), k->k.data(), k->scale.data());
       }
     } else {
       Module& dev = *m_dev[i];
@@ -252,7 +245,6 @@ void SimExecutor::backward(const Tensor& dlogits, const std::function<void(int)>
         const size_t index = static_cast<size_t>(m_layout.first[i]) + p;
         const float* d = dp[p]->grad.ptr();
         if (m_keep_grads && m_dev_params[index]) {  // kept on the device, accumulated there
-          take_up_grads();
           float* g = m_dgrad[index].ptr();
           for (int64_t e = 0; e < m_dgrad[index].numel(); ++e) g[e] += d[e];
           poison(hp[p]->grad);  // the host's copy is a mirror now
@@ -277,7 +269,7 @@ void SimExecutor::to_host(unsigned sets) {
   if (!m_resident) return;
   if ((sets & kStateParams) && m_host_params_stale) {
     for (size_t i = 0; i < m_params.size(); ++i)
-      if (m_dev_params[i] && m_stepping) {
+      if (m_dev_params[i]) {  // stale only once sgd_param has stepped them
         const double t0 = now_seconds();
         m_params[i]->value.data = m_dev_params[i]->value.data;
         copied(true, bytes_of(m_params[i]->value), t0);

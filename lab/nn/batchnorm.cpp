@@ -190,28 +190,6 @@ void channel_sq_dev(const float* x, int64_t nb, int64_t c, int64_t inner, const 
   });
 }
 
-// y = x * alpha[ch] + beta[ch]; saved = x when saved != nullptr
-void channel_affine(const float* x, float* y, float* saved, int64_t nb, int64_t c, int64_t inner,
-                    const float* __restrict alpha, const float* __restrict beta) {
-  if (inner == 1) {
-    parallel_for(nb, [&](int64_t b0, int64_t b1, int) {
-      for (int64_t b = b0; b < b1; ++b) {
-        const float* __restrict in = x + b * c;
-        float* __restrict out = y + b * c;
-        for (int64_t ch = 0; ch < c; ++ch) out[ch] = bn_affine(in[ch], alpha[ch], beta[ch]);
-      }
-      if (saved) std::copy(x + b0 * c, x + b1 * c, saved + b0 * c);
-    });
-    return;
-  }
-  parallel_for(c, [&](int64_t c0, int64_t c1, int) {
-    for (int64_t b = 0; b < nb; ++b)
-      for (int64_t ch = c0; ch < c1; ++ch) {
-        const int64_t off = (b * c + ch) * inner;
-        scale_shift(x + off, y + off, saved ? saved + off : nullptr, inner, alpha[ch], beta[ch]);
-      }
-  });
-}
 
 // sum_dy (c,) = per-channel sum of dy; sum_xmu (c,) = per-channel sum of dy * (x - mean)
 void channel_grad_sums(const float* dy, const float* x, int64_t nb, int64_t c, int64_t inner,
@@ -268,6 +246,38 @@ void channel_grad_sums_in_drawn_order(const float* dy, const float* x, int64_t n
   });
 }
 
+
+std::string py_float(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);  // matches Python's repr for the usual 1e-05, 0.1
+  return buf;
+}
+
+}  // namespace
+
+// y = x * alpha[ch] + beta[ch]; saved = x when saved != nullptr
+void channel_affine(const float* x, float* y, float* saved, int64_t nb, int64_t c, int64_t inner,
+                    const float* __restrict alpha, const float* __restrict beta) {
+  if (inner == 1) {
+    parallel_for(nb, [&](int64_t b0, int64_t b1, int) {
+      for (int64_t b = b0; b < b1; ++b) {
+        const float* __restrict in = x + b * c;
+        float* __restrict out = y + b * c;
+        for (int64_t ch = 0; ch < c; ++ch) out[ch] = bn_affine(in[ch], alpha[ch], beta[ch]);
+      }
+      if (saved) std::copy(x + b0 * c, x + b1 * c, saved + b0 * c);
+    });
+    return;
+  }
+  parallel_for(c, [&](int64_t c0, int64_t c1, int) {
+    for (int64_t b = 0; b < nb; ++b)
+      for (int64_t ch = c0; ch < c1; ++ch) {
+        const int64_t off = (b * c + ch) * inner;
+        scale_shift(x + off, y + off, saved ? saved + off : nullptr, inner, alpha[ch], beta[ch]);
+      }
+  });
+}
+
 // dx = (dy - grad_mean[ch] - (x - mean[ch]) * k[ch]) * scale[ch]
 void channel_input_grad(const float* dy, const float* x, float* dx, int64_t nb, int64_t c, int64_t inner,
                         const float* __restrict grad_mean, const float* __restrict mean, const float* __restrict k,
@@ -291,14 +301,6 @@ void channel_input_grad(const float* dy, const float* x, float* dx, int64_t nb, 
       }
   });
 }
-
-std::string py_float(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", v);  // matches Python's repr for the usual 1e-05, 0.1
-  return buf;
-}
-
-}  // namespace
 
 BatchNorm::BatchNorm(const BatchNormOptions& opt) : m_opt(opt) {
   assert(opt.num_features > 0);

@@ -46,6 +46,16 @@ struct BnBatchStats {
   int64_t local_count = 0;
 };
 
+// BatchNorm's two elementwise passes over x (nb, c, inner), per channel ch, with the compute
+// threads (any split gives the same bits): the forward's y = x * alpha[ch] + beta[ch] (saved = x
+// when not null), and the input gradient dx = (dy - grad_mean[ch] - (x - mean[ch]) * k[ch]) *
+// scale[ch]. BatchNorm's forward and backward run them; so does a device that computes with the
+// CPU's ops from the coefficients the host's BatchNorm finished (backends/sim).
+void channel_affine(const float* x, float* y, float* saved, int64_t nb, int64_t c, int64_t inner,
+                    const float* alpha, const float* beta);
+void channel_input_grad(const float* dy, const float* x, float* dx, int64_t nb, int64_t c, int64_t inner,
+                        const float* grad_mean, const float* mean, const float* k, const float* scale);
+
 class BatchNorm : public Module {
  public:
   explicit BatchNorm(const BatchNormOptions& opt);
