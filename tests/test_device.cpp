@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "backends.h"
+#include "bn_stats.h"
 #include "batchnorm.h"
 #include "config.h"
 #include "elementwise.h"
@@ -195,8 +196,8 @@ TEST(DeviceCli, SimTrainsToTheCpusBitsAndSaysWhatItCopied) {
   const nlohmann::json s = nlohmann::json::parse(testutil::read_file(d.file("sim") + "/summary.json"));
   EXPECT_EQ(s["device"]["device"], "sim") << s["device"].dump();
   EXPECT_EQ(s["device"]["rank0"]["resident"], true) << s["device"].dump();
-  // six Linear parameters stepped on the device at each of the 4 steps
-  EXPECT_EQ(s["device"]["rank0"]["protocol"]["device_steps"], 24) << s["device"].dump();
+  // the ten parameters (3 Linear, 2 BatchNorm1d) stepped on the device at each of the 4 steps
+  EXPECT_EQ(s["device"]["rank0"]["protocol"]["device_steps"], 40) << s["device"].dump();
   EXPECT_GT(s["device"]["staging"]["device_to_host_bytes"].get<uint64_t>(), 0u) << s["device"].dump();
   // DDP's buckets in the device's memory: no gradient came to the host
   EXPECT_EQ(s["device"]["rank0"]["protocol"]["grad_bytes_to_host"], 0) << s["device"].dump();
@@ -495,8 +496,9 @@ TEST(DeviceResidency, ParametersOnTheDeviceGiveTheCpuRunsBits) {
     int stepped = 0;
     for (const testutil::TrackedSim* e : g_sim)
       if (e) stepped += e->counters().device_steps;
-    // the mlp's three Linear layers: six parameters stepped on the device per optimizer step
-    const int64_t per_step = 6;
+    // the mlp's three Linear and two BatchNorm1d layers: ten parameters stepped on the device per
+    // optimizer step
+    const int64_t per_step = 10;
     // The gradients: kept on the device where DDP's buckets live there (the ring on the threads
     // transport), brought to the host otherwise (staged buckets, the other modes).
     uint64_t grad_bytes = 0;
@@ -510,15 +512,100 @@ TEST(DeviceResidency, ParametersOnTheDeviceGiveTheCpuRunsBits) {
     }
     if (std::string(k.name).rfind("ddp", 0) == 0 && c.no_sync_steps == 0 && !c.join && c.on_nonfinite == "stop") {
       EXPECT_EQ(stepped, 2 * steps * per_step) << k.name;
-      // the six taken up once, after DDP's initial broadcast; never again: the device is their home
+      // the ten taken up once, after DDP's initial broadcast; never again: the device is their home
       for (size_t r = 0; r < 2; ++r) {
         ASSERT_NE(g_sim[r], nullptr);
-        EXPECT_EQ(g_sim[r]->counters().params_uploaded, 6) << k.name << " rank " << r;
+        EXPECT_EQ(g_sim[r]->counters().params_uploaded, 10) << k.name << " rank " << r;
       }
     } else if (c.mode == "async") {
       EXPECT_EQ(stepped, 0) << k.name;  // the server steps (on the host); a worker only computes gradients
     } else {
       EXPECT_GT(stepped, 0) << k.name;
+    }
+  }
+}
+
+// BatchNorm whole on the device (executor.h: residency): its running statistics and
+// num_batches_tracked live there from the first forward, its weight and bias are stepped there, and
+// SyncBN gathers the statistics and reduces the gradient sums in the device's memory (the ring on
+// the threads transport; staged through the host by the tree). The host's BatchNorm holds poisoned
+// mirrors, brought down only for what reads them: bn_stats.bin's recorded steps, checkpoints, the
+// final weights, DDP's buffer broadcast on rank 0. Every file is the CPU run's.
+TEST(DeviceResidency, BatchNormLivesOnTheDeviceAndComesDownOnlyWhenRead) {
+  DTLAB_REQUIRE_DATASET();
+  struct Case {
+    const char* name;
+    std::function<void(lab::RunConfig&)> set;
+  };
+  const std::vector<Case> cases = {
+      {"SyncBN, no buffer broadcast, every 3rd step recorded",
+       [](lab::RunConfig& c) {
+         c.bn = "sync";
+         c.broadcast_buffers = false;
+         c.record_bn = "3";
+       }},
+      {"SyncBN through the tree (staged), momentum=None, checkpoints",
+       [](lab::RunConfig& c) {
+         c.bn = "sync";
+         c.allreduce = "tree";
+         c.bn_momentum = std::nullopt;  // cumulative average: 1 / num_batches_tracked
+         c.checkpoint_every = 4;
+         c.record_bn = "all";
+       }},
+      {"local BatchNorm, DDP's buffer broadcast, nothing recorded",
+       [](lab::RunConfig& c) {
+         c.bn = "local";
+         c.record_bn = "off";
+       }},
+  };
+  for (const Case& k : cases) {
+    testutil::TempDir cpu_dir, dev_dir;
+    lab::RunConfig c = testutil::small_run("mlp", 2, cpu_dir.path(), 8);
+    k.set(c);
+    lab::Run(c, lab::make_world).run();
+
+    SimBackend backend(/*resident=*/true);
+    lab::RunConfig d = c;
+    d.out_dir = dev_dir.path();
+    d.compute.device = "sim";
+    lab::Run run(d, lab::make_world);
+    run.run();
+    expect_same_files(cpu_dir.path(), dev_dir.path(), k.name);
+    const bool recorded = c.record_bn != "off";
+    EXPECT_EQ(std::filesystem::exists(cpu_dir.file("bn_stats.bin")), recorded) << k.name;
+    if (recorded) {
+      EXPECT_TRUE(testutil::read_file(cpu_dir.file("bn_stats.bin")) == testutil::read_file(dev_dir.file("bn_stats.bin")))
+          << k.name;
+    }
+
+    const int64_t steps = 8;
+    int64_t recorded_steps = 0;
+    for (int64_t s = 0; s < steps; ++s) recorded_steps += c.record_bn != "off" && lab::bn_recorded(c.record_bn, s, 0);
+    for (size_t r = 0; r < 2; ++r) {
+      ASSERT_NE(g_sim[r], nullptr) << k.name;
+      const lab::SimCounters& n = g_sim[r]->counters();
+      // the buckets in the device's memory (the ring): BatchNorm's gradients stay there too
+      if (c.allreduce == "ring") {
+        EXPECT_EQ(n.grad_bytes_to_host, 0u) << k.name << " rank " << r;
+      }
+      // the two layers' buffers taken up once (the first forward), or, where DDP broadcasts rank
+      // 0's buffers, on rank 1 after each time the host wrote them: before each of its 8 training
+      // forwards and before the first evaluation forward after training
+      if (c.broadcast_buffers && r == 1) {
+        EXPECT_EQ(n.buffers_uploaded, 2 * (steps + 1)) << k.name << " rank " << r;
+      } else {
+        EXPECT_EQ(n.buffers_uploaded, 2) << k.name << " rank " << r;
+      }
+      // brought down (two layers at a time) for the recorded steps, the checkpoints and the end (the
+      // final weights, the buffers the summary compares): per step only where something reads them
+      const int64_t reads = n.buffers_to_host / 2;
+      if (c.broadcast_buffers && r == 0) {
+        EXPECT_GE(reads, steps) << k.name;  // rank 0's buffers broadcast before every forward
+      } else {
+        EXPECT_GE(reads, recorded_steps) << k.name << " rank " << r;
+        EXPECT_LE(reads, recorded_steps + 2 + (c.checkpoint_every > 0 ? steps / c.checkpoint_every : 0))
+            << k.name << " rank " << r;
+      }
     }
   }
 }

@@ -4,19 +4,20 @@
 //   Linear     cuBLAS sgemm (cuda_gemm.h), bias_add / bias_grad
 //   Conv2d     cuDNN (cuda_conv.h), one CudnnConv2d per input (N, H, W): the last batch of an epoch
 //              and the eval batches have another N; bias_add / bias_grad
-//   BatchNorm  statistics and the affine on the device; the host BatchNorm finishes each half
-//              (prepare_from_local_stats, finish_backward: SyncBN's collectives, running
-//              statistics, the batch-of-one error, the weight and bias gradients)
+//   BatchNorm  whole on the device: statistics, SyncBN's gather and allreduce on device buffers,
+//              running statistics, the affine, the weight and bias gradients; the host's layer
+//              decides only what the host knows (BatchNorm::begin_forward: shape checks,
+//              num_batches_tracked, the batch-of-one error, with SyncBN from every rank's count)
 //   ReLU       relu_forward / relu_backward with a byte mask
 //   MaxPool2d  maxpool2x2_forward / _backward (kernel 2 only)
-// Copies per training step (Staging counts them): host -> device the input, each BatchNorm's
-// coefficients (alpha, beta; in backward mean and the input-gradient coefficients), dlogits and,
-// for the optimizer step on the device (sgd_param), every Linear/Conv2d gradient once reduced;
-// device -> host the logits, each BatchNorm's statistics and gradient sums, and every Linear/Conv2d
-// parameter gradient. The Linear/Conv2d parameters and momentum buffers stay on the device
-// (residency, executor.h): taken up only after the host wrote them, brought down only when the
-// host asks. A download waits for the stream: the host needs its values at once (the BatchNorm
-// halves, on_param_ready).
+// Copies per training step (Staging counts them): host -> device the input, dlogits and, where
+// the gradients are reduced on the host (keep_grads off), every gradient once reduced for the
+// optimizer step on the device (sgd_param); device -> host the logits, with SyncBN every rank's
+// count, and every gradient where the host reduces them. The parameters and momentum buffers stay
+// on the device (residency, executor.h): taken up only after the host wrote them, brought down
+// only when the host asks; so do BatchNorm's running statistics and batch statistics
+// (kStateBuffers). A download waits for the stream: the host needs its values at once
+// (on_param_ready, SyncBN's counts).
 //
 // The device's timeline (DeviceTimer): each layer's kernels and each copy are bracketed by a pair
 // of CUDA events on the stream; take_device_events turns them into EventKind::Device spans on the
@@ -200,6 +201,20 @@ class Staging {
     m_traffic.device_to_host_bytes += count * sizeof(T);
   }
 
+  // Every `stride`-th float of device, rows of them starting at the first (a column of a table) ->
+  // host (rows,), after the work queued so far; waits until it is there.
+  void download_column(const float* device, size_t stride, size_t rows, float* host) {
+    if (rows == 0) return;
+    const auto t0 = std::chrono::steady_clock::now();
+    const size_t span = timer.begin("copy to host", "copy", -1, rows * sizeof(float));
+    DTLAB_CUDA_CHECK(cudaMemcpy2DAsync(host, sizeof(float), device, stride * sizeof(float), sizeof(float), rows,
+                                       cudaMemcpyDeviceToHost, ctx.stream()));
+    timer.end(span);
+    DTLAB_CUDA_CHECK(cudaStreamSynchronize(ctx.stream()));
+    m_traffic.wait_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    m_traffic.device_to_host_bytes += rows * sizeof(float);
+  }
+
   // grads: the gradients of `params` back to back on the device (each Param::grad's size, in
   // order) -> added to the host gradients (+=, as Module::backward accumulates).
   void add_to_host_grads(const DeviceBuffer<float>& grads, const std::vector<Param*>& params) {
@@ -216,6 +231,7 @@ class Staging {
 
   CudaContext& ctx;
   DeviceTimer timer;
+  DeviceMemory* memory = nullptr;  // the collectives' view of this GPU (SyncBN's on device buffers)
   // Residency: the host wrote the parameters since the device last took them up (at first: the
   // device has none); the next forward (or SGD step) uploads them.
   bool params_stale = true;
@@ -240,7 +256,7 @@ class DeviceLayer {
   // view. Follows the forward whose output dy is the gradient of.
   virtual DeviceView backward(const DeviceView& dy, bool want_dx) = 0;
   // Residency (executor.h): the device's copy of the module's p-th parameter, where the device keeps
-  // and steps it (Linear, Conv2d); nullptr where the host does (BatchNorm's, finished on the host).
+  // and steps it (Linear, Conv2d, an affine BatchNorm); nullptr where the module has none.
   virtual DeviceBuffer<float>* device_param(int p) {
     (void)p;
     return nullptr;
@@ -256,6 +272,11 @@ class DeviceLayer {
   virtual void upload_grads() {}
   virtual void download_grads() {}
   virtual void zero_grads() {}
+  // BatchNorm's buffers (kStateBuffers): the host's running statistics taken up; the device's
+  // brought down into the host's (buffers) and its last training forward's statistics into the
+  // host layer's last_stats() (stats).
+  virtual void upload_buffers() {}
+  virtual void download_buffers(bool buffers, bool stats) { (void)buffers, (void)stats; }
 };
 
 // x: (N, d1, d2, ...) -> y: (N, d1*d2*...), the same memory
@@ -276,41 +297,49 @@ class FlattenLayer : public DeviceLayer {
   Shape m_in_shape;
 };
 
-// A layer whose weight and optional bias the device keeps and steps (Linear, Conv2d: residency,
-// executor.h): their device copies, and the upload of the host's values after the host wrote them.
+// A layer whose weight and optional bias the device keeps and steps (Linear, Conv2d, an affine
+// BatchNorm: residency, executor.h): their device copies, and the upload of the host's values after
+// the host wrote them. A BatchNorm without affine has neither (weight null).
 class WeightBiasLayer : public DeviceLayer {
  public:
-  DeviceBuffer<float>* device_param(int p) override { return p == 0 ? &m_w : p == 1 && m_bias ? &m_b : nullptr; }
+  DeviceBuffer<float>* device_param(int p) override {
+    return p == 0 && m_weight ? &m_w : p == 1 && m_bias ? &m_b : nullptr;
+  }
   void upload_params() override {
-    m_st.upload(m_w, m_weight.value.data);
+    if (m_weight) m_st.upload(m_w, m_weight->value.data);
     if (m_bias) m_st.upload(m_b, m_bias->value.data);
   }
-  DeviceBuffer<float>* device_grad(int p) override { return p == 0 ? &m_gw : p == 1 && m_bias ? &m_gb : nullptr; }
+  DeviceBuffer<float>* device_grad(int p) override {
+    return p == 0 && m_weight ? &m_gw : p == 1 && m_bias ? &m_gb : nullptr;
+  }
   void upload_grads() override {
-    m_st.upload(m_gw, m_weight.grad.data);
+    if (m_weight) m_st.upload(m_gw, m_weight->grad.data);
     if (m_bias) m_st.upload(m_gb, m_bias->grad.data);
   }
   void download_grads() override {
-    m_st.download(m_gw.data(), m_weight.grad.ptr(), m_gw.size());
+    if (m_weight) m_st.download(m_gw.data(), m_weight->grad.ptr(), m_gw.size());
     if (m_bias) m_st.download(m_gb.data(), m_bias->grad.ptr(), m_gb.size());
   }
   void zero_grads() override {
-    m_gw.fill_bytes(0, m_st.ctx.stream());
+    if (m_weight) m_gw.fill_bytes(0, m_st.ctx.stream());
     if (m_bias) m_gb.fill_bytes(0, m_st.ctx.stream());
   }
 
  protected:
-  WeightBiasLayer(Staging& st, Param& weight, Param* bias) : m_st(st), m_weight(weight), m_bias(bias) {}
+  WeightBiasLayer(Staging& st, Param* weight, Param* bias) : m_st(st), m_weight(weight), m_bias(bias) {}
   // This backward's gradients, [dW | db] back to back from zero, accumulated (+=) where the
   // gradients live: the device's (keep_grads) or the host's.
   void accumulate_grads(const DeviceBuffer<float>& grads, const std::vector<Param*>& params) {
+    if (!m_weight) return;
     if (!m_st.keep_grads) return m_st.add_to_host_grads(grads, params);
-    const size_t wsize = m_weight.value.data.size();
+    const size_t wsize = m_weight->value.data.size();
     add_into(m_st.ctx, m_gw.data(), grads.data(), static_cast<int64_t>(wsize));
     if (m_bias) add_into(m_st.ctx, m_gb.data(), grads.data() + wsize, static_cast<int64_t>(m_gb.size()));
   }
+  const float* weight_data() const { return m_weight ? m_w.data() : nullptr; }
+  const float* bias_data() const { return m_bias ? m_b.data() : nullptr; }
   Staging& m_st;
-  Param& m_weight;
+  Param* m_weight;                 // nullptr: the module has none (a BatchNorm without affine)
   Param* m_bias;                   // nullptr: the module has none
   DeviceBuffer<float> m_w, m_b;    // the weight and the bias on the device
   DeviceBuffer<float> m_gw, m_gb;  // their gradients, where kept on the device (keep_grads)
@@ -320,7 +349,7 @@ class WeightBiasLayer : public DeviceLayer {
 class LinearLayer : public WeightBiasLayer {
  public:
   LinearLayer(Staging& st, Linear& m, std::string name)
-      : WeightBiasLayer(st, m.weight(), m.has_bias() ? &m.bias() : nullptr), m_m(m), m_name(std::move(name)) {}
+      : WeightBiasLayer(st, &m.weight(), m.has_bias() ? &m.bias() : nullptr), m_m(m), m_name(std::move(name)) {}
 
   DeviceView forward(const DeviceView& x, Mode) override {
     const int in = m_m.in_features(), out = m_m.out_features();
@@ -373,7 +402,7 @@ class LinearLayer : public WeightBiasLayer {
 class ConvLayer : public WeightBiasLayer {
  public:
   ConvLayer(Staging& st, Conv2d& m, std::string name)
-      : WeightBiasLayer(st, m.weight(), m.has_bias() ? &m.bias() : nullptr), m_m(m), m_name(std::move(name)) {}
+      : WeightBiasLayer(st, &m.weight(), m.has_bias() ? &m.bias() : nullptr), m_m(m), m_name(std::move(name)) {}
 
   DeviceView forward(const DeviceView& x, Mode) override {
     if (x.shape.size() != 4 || x.shape[1] != m_m.in_channels())
@@ -439,70 +468,167 @@ class ConvLayer : public WeightBiasLayer {
   DeviceView m_x;                 // (N, Cin, H, W): the last forward's input
 };
 
-// x: (N, C) or (N, C, H, W) -> y = x * alpha + beta per channel. The device computes this rank's
-// statistics and gradient sums per channel; the host BatchNorm turns them into coefficients.
-class BatchNormLayer : public DeviceLayer {
+// x: (N, C) or (N, C, H, W) -> y = x * alpha + beta per channel, whole on the device (residency,
+// executor.h): the host's layer says only what the host decides (BatchNorm::begin_forward: the
+// shape checks, num_batches_tracked, the batch-of-one error); the statistics, SyncBN's combination
+// of every rank's, the running statistics, the coefficients and the weight and bias gradients are
+// kernels on device buffers. SyncBN gathers the rows [mean | var | count] and allreduces the
+// gradient sums on this GPU's memory (BnSync::allgather_on, allreduce_sum_on); every rank's count
+// comes to the host for the batch-of-one check, the one synchronization PyTorch's SyncBatchNorm
+// makes too (it drops the empty ranks' rows).
+class BatchNormLayer : public WeightBiasLayer {
  public:
-  BatchNormLayer(Staging& st, BatchNorm& bn) : m_st(st), m_bn(bn) {}
+  BatchNormLayer(Staging& st, BatchNorm& bn)
+      : WeightBiasLayer(st, bn.options().affine ? &bn.weight() : nullptr, bn.options().affine ? &bn.bias() : nullptr),
+        m_bn(bn),
+        m_c(bn.options().num_features) {}
 
   DeviceView forward(const DeviceView& x, Mode mode) override {
-    m_bn.check_input(x.shape);  // before the kernels read C channels of x
-    const int64_t n = x.shape[0], c = m_bn.options().num_features, inner = inner_of(x.shape);
-    std::vector<float> mean, var_sum;  // (C,) each: this rank's statistics, or none (running statistics)
-    if (m_bn.uses_batch_stats(mode)) {
-      // [mean | var_sum | var], the first two downloaded in one copy
-      m_stats.resize(static_cast<size_t>(3 * c));
-      bn_batch_stats(m_st.ctx, x.data, n, c, inner, m_stats.data(), m_stats.data() + c, m_stats.data() + 2 * c);
-      m_host.resize(static_cast<size_t>(2 * c));
-      m_st.download(m_stats.data(), m_host.data(), m_host.size());
-      mean.assign(m_host.begin(), m_host.begin() + c);
-      var_sum.assign(m_host.begin() + c, m_host.end());
+    const BatchNorm::ForwardPlan plan = m_bn.begin_forward(x.shape, mode);  // checks before any kernel reads x
+    if (m_st.params_stale) upload_params();
+    const int64_t n = x.shape[0], c = m_c, inner = inner_of(x.shape);
+    const bool train = mode == Mode::Train;
+    Stats& s = train ? m_train : m_eval;  // an evaluation between steps keeps the training forward's
+    s.size(c);
+    m_invstd.resize(static_cast<size_t>(c));
+    m_affine.resize(static_cast<size_t>(2 * c));
+    int64_t count = plan.n;
+    if (plan.batch_stats) {
+      bn_batch_stats(m_st.ctx, x.data, n, c, inner, s.local_mean(), s.local_var_sum(), s.local_var());
+      if (!plan.sync) {
+        s.norm_mean = s.local_mean();
+        s.norm_var = s.local_var();
+        if (plan.update && plan.n > 0)
+          bn_running_update(m_st.ctx, s.local_mean(), s.local_var_sum(), plan.n, static_cast<float>(plan.factor),
+                            m_rm.data(), m_rv.data(), c);
+      } else {
+        BnSync& sync = *m_bn.sync();
+        const int world = sync.world_size();
+        const int64_t row = 2 * c + 1;
+        m_row.resize(static_cast<size_t>(row));
+        m_all.resize(static_cast<size_t>(world * row));
+        bn_pack_row(m_st.ctx, s.local_mean(), s.local_var(), plan.n, c, m_row.data());
+        sync.allgather_on(*m_st.memory, m_row.data(), static_cast<int>(row), m_all.data());
+        m_counts.resize(static_cast<size_t>(world));
+        m_st.download_column(m_all.data() + 2 * c, static_cast<size_t>(row), static_cast<size_t>(world),
+                             m_counts.data());
+        double total = 0.0;
+        for (const float k : m_counts) total += k;
+        count = static_cast<int64_t>(total);
+        m_bn.check_global_count(x.shape, count);
+        bn_combine_stats(m_st.ctx, m_all.data(), world, c, plan.update, plan.factor, m_rm.data(), m_rv.data(),
+                         s.global_mean(), s.global_var());
+        s.norm_mean = s.global_mean();
+        s.norm_var = s.global_var();
+      }
+      bn_forward_coefficients(m_st.ctx, s.norm_mean, s.norm_var, weight_data(), bias_data(), m_bn.options().eps, c,
+                              m_invstd.data(), m_affine.data(), m_affine.data() + c);
+      s.valid = true;
+    } else {  // eval with the running statistics
+      bn_eval_coefficients(m_st.ctx, m_rm.data(), m_rv.data(), weight_data(), bias_data(),
+                           static_cast<float>(m_bn.options().eps), c, s.global_mean(), m_invstd.data(), m_affine.data(),
+                           m_affine.data() + c);
+      s.norm_mean = s.global_mean();
     }
-    m_bn.prepare_from_local_stats(x.shape, mode, std::move(mean), std::move(var_sum));
-    // [alpha | beta]
-    m_host = m_bn.alpha();
-    m_host.insert(m_host.end(), m_bn.beta().begin(), m_bn.beta().end());
-    m_st.upload(m_affine, m_host);
     m_y.resize(static_cast<size_t>(Tensor::numel_of(x.shape)));
     bn_apply(m_st.ctx, x.data, m_affine.data(), m_affine.data() + c, m_y.data(), n, c, inner);
-    m_x = x;
+    if (train) {
+      m_x = x;
+      m_count = count;
+      m_local_count = plan.n;
+      m_synced = plan.sync;
+    }
     return {m_y.data(), x.shape};
   }
 
   // dy: like x -> dx: like x
   DeviceView backward(const DeviceView& dy, bool want_dx) override {
-    const int64_t n = m_x.shape[0], c = m_bn.options().num_features, inner = inner_of(m_x.shape);
-    m_st.upload(m_mean, m_bn.mean());  // the mean the last forward normalized with (global with SyncBN)
-    // [sum_dy | sum_dy_xmu] in double, downloaded in one copy
+    const int64_t n = m_x.shape[0], c = m_c, inner = inner_of(m_x.shape);
+    // [sum_dy | sum_dy_xmu] in double, this rank's
     m_sums.resize(static_cast<size_t>(2 * c));
-    bn_grad_sums(m_st.ctx, dy.data, m_x.data, m_mean.data(), n, c, inner, m_sums.data(), m_sums.data() + c);
-    std::vector<double> sums(static_cast<size_t>(2 * c));
-    m_st.download(m_sums.data(), sums.data(), sums.size());
-    const std::vector<double> sum_dy(sums.begin(), sums.begin() + c), sum_dy_xmu(sums.begin() + c, sums.end());
-    const BatchNorm::InputGradCoefficients* k = m_bn.finish_backward(sum_dy, sum_dy_xmu, want_dx);
-    if (!k) return {};
-    // [grad_mean | k | scale]
-    m_host = k->grad_mean;
-    m_host.insert(m_host.end(), k->k.begin(), k->k.end());
-    m_host.insert(m_host.end(), k->scale.begin(), k->scale.end());
-    m_st.upload(m_coef, m_host);
+    bn_grad_sums(m_st.ctx, dy.data, m_x.data, m_train.norm_mean, n, c, inner, m_sums.data(), m_sums.data() + c);
+    const float* global = nullptr;
+    if (m_synced) {  // one allreduce of the float sums, even where this rank needs no dx (every rank calls it)
+      m_global.resize(static_cast<size_t>(2 * c));
+      bn_sums_to_float(m_st.ctx, m_sums.data(), m_sums.data() + c, c, m_global.data());
+      m_bn.sync()->allreduce_sum_on(*m_st.memory, m_global.data(), static_cast<int>(2 * c));
+      global = m_global.data();
+    }
+    // [dweight | dbias] from zero, then added where the gradients live; [grad_mean | k | scale]
+    m_grads.resize(static_cast<size_t>(2 * c));
+    m_grads.fill_bytes(0, m_st.ctx.stream());
+    m_coef.resize(static_cast<size_t>(3 * c));
+    bn_backward_coefficients(m_st.ctx, m_sums.data(), m_sums.data() + c, global, m_invstd.data(), weight_data(), m_count,
+                             c, m_weight ? m_grads.data() : nullptr, m_bias ? m_grads.data() + c : nullptr,
+                             m_coef.data(), m_coef.data() + c, m_coef.data() + 2 * c);
+    accumulate_grads(m_grads, m_bn.params());
+    if (!want_dx) return {};
     m_dx.resize(static_cast<size_t>(Tensor::numel_of(m_x.shape)));
-    bn_input_grad(m_st.ctx, dy.data, m_x.data, m_mean.data(), m_coef.data(), m_coef.data() + c,
+    bn_input_grad(m_st.ctx, dy.data, m_x.data, m_train.norm_mean, m_coef.data(), m_coef.data() + c,
                   m_coef.data() + 2 * c, m_dx.data(), n, c, inner);
     return {m_dx.data(), m_x.shape};
   }
 
+  void upload_buffers() override {
+    if (!m_bn.options().track_running_stats) return;
+    m_st.upload(m_rm, m_bn.running_mean().value.data);
+    m_st.upload(m_rv, m_bn.running_var().value.data);
+  }
+
+  void download_buffers(bool buffers, bool stats) override {
+    if (buffers && m_bn.options().track_running_stats) {
+      m_st.download(m_rm.data(), m_bn.running_mean().value.ptr(), m_rm.size());
+      m_st.download(m_rv.data(), m_bn.running_var().value.ptr(), m_rv.size());
+    }
+    if (!stats || !m_train.valid) return;
+    // [mean | var] the normalization's (global with SyncBN) and [local mean | local var], in one copy each
+    const size_t cs = static_cast<size_t>(m_c);
+    BnBatchStats st;
+    st.mean.resize(cs), st.var.resize(cs), st.local_mean.resize(cs), st.local_var.resize(cs);
+    m_st.download(m_train.norm_mean, st.mean.data(), cs);
+    m_st.download(m_train.norm_var, st.var.data(), cs);
+    m_st.download(m_train.local_mean(), st.local_mean.data(), cs);
+    m_st.download(m_train.local_var(), st.local_var.data(), cs);
+    st.count = m_count;
+    st.local_count = m_local_count;
+    m_bn.set_last_stats(std::move(st));
+  }
+
  private:
-  Staging& m_st;
+  // A forward's statistics on the device: [local mean | local var_sum | local var | global mean |
+  // global var] (5C,), and which of them the forward normalized with.
+  struct Stats {
+    DeviceBuffer<float> buf;
+    const float* norm_mean = nullptr;
+    const float* norm_var = nullptr;
+    int64_t c = 0;
+    bool valid = false;  // a forward with batch statistics wrote them
+    void size(int64_t channels) {
+      c = channels;
+      buf.resize(static_cast<size_t>(5 * c));
+    }
+    float* local_mean() { return buf.data(); }
+    float* local_var_sum() { return buf.data() + c; }
+    float* local_var() { return buf.data() + 2 * c; }
+    float* global_mean() { return buf.data() + 3 * c; }
+    float* global_var() { return buf.data() + 4 * c; }
+  };
   BatchNorm& m_bn;
-  DeviceBuffer<float> m_stats;   // (3C,) [mean | var_sum | var]
-  DeviceBuffer<float> m_affine;  // (2C,) [alpha | beta]
-  DeviceBuffer<float> m_mean;    // (C,)
-  DeviceBuffer<double> m_sums;   // (2C,) [sum_dy | sum_dy_xmu]
-  DeviceBuffer<float> m_coef;    // (3C,) [grad_mean | k | scale]
-  DeviceBuffer<float> m_y, m_dx;  // like x
-  std::vector<float> m_host;     // staging on the host
-  DeviceView m_x;                // the last forward's input
+  const int64_t m_c;
+  Stats m_train, m_eval;           // the last training forward's (backward, last_stats) and evaluation's
+  DeviceBuffer<float> m_rm, m_rv;  // (C,) running mean and variance (track_running_stats)
+  DeviceBuffer<float> m_invstd;    // (C,) the last forward's
+  DeviceBuffer<float> m_affine;    // (2C,) [alpha | beta]
+  DeviceBuffer<float> m_row, m_all;  // SyncBN: this rank's row (2C + 1,), every rank's (world, 2C + 1)
+  std::vector<float> m_counts;     // SyncBN: every rank's count, on the host
+  DeviceBuffer<double> m_sums;     // (2C,) [sum_dy | sum_dy_xmu]
+  DeviceBuffer<float> m_global;    // (2C,) SyncBN: the sums in float, allreduced
+  DeviceBuffer<float> m_grads;     // (2C,) [dweight | dbias] of this backward
+  DeviceBuffer<float> m_coef;      // (3C,) [grad_mean | k | scale]
+  DeviceBuffer<float> m_y, m_dx;   // like x
+  DeviceView m_x;                  // the last training forward's input
+  int64_t m_count = 0, m_local_count = 0;  // values per channel behind its statistics (global with SyncBN)
+  bool m_synced = false;           // it communicated, so backward does too
 };
 
 // y = max(x, 0), elementwise on any shape
@@ -597,6 +723,7 @@ class CudaExecutor final : public ModelExecutor {
  public:
   CudaExecutor(Model& model, const CudaContextOptions& options, DeviceSpec spec, std::string gpu_name)
       : m_ctx(options), m_st(m_ctx), m_spec(std::move(spec)), m_gpu_name(std::move(gpu_name)) {
+    m_st.memory = &m_memory;
     for (size_t i = 0; i < model.size(); ++i) {
       m_layers.push_back(make_layer(m_st, model.module(i), i));
       m_ops.push_back(device_timeline_op(model.module(i).kind()));
@@ -631,6 +758,11 @@ class CudaExecutor final : public ModelExecutor {
     // up every time, as the host-staged protocol does.
     if (!m_stepping) m_st.params_stale = true;
     m_st.timer.phase = mode == Mode::Train ? Phase::Forward : Phase::Eval;
+    if (m_device_buffers_stale) {  // BatchNorm's running statistics: the host's, first or after it wrote them
+      for (auto& layer : m_layers) layer->upload_buffers();
+      m_device_buffers_stale = false;
+    }
+    if (mode == Mode::Train) m_host_buffers_stale = m_host_stats_stale = true;  // they move on the device
     m_st.upload(m_x, x.ptr(), x.data.size());
     DeviceView h{m_x.data(), x.shape};
     for (size_t i = 0; i < m_layers.size(); ++i) {
@@ -667,10 +799,18 @@ class CudaExecutor final : public ModelExecutor {
 
   void take_device_events(std::vector<Event>& out) override { m_st.timer.take(out); }
 
-  // ---- residency (executor.h): the Linear and Conv2d parameters and their momentum buffers ----
-  unsigned resident() const override { return kStateParams | kStateMomentum | (m_st.keep_grads ? kStateGrads : 0u); }
+  // ---- residency (executor.h): the Linear, Conv2d and BatchNorm parameters and their momentum
+  // buffers, BatchNorm's running statistics and batch statistics ----
+  unsigned resident() const override {
+    return kStateParams | kStateMomentum | kStateBuffers | (m_st.keep_grads ? kStateGrads : 0u);
+  }
 
   void to_host(unsigned sets) override {
+    if ((sets & kStateBuffers) && (m_host_buffers_stale || m_host_stats_stale)) {
+      m_ctx.make_current();
+      for (auto& layer : m_layers) layer->download_buffers(m_host_buffers_stale, m_host_stats_stale);
+      m_host_buffers_stale = m_host_stats_stale = false;
+    }
     if ((sets & kStateGrads) && m_st.host_grads_stale) {
       m_ctx.make_current();
       for (auto& layer : m_layers) layer->download_grads();
@@ -690,6 +830,10 @@ class CudaExecutor final : public ModelExecutor {
   }
 
   void host_changed(unsigned sets) override {
+    if (sets & kStateBuffers) {  // the buffers; the batch statistics, which the host never writes, stay the device's
+      m_device_buffers_stale = true;
+      m_host_buffers_stale = false;
+    }
     if ((sets & kStateGrads) && m_st.keep_grads) {
       m_st.device_grads_stale = true;
       m_st.host_grads_stale = false;
@@ -805,6 +949,7 @@ class CudaExecutor final : public ModelExecutor {
   std::vector<char> m_momentum_stale;  // the host's buffer is newer (a restored checkpoint)
   size_t m_last_device_param = ~size_t{0};
   bool m_host_params_stale = false, m_host_momentum_stale = false;
+  bool m_device_buffers_stale = true, m_host_buffers_stale = false, m_host_stats_stale = false;
   bool m_stepping = false;        // sgd_param has run: the device's parameters are the state
   DeviceBuffer<float> m_grad;     // the gradient being stepped
   // The host wrote the gradients (host_changed): the device takes them up before using its own.

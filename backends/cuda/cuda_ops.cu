@@ -173,6 +173,49 @@ __global__ void bn_coefficients_kernel(const float* mean, const float* var, cons
   }
 }
 
+__global__ void bn_eval_coefficients_kernel(const float* running_mean, const float* running_var, const float* weight,
+                                            const float* bias, float eps, int64_t c, float* mean, float* invstd,
+                                            float* alpha, float* beta) {
+  DTLAB_FOR_EACH(ch, c) {
+    const float m = running_mean[ch];
+    const float is = bn_invstd_running(running_var[ch], eps);
+    const float a = bn_alpha(is, weight ? weight[ch] : 1.0f);
+    mean[ch] = m;
+    invstd[ch] = is;
+    alpha[ch] = a;
+    beta[ch] = bn_beta(bias ? bias[ch] : 0.0f, m, a);
+  }
+}
+
+// [mean (c) | var (c) | count]; an empty batch contributes zeros
+__global__ void bn_pack_row_kernel(const float* mean, const float* var, float count, int64_t c, float* row) {
+  DTLAB_FOR_EACH(i, 2 * c + 1) {
+    float v = count;
+    if (i < c) v = mean[i];
+    else if (i < 2 * c) v = var[i - c];
+    row[i] = count > 0.0f ? v : 0.0f;
+  }
+}
+
+__global__ void bn_combine_kernel(const float* all, int world, int64_t c, bool update, double factor,
+                                  float* running_mean, float* running_var, float* mean, float* var) {
+  DTLAB_FOR_EACH(ch, c) {
+    const BnGlobalStats g = bn_combine_channel(all, world, c, ch);
+    if (g.cnt < 1.0) {  // every rank empty: zeros, the running statistics untouched
+      mean[ch] = 0.0f;
+      var[ch] = 0.0f;
+      continue;
+    }
+    mean[ch] = static_cast<float>(g.avg);
+    var[ch] = static_cast<float>(g.m2 / g.cnt);
+    if (update) bn_running_update_global(running_mean[ch], running_var[ch], g.avg, g.m2, g.cnt, factor);
+  }
+}
+
+__global__ void bn_sums_to_float_kernel(const double* sum_dy, const double* sum_dy_xmu, int64_t c, float* out) {
+  DTLAB_FOR_EACH(i, 2 * c) out[i] = static_cast<float>(i < c ? sum_dy[i] : sum_dy_xmu[i - c]);
+}
+
 __global__ void bn_apply_kernel(const float* x, const float* alpha, const float* beta, float* y, int64_t count,
                                 int64_t c, int64_t inner) {
   DTLAB_FOR_EACH(i, count) {
@@ -201,16 +244,17 @@ __global__ void bn_grad_sums_kernel(const float* dy, const float* x, const float
   }
 }
 
-__global__ void bn_backward_coefficients_kernel(const double* sum_dy, const double* sum_dy_xmu, const float* invstd,
-                                                const float* weight, double count, int64_t c, float* dweight,
-                                                float* dbias, float* grad_mean, float* k, float* scale) {
+__global__ void bn_backward_coefficients_kernel(const double* sum_dy, const double* sum_dy_xmu, const float* global,
+                                                const float* invstd, const float* weight, double count, int64_t c,
+                                                float* dweight, float* dbias, float* grad_mean, float* k,
+                                                float* scale) {
   DTLAB_FOR_EACH(ch, c) {
     if (dweight) dweight[ch] += bn_weight_grad(sum_dy_xmu[ch], invstd[ch]);
     if (dbias) dbias[ch] += bn_bias_grad(sum_dy[ch]);
-    // the sums as they go on SyncBN's wire: rounded to float
-    const BnInputGradCoefficients co =
-        bn_input_grad_coefficients(static_cast<float>(sum_dy[ch]), static_cast<float>(sum_dy_xmu[ch]), invstd[ch],
-                                   weight ? weight[ch] : 1.0f, count);
+    // the sums as they go on SyncBN's wire: rounded to float (and allreduced, where global)
+    const float gdy = global ? global[ch] : static_cast<float>(sum_dy[ch]);
+    const float gxmu = global ? global[c + ch] : static_cast<float>(sum_dy_xmu[ch]);
+    const BnInputGradCoefficients co = bn_input_grad_coefficients(gdy, gxmu, invstd[ch], weight ? weight[ch] : 1.0f, count);
     grad_mean[ch] = co.grad_mean;
     k[ch] = co.k;
     scale[ch] = co.scale;
@@ -356,7 +400,7 @@ void bn_batch_stats(CudaContext& ctx, const float* x, int64_t n, int64_t c, int6
 void bn_running_update(CudaContext& ctx, const float* mean, const float* var_sum, int64_t count, float m,
                        float* running_mean, float* running_var, int64_t c) {
   if (c == 0) return;
-  assert(count > 1);
+  assert(count > 0);  // (1 only where a lesson's mutation lets a batch of one through: the CPU's inf)
   bn_running_kernel<<<blocks_for(c), kThreads, 0, ctx.stream()>>>(mean, var_sum, count, m, running_mean, running_var,
                                                                    c);
   DTLAB_CUDA_CHECK_LAUNCH();
@@ -367,6 +411,35 @@ void bn_forward_coefficients(CudaContext& ctx, const float* mean, const float* v
   if (c == 0) return;
   bn_coefficients_kernel<<<blocks_for(c), kThreads, 0, ctx.stream()>>>(mean, var, weight, bias, eps, c, invstd, alpha,
                                                                         beta);
+  DTLAB_CUDA_CHECK_LAUNCH();
+}
+
+void bn_eval_coefficients(CudaContext& ctx, const float* running_mean, const float* running_var, const float* weight,
+                          const float* bias, float eps, int64_t c, float* mean, float* invstd, float* alpha,
+                          float* beta) {
+  if (c == 0) return;
+  bn_eval_coefficients_kernel<<<blocks_for(c), kThreads, 0, ctx.stream()>>>(running_mean, running_var, weight, bias,
+                                                                             eps, c, mean, invstd, alpha, beta);
+  DTLAB_CUDA_CHECK_LAUNCH();
+}
+
+void bn_pack_row(CudaContext& ctx, const float* mean, const float* var, int64_t count, int64_t c, float* row) {
+  bn_pack_row_kernel<<<blocks_for(2 * c + 1), kThreads, 0, ctx.stream()>>>(mean, var, static_cast<float>(count), c,
+                                                                            row);
+  DTLAB_CUDA_CHECK_LAUNCH();
+}
+
+void bn_combine_stats(CudaContext& ctx, const float* all, int world, int64_t c, bool update, double factor,
+                      float* running_mean, float* running_var, float* mean, float* var) {
+  if (c == 0) return;
+  bn_combine_kernel<<<blocks_for(c), kThreads, 0, ctx.stream()>>>(all, world, c, update, factor, running_mean,
+                                                                   running_var, mean, var);
+  DTLAB_CUDA_CHECK_LAUNCH();
+}
+
+void bn_sums_to_float(CudaContext& ctx, const double* sum_dy, const double* sum_dy_xmu, int64_t c, float* out) {
+  if (c == 0) return;
+  bn_sums_to_float_kernel<<<blocks_for(2 * c), kThreads, 0, ctx.stream()>>>(sum_dy, sum_dy_xmu, c, out);
   DTLAB_CUDA_CHECK_LAUNCH();
 }
 
@@ -386,12 +459,12 @@ void bn_grad_sums(CudaContext& ctx, const float* dy, const float* x, const float
   DTLAB_CUDA_CHECK_LAUNCH();
 }
 
-void bn_backward_coefficients(CudaContext& ctx, const double* sum_dy, const double* sum_dy_xmu, const float* invstd,
-                              const float* weight, int64_t count, int64_t c, float* dweight, float* dbias,
-                              float* grad_mean, float* k, float* scale) {
+void bn_backward_coefficients(CudaContext& ctx, const double* sum_dy, const double* sum_dy_xmu, const float* global,
+                              const float* invstd, const float* weight, int64_t count, int64_t c, float* dweight,
+                              float* dbias, float* grad_mean, float* k, float* scale) {
   if (c == 0) return;
   bn_backward_coefficients_kernel<<<blocks_for(c), kThreads, 0, ctx.stream()>>>(
-      sum_dy, sum_dy_xmu, invstd, weight, static_cast<double>(count), c, dweight, dbias, grad_mean, k, scale);
+      sum_dy, sum_dy_xmu, global, invstd, weight, static_cast<double>(count), c, dweight, dbias, grad_mean, k, scale);
   DTLAB_CUDA_CHECK_LAUNCH();
 }
 

@@ -55,18 +55,34 @@ void bn_running_update(CudaContext& ctx, const float* mean, const float* var_sum
 // invstd = bn_invstd(var, eps), alpha, beta (C,) of y = x * alpha + beta; weight/bias null: no affine.
 void bn_forward_coefficients(CudaContext& ctx, const float* mean, const float* var, const float* weight,
                              const float* bias, double eps, int64_t c, float* invstd, float* alpha, float* beta);
+// Eval with running statistics: mean = running_mean, invstd = bn_invstd_running(running_var, eps),
+// alpha, beta (C,); weight/bias null: no affine.
+void bn_eval_coefficients(CudaContext& ctx, const float* running_mean, const float* running_var, const float* weight,
+                          const float* bias, float eps, int64_t c, float* mean, float* invstd, float* alpha,
+                          float* beta);
+// SyncBatchNorm's row of this rank, row (2C + 1,) = [mean | biased var | count] (all zeros for an
+// empty batch, count 0), as the CPU layer gathers it.
+void bn_pack_row(CudaContext& ctx, const float* mean, const float* var, int64_t count, int64_t c, float* row);
+// From the gathered rows all (world, 2C + 1): the global mean and biased variance (C,) by
+// bn_combine_channel, and, when update, the running statistics by bn_running_update_global with
+// factor. Channels of an all-empty world: zeros, running statistics untouched.
+void bn_combine_stats(CudaContext& ctx, const float* all, int world, int64_t c, bool update, double factor,
+                      float* running_mean, float* running_var, float* mean, float* var);
+// out (2C,) = [float(sum_dy) | float(sum_dy_xmu)]: SyncBN's backward allreduce buffer.
+void bn_sums_to_float(CudaContext& ctx, const double* sum_dy, const double* sum_dy_xmu, int64_t c, float* out);
 // y = bn_affine(x, alpha[ch], beta[ch])
 void bn_apply(CudaContext& ctx, const float* x, const float* alpha, const float* beta, float* y, int64_t n, int64_t c,
               int64_t inner);
 // sum_dy, sum_dy_xmu (C,) in double: sum of dy and of bn_xmu_dy(x, mean, dy) per channel
 void bn_grad_sums(CudaContext& ctx, const float* dy, const float* x, const float* mean, int64_t n, int64_t c,
                   int64_t inner, double* sum_dy, double* sum_dy_xmu);
-// From the sums (local BatchNorm: this rank's sums are the global ones): dweight, dbias (C,) +=
-// bn_weight_grad / bn_bias_grad (null: no affine, skipped), and the input-gradient coefficients
-// grad_mean, k, scale (C,) over count values. weight null: 1.
-void bn_backward_coefficients(CudaContext& ctx, const double* sum_dy, const double* sum_dy_xmu, const float* invstd,
-                              const float* weight, int64_t count, int64_t c, float* dweight, float* dbias,
-                              float* grad_mean, float* k, float* scale);
+// From this rank's sums: dweight, dbias (C,) += bn_weight_grad / bn_bias_grad (null: no affine,
+// skipped); and from the global float sums, global (2C,) = [sum_dy | sum_dy_xmu] as SyncBN's
+// allreduce left them (null: local BatchNorm, this rank's sums rounded to float), the
+// input-gradient coefficients grad_mean, k, scale (C,) over count values. weight null: 1.
+void bn_backward_coefficients(CudaContext& ctx, const double* sum_dy, const double* sum_dy_xmu, const float* global,
+                              const float* invstd, const float* weight, int64_t count, int64_t c, float* dweight,
+                              float* dbias, float* grad_mean, float* k, float* scale);
 // dx = bn_input_grad(dy, x, grad_mean[ch], mean[ch], k[ch], scale[ch])
 void bn_input_grad(CudaContext& ctx, const float* dy, const float* x, const float* mean, const float* grad_mean,
                    const float* k, const float* scale, float* dx, int64_t n, int64_t c, int64_t inner);

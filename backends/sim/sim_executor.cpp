@@ -24,14 +24,16 @@ namespace {
 const char* const kSupported = "the simulated GPU runs what the GPU runs: Flatten, Linear, Conv2d, BatchNorm1d, "
                                "BatchNorm2d, ReLU and MaxPool2d";
 
-// The device's copy of host module m (nullptr where the device keeps nothing of its own: BatchNorm,
-// whose host half finishes each step, and Flatten, a reshape).
-std::unique_ptr<Module> device_copy(Module& m, size_t index) {
+// The device's copy of host module m (nullptr for a host-staged BatchNorm, whose host half
+// finishes each step).
+std::unique_ptr<Module> device_copy(Module& m, size_t index, bool resident) {
   const std::string kind = m.kind();
   if (kind == "Flatten") return std::make_unique<Flatten>();
   if (kind == "BatchNorm1d" || kind == "BatchNorm2d") {
-    if (!dynamic_cast<BatchNorm*>(&m)) throw Error("module " + std::to_string(index) + ": a " + kind + " that is not lab::BatchNorm");
-    return nullptr;
+    const auto* bn = dynamic_cast<BatchNorm*>(&m);
+    if (!bn) throw Error("module " + std::to_string(index) + ": a " + kind + " that is not lab::BatchNorm");
+    if (!resident) return nullptr;
+    return std::make_unique<BatchNorm>(bn->options());
   }
   if (kind == "Linear") {
     const auto& l = dynamic_cast<Linear&>(m);
@@ -56,9 +58,33 @@ int64_t inner_of(const Tensor& x) {
 
 void poison(Tensor& t) { std::fill(t.data.begin(), t.data.end(), std::numeric_limits<float>::quiet_NaN()); }
 
+void poison(std::vector<float>& v) { std::fill(v.begin(), v.end(), std::numeric_limits<float>::quiet_NaN()); }
+
 uint64_t bytes_of(const Tensor& t) { return static_cast<uint64_t>(t.numel()) * sizeof(float); }
 
 }  // namespace
+
+// SyncBatchNorm's collectives of a device copy of a BatchNorm: the host layer's BnSync (the run's,
+// set after the executor was attached), asked to work on the simulated device's memory.
+class SimBnSync final : public BnSync {
+ public:
+  SimBnSync(SimExecutor& ex, BnSync& host) : m_ex(ex), m_host(&host) {}
+  void retarget(BnSync& host) { m_host = &host; }
+  int world_size() const override { return m_host->world_size(); }
+  void allgather(const float* mine, int n, std::vector<float>& all) override {
+    const int world = world_size();
+    all.resize(static_cast<size_t>(world) * static_cast<size_t>(n));
+    m_host->allgather_on(m_ex.m_memory, mine, n, all.data());
+    // every rank's count (the row's last value) to the host: the batch-of-one check and the empty
+    // ranks' rows, where PyTorch's SyncBatchNorm synchronizes too
+    m_ex.copied(true, static_cast<uint64_t>(world) * sizeof(float), now_seconds());
+  }
+  void allreduce_sum(float* data, int n) override { m_host->allreduce_sum_on(m_ex.m_memory, data, n); }
+
+ private:
+  SimExecutor& m_ex;
+  BnSync* m_host;
+};
 
 void SimDeviceMemory::copy(void* dst, const void* src, size_t bytes) {
   if (bytes > 0) std::memcpy(dst, src, bytes);
@@ -112,9 +138,13 @@ StagingTraffic SimExecutor::traffic() const {
 SimExecutor::SimExecutor(Model& host, bool resident) : m_resident(resident), m_host(host) {
   const size_t n = host.size();
   for (size_t i = 0; i < n; ++i) {
-    m_dev.push_back(device_copy(host.module(i), i));
+    m_dev.push_back(device_copy(host.module(i), i, resident));
     m_ops.push_back(device_timeline_op(host.module(i).kind()));
+    const bool bn = m_dev.back() && dynamic_cast<BatchNorm*>(m_dev.back().get());
+    m_host_bn.push_back(bn ? dynamic_cast<BatchNorm*>(&host.module(i)) : nullptr);
+    m_dev_bn.push_back(bn ? static_cast<BatchNorm*>(m_dev.back().get()) : nullptr);
   }
+  m_bn_sync.resize(n);
   m_layout = host.param_layout();
   m_params = host.params();
   for (size_t i = 0; i < n; ++i) {
@@ -175,6 +205,25 @@ void SimExecutor::upload_params() {
   m_device_params_stale = false;
 }
 
+void SimExecutor::upload_buffers() {
+  for (size_t i = 0; i < m_host.size(); ++i) {
+    if (!m_dev_bn[i]) continue;
+    const double t0 = now_seconds();
+    const std::vector<Buffer*> h = m_host_bn[i]->buffers(), d = m_dev_bn[i]->buffers();
+    uint64_t bytes = 0;
+    for (size_t b = 0; b < h.size(); ++b) {
+      d[b]->value = h[b]->value;
+      d[b]->i64 = h[b]->i64;
+      bytes += h[b]->is_int64 ? sizeof(int64_t) : bytes_of(h[b]->value);
+    }
+    if (bytes > 0) {
+      copied(false, bytes, t0);
+      ++m_count.buffers_uploaded;
+    }
+  }
+  m_device_buffers_stale = false;
+}
+
 const Tensor& SimExecutor::forward(const Tensor& x, Mode mode) {
   ++m_count.forwards;
   // Spans wait to be taken after the run's compute phase; an executor whose run never asks (the
@@ -183,6 +232,23 @@ const Tensor& SimExecutor::forward(const Tensor& x, Mode mode) {
   // Until its optimizer steps here, the host's parameters are the state: taken up every time.
   m_phase = mode == Mode::Train ? Phase::Forward : Phase::Eval;
   if (!m_resident || !m_stepping || m_device_params_stale) upload_params();
+  if (m_device_buffers_stale) upload_buffers();
+  if (mode == Mode::Train && m_resident) {
+    // the device's BatchNorm buffers and statistics move on: the host's are mirrors until to_host
+    for (size_t i = 0; i < m_host.size(); ++i) {
+      BatchNorm* h = m_host_bn[i];
+      if (!h) continue;
+      for (Buffer* b : h->buffers()) {
+        poison(b->value);
+        if (b->is_int64) b->i64 = std::numeric_limits<int64_t>::min();
+      }
+      BnBatchStats st = h->last_stats();
+      poison(st.mean), poison(st.var), poison(st.local_mean), poison(st.local_var);
+      st.count = st.local_count = -1;
+      h->set_last_stats(std::move(st));
+    }
+    m_host_buffers_stale = m_host_stats_stale = true;
+  }
   const double tx = now_seconds();
   m_x = x;
   copied(false, bytes_of(x), tx);
@@ -191,7 +257,14 @@ const Tensor& SimExecutor::forward(const Tensor& x, Mode mode) {
   for (size_t i = 0; i < m_host.size(); ++i) {
     const double t0 = now_seconds();
     m_in[i] = *in;
-    if (auto* bn = dynamic_cast<BatchNorm*>(&m_host.module(i))) {
+    if (BatchNorm* dev_bn = m_dev_bn[i]) {  // whole on the device, SyncBN's collectives too
+      BnSync* sync = m_host_bn[i]->sync();
+      if (sync && !m_bn_sync[i]) m_bn_sync[i] = std::make_unique<SimBnSync>(*this, *sync);
+      if (sync) static_cast<SimBnSync&>(*m_bn_sync[i]).retarget(*sync);
+      dev_bn->set_sync(sync ? m_bn_sync[i].get() : nullptr);
+      dev_bn->set_error_hint(m_host_bn[i]->error_hint());
+      dev_bn->forward(*in, m_out[i], mode);
+    } else if (auto* bn = dynamic_cast<BatchNorm*>(&m_host.module(i))) {  // staged: the host finishes it
       bn->check_input(in->shape);
       std::vector<float> mean, var_sum;
       if (bn->uses_batch_stats(mode)) bn->local_stats(*in, mean, var_sum);  // on the device; to the host
@@ -224,7 +297,8 @@ void SimExecutor::backward(const Tensor& dlogits, const std::function<void(int)>
     const double t0 = now_seconds();
     const Tensor& dy = i + 1 == count ? m_dlogits : m_grad[i];
     Tensor* dx = i > m_layout.first_with_params ? &m_grad[i - 1] : nullptr;
-    if (auto* bn = dynamic_cast<BatchNorm*>(&m_host.module(i))) {
+    BatchNorm* bn = m_dev[i] ? nullptr : dynamic_cast<BatchNorm*>(&m_host.module(i));
+    if (bn) {  // host-staged: the host finishes it
       std::vector<double> sum_dy, sum_dy_xmu;
       bn->grad_sums(dy, m_in[i], sum_dy, sum_dy_xmu);  // on the device; to the host
       copied(true, (sum_dy.size() + sum_dy_xmu.size()) * sizeof(float), now_seconds());
@@ -286,6 +360,30 @@ void SimExecutor::to_host(unsigned sets) {
       }
     m_host_grads_stale = false;
   }
+  if ((sets & kStateBuffers) && (m_host_buffers_stale || m_host_stats_stale)) {
+    for (size_t i = 0; i < m_host.size(); ++i) {
+      if (!m_dev_bn[i]) continue;
+      const double t0 = now_seconds();
+      uint64_t bytes = 0;
+      if (m_host_buffers_stale) {
+        const std::vector<Buffer*> h = m_host_bn[i]->buffers(), d = m_dev_bn[i]->buffers();
+        for (size_t b = 0; b < h.size(); ++b) {
+          h[b]->value = d[b]->value;
+          h[b]->i64 = d[b]->i64;
+          bytes += d[b]->is_int64 ? sizeof(int64_t) : bytes_of(d[b]->value);
+        }
+      }
+      if (m_host_stats_stale) {
+        const BnBatchStats& st = m_dev_bn[i]->last_stats();
+        bytes += (st.mean.size() + st.var.size() + st.local_mean.size() + st.local_var.size()) * sizeof(float) +
+                 2 * sizeof(int64_t);
+        m_host_bn[i]->set_last_stats(st);
+      }
+      copied(true, bytes, t0);
+      ++m_count.buffers_to_host;
+    }
+    m_host_buffers_stale = m_host_stats_stale = false;
+  }
   if ((sets & kStateMomentum) && m_host_momentum_stale) {
     for (size_t i = 0; i < m_params.size(); ++i)
       if (m_mirror[i] && m_momentum[i].numel() > 0) {
@@ -310,6 +408,10 @@ void SimExecutor::host_changed(unsigned sets) {
   if ((sets & kStateGrads) && m_keep_grads) {
     m_device_grads_stale = true;
     m_host_grads_stale = false;
+  }
+  if (sets & kStateBuffers) {  // the buffers; the batch statistics, which the host never writes, stay the device's
+    m_device_buffers_stale = true;
+    m_host_buffers_stale = false;
   }
 }
 
@@ -413,6 +515,8 @@ std::string SimExecutor::report_json() const {
                          {{"forwards", m_count.forwards},
                           {"params_uploaded", m_count.params_uploaded},
                           {"params_to_host", m_count.params_to_host},
+                          {"buffers_uploaded", m_count.buffers_uploaded},
+                          {"buffers_to_host", m_count.buffers_to_host},
                           {"device_steps", m_count.device_steps},
                           {"grad_bytes_to_host", m_count.grad_bytes_to_host}}}}
       .dump();

@@ -3,13 +3,20 @@
 // themselves runs on any machine, and a run through it must give the CPU run's bits:
 //   * the "device" is memory of its own: a copy of each layer (Linear, Conv2d, ReLU, MaxPool2d)
 //     with its own parameters, activations and gradients; the host's model is never computed on;
-//   * host-staged until its optimizer's first step, then resident: the Linear and Conv2d parameters
-//     and their momentum buffers live on the device, which steps them (sgd_param), and the host's
-//     copies are mirrors. A mirror the device has moved past holds NaN until to_host brings it
-//     current, so a reader that forgets to ask shows in the run's numbers at once;
-//   * BatchNorm split at its statistics as on the GPU: the device computes the per-channel sums,
-//     the host's BatchNorm finishes them (SyncBN's collectives, the running statistics), the device
-//     applies the coefficients;
+//   * host-staged until its optimizer's first step, then resident: the Linear, Conv2d and
+//     BatchNorm parameters and their momentum buffers live on the device, which steps them
+//     (sgd_param), and the host's copies are mirrors. A mirror the device has moved past holds NaN
+//     until to_host brings it current, so a reader that forgets to ask shows in the run's numbers
+//     at once;
+//   * BatchNorm, resident, runs whole on the device: a device copy of the layer computes the
+//     statistics, updates its running statistics (kStateBuffers: resident from the first forward;
+//     the host's BatchNorm holds their poisoned mirrors and its last_stats() is brought down only
+//     when asked) and runs SyncBN's collectives on the device's memory (BnSync::allgather_on,
+//     allreduce_sum_on). The SyncBN counts of every rank come to the host, as PyTorch's
+//     SyncBatchNorm brings them to drop empty ranks' rows (backends/cuda does the same with its
+//     kernels). Host-staged (resident = false) it is split at its statistics, the protocol the GPU
+//     executor had before residency: the device computes the per-channel sums, the host's
+//     BatchNorm finishes them, the device applies the coefficients;
 //   * with keep_grads (DDP's buckets in device memory), the gradients of those parameters stay on
 //     the device too, reduced there by collectives on its memory (SimDeviceMemory); the host's
 //     Param::grad is then their poisoned mirror;
@@ -62,6 +69,8 @@ struct SimCounters {
   int forwards = 0;         // forward passes
   int params_uploaded = 0;  // parameters taken up from the host
   int params_to_host = 0;   // parameters brought down into the host's mirrors
+  int buffers_uploaded = 0; // BatchNorm layers whose buffers were taken up from the host
+  int buffers_to_host = 0;  // BatchNorm layers whose buffers and statistics were brought down
   int device_steps = 0;     // parameters stepped on the device (sgd_param)
   uint64_t grad_bytes_to_host = 0;  // gradients a backward brought to the host (none when kept: keep_grads)
 };
@@ -83,7 +92,7 @@ class SimExecutor : public ModelExecutor {
   void take_device_events(std::vector<Event>& out) override;
 
   unsigned resident() const override {
-    return m_resident ? kStateParams | kStateMomentum | (m_keep_grads ? kStateGrads : 0u) : 0u;
+    return m_resident ? kStateParams | kStateMomentum | kStateBuffers | (m_keep_grads ? kStateGrads : 0u) : 0u;
   }
   void to_host(unsigned sets) override;
   void host_changed(unsigned sets) override;
@@ -96,14 +105,18 @@ class SimExecutor : public ModelExecutor {
   void zero_grads() override;
 
  private:
+  friend class SimBnSync;
   void upload_params();
+  void upload_buffers();  // the host's BatchNorm buffers to the device's layers
   void span(Phase phase, const char* op, size_t module, double t0);
   // A copy between the host and the device: counted (StagingTraffic) and a span on the timeline.
   void copied(bool to_host, uint64_t bytes, double t0);
 
   bool m_resident;
   Model& m_host;
-  std::vector<std::unique_ptr<Module>> m_dev;  // per module: its device copy (nullptr: BatchNorm, Flatten)
+  std::vector<std::unique_ptr<Module>> m_dev;  // per module: its device copy (nullptr: a staged BatchNorm)
+  std::vector<BatchNorm*> m_host_bn, m_dev_bn;  // per module: a resident BatchNorm's host layer and device copy
+  std::vector<std::unique_ptr<BnSync>> m_bn_sync;  // per module: SyncBN's collectives on the device's memory
   std::vector<const char*> m_ops;              // per module: its name on the timeline (device_timeline_op)
   Model::ParamLayout m_layout;
   std::vector<Param*> m_params;                // the host's, Model::params() order
@@ -122,6 +135,7 @@ class SimExecutor : public ModelExecutor {
   bool m_device_grads_stale = false, m_host_grads_stale = false;
   void take_up_grads();                        // the host's gradients, after host_changed
   bool m_device_params_stale = true, m_host_params_stale = false, m_host_momentum_stale = false;
+  bool m_device_buffers_stale = true, m_host_buffers_stale = false, m_host_stats_stale = false;
   Phase m_phase = Phase::None;  // the pass in progress, for the copies' spans
   StagingTraffic m_traffic;
   SimDeviceMemory m_memory;

@@ -192,14 +192,27 @@ void Communicator::broadcast(void* data, size_t bytes, int root, CollectiveInfo 
 // Ring allgather of equal blocks: block b (count floats) is rank b's input. Step s = 0 .. N-2:
 // rank r sends block (r - s) mod N to r + 1 and receives block (r - s - 1) mod N from r - 1, both
 // zero-copy straight between the ranks' `all` buffers.
-void Communicator::allgather(const float* mine, size_t count, float* all, CollectiveInfo info) {
+void Communicator::allgather(const float* mine, size_t count, float* all, CollectiveInfo info, DeviceMemory* mem) {
+  if (mem && !m_t.device_aware()) {  // staged through host memory
+    const size_t n = static_cast<size_t>(world_size()) * count;
+    m_staged.resize(n + count);
+    if (count > 0) mem->download(m_staged.data() + n, mine, count * sizeof(float));
+    allgather(m_staged.data() + n, count, m_staged.data(), info);
+    if (n > 0) mem->upload(all, m_staged.data(), n * sizeof(float));
+    return;
+  }
   const uint64_t seq = next_seq();
   guarded(*this, "allgather", seq, info, [&] {
     const int n = world_size();
     const int r = rank();
     Event whole = collective_event("allgather", seq, info, static_cast<uint64_t>(n) * count * sizeof(float));
     float* own = all + static_cast<size_t>(r) * count;
-    if (own != mine && count > 0) std::memmove(own, mine, count * sizeof(float));
+    if (own != mine && count > 0) {
+      if (mem)
+        mem->copy(own, mine, count * sizeof(float));  // (not overlapping: mine is the caller's own buffer)
+      else
+        std::memmove(own, mine, count * sizeof(float));
+    }
     const size_t block_bytes = count * sizeof(float);
     Event e = chunk_event("allgather", seq, info);
     e.phase = Phase::Allgather;
@@ -213,8 +226,12 @@ void Communicator::allgather(const float* mine, size_t count, float* all, Collec
       e.t_start = e.t_end = 0;
       gate(e);
       e.t_start = now_seconds();
-      m_t.sendrecv(e.dst, all + static_cast<size_t>(send_block) * count, block_bytes, mod(r - 1, n),
-                   all + static_cast<size_t>(recv_block) * count, block_bytes, seq);
+      float* sbuf = all + static_cast<size_t>(send_block) * count;
+      float* rbuf = all + static_cast<size_t>(recv_block) * count;
+      if (mem)
+        m_t.sendrecv_on(*mem, e.dst, sbuf, block_bytes, mod(r - 1, n), rbuf, block_bytes, seq);
+      else
+        m_t.sendrecv(e.dst, sbuf, block_bytes, mod(r - 1, n), rbuf, block_bytes, seq);
       e.t_end = now_seconds();
       add_bytes_sent(block_bytes);
       record(e);

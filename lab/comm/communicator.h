@@ -78,7 +78,9 @@ class Communicator {
   // Root's bytes overwrite every other rank's (a ring pipeline is not needed: a chain from root).
   void broadcast(void* data, size_t bytes, int root, CollectiveInfo info);
   // all = concat of every rank's `count` floats in rank order; all has world_size*count floats.
-  void allgather(const float* mine, size_t count, float* all, CollectiveInfo info);
+  // mem: mine and all live on that device; the ring runs there on a device-aware transport, and
+  // is staged through the host otherwise (as allreduce_sum's).
+  void allgather(const float* mine, size_t count, float* all, CollectiveInfo info, DeviceMemory* mem = nullptr);
 
   // Bytes this rank has sent so far.
   uint64_t bytes_sent() const { return m_bytes_sent; }

@@ -18,7 +18,7 @@ size_t state_bytes(Model& m) {
 }
 
 void pack_state(Model& m, bool gradients, std::vector<char>& out) {
-  if (!gradients) m.to_host(kStateParams);  // a device's parameters (executor.h: residency)
+  m.to_host(gradients ? kStateBuffers | kStateGrads : kStateModel);  // a device's state (executor.h: residency)
   out.resize(state_bytes(m));
   char* p = out.data();
   for (const StateEntry& e : m.state_dict()) {
@@ -53,7 +53,7 @@ void unpack_state(Model& m, bool gradients, const std::vector<char>& in) {
       p += static_cast<size_t>(e.buffer->value.numel()) * sizeof(float);
     }
   }
-  if (!gradients) m.host_changed(kStateParams);
+  m.host_changed(gradients ? kStateBuffers | kStateGrads : kStateModel);
 }
 
 // ---- the server ----

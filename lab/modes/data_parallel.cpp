@@ -132,7 +132,7 @@ void DataParallelDevice::collective(const char* op, const char* what, uint64_t s
 
 // Parameters then buffers (float, int64) in state_dict order: what replicate() copies.
 std::vector<uint8_t> DataParallelDevice::pack_state() {
-  m_model.to_host(kStateParams);  // a device's parameters (executor.h: residency)
+  m_model.to_host(kStateModel);  // a device's parameters and buffers (executor.h: residency)
   std::vector<uint8_t> out;
   for (const StateEntry& e : m_model.state_dict()) {
     const uint8_t* p;
@@ -171,7 +171,7 @@ void DataParallelDevice::unpack_state(const std::vector<uint8_t>& in) {
     off += n;
   }
   assert(off == in.size());
-  m_model.host_changed(kStateParams);
+  m_model.host_changed(kStateModel);
 }
 
 void DataParallelDevice::replicate_all() {

@@ -278,11 +278,17 @@ void unpack_buffers(Model& model, const std::vector<uint8_t>& in) {
 
 }  // namespace
 
+// On a device that keeps BatchNorm's buffers (executor.h: residency) they are staged: the root's
+// come down, the others' go up (a few bytes per channel).
 void broadcast_buffers(Model& model, Communicator& comm, int root) {
+  if (comm.rank() == root) model.to_host(kStateBuffers);
   std::vector<uint8_t> bytes = pack_buffers(model);
   if (bytes.empty()) return;
   comm.broadcast(bytes.data(), bytes.size(), root, CollectiveInfo{"buffers", -1});
-  if (comm.rank() != root) unpack_buffers(model, bytes);
+  if (comm.rank() != root) {
+    unpack_buffers(model, bytes);
+    model.host_changed(kStateBuffers);
+  }
 }
 
 void broadcast_state(Model& model, Communicator& comm, int root) {

@@ -84,15 +84,18 @@ StepCount DdpRank::step(const StepInput& in, StepRecord& rec) {
   const bool grad_allreduce = m_env.world > 1 && (synced || m_no_sync_allreduces) && allreduces(step);
 
   std::vector<Buffer> kept;  // (mutation bn-updates-on-sync-only: a no_sync forward's running statistics undone)
-  if (m_bn_update_on_sync_only && !synced)
+  if (m_bn_update_on_sync_only && !synced) {
+    model.to_host(kStateBuffers);
     for (BatchNorm* b : model.batchnorms())
       for (Buffer* buf : b->buffers()) kept.push_back(*buf);
+  }
   const Tensor& logits =
       comm.timed(Phase::Forward, "forward", step, [&]() -> const Tensor& { return model.forward(*in.x, Mode::Train); });
   if (!kept.empty()) {
     size_t k = 0;
     for (BatchNorm* b : model.batchnorms())
       for (Buffer* buf : b->buffers()) *buf = kept[k++];
+    model.host_changed(kStateBuffers);
   }
   int correct = 0;
   const float loss = cross_entropy(logits, *in.labels, &m_dlogits, &correct);

@@ -255,6 +255,14 @@ std::string py_float(double v) {
 
 }  // namespace
 
+void BnSync::allgather_on(DeviceMemory&, const float*, int, float*) {
+  throw Error("this SyncBatchNorm's collectives cannot work on a device's memory");
+}
+
+void BnSync::allreduce_sum_on(DeviceMemory&, float*, int) {
+  throw Error("this SyncBatchNorm's collectives cannot work on a device's memory");
+}
+
 // y = x * alpha[ch] + beta[ch]; saved = x when saved != nullptr
 void channel_affine(const float* x, float* y, float* saved, int64_t nb, int64_t c, int64_t inner,
                     const float* __restrict alpha, const float* __restrict beta) {
@@ -393,32 +401,54 @@ void BatchNorm::prepare_forward(const Tensor& x, Mode mode) {
   prepare_from_local_stats(x.shape, mode, std::move(local_mean), std::move(local_var_sum));
 }
 
+BatchNorm::ForwardPlan BatchNorm::begin_forward(const std::vector<int64_t>& shape, Mode mode) {
+  check_input(shape);
+  ForwardPlan p;
+  const int64_t nb = shape[0];
+  int64_t inner = 1;
+  for (size_t i = 2; i < shape.size(); ++i) inner *= shape[i];
+  p.n = nb * inner;  // values per channel in this rank's batch
+  const bool train = mode == Mode::Train;
+  p.batch_stats = uses_batch_stats(mode);
+  // Eval never communicates, even when it normalizes with batch statistics (no running stats).
+  // (a lesson's mutation test, mutation.h: SyncBatchNorm made ordinary BatchNorm)
+  p.sync = train && m_sync != nullptr && m_sync->world_size() > 1 && !mutated("syncbn-local-stats");
+  // _BatchNorm.forward counts the batch before F.batch_norm checks its size, so a batch-of-one
+  // error leaves num_batches_tracked one higher: kept, because PyTorch does it.
+  p.update = train && m_opt.track_running_stats;
+  if (p.update) {
+    ++m_num_batches_tracked.i64;
+    p.factor = m_opt.momentum ? *m_opt.momentum : 1.0 / static_cast<double>(m_num_batches_tracked.i64);
+  }
+  // (lesson mutation tests, mutation.h: the size check left out, or made a check of N alone)
+  if (p.batch_stats && !p.sync &&
+      ((p.n == 1 && !mutated("bn-allow-one-value")) || (nb == 1 && mutated("bn-refuses-batch-of-one"))))
+    throw_batch_of_one(shape, m_hint, "");
+  return p;
+}
+
+void BatchNorm::check_global_count(const std::vector<int64_t>& shape, int64_t count) const {
+  if (count != 1) return;
+  std::vector<int64_t> global_shape = shape;
+  global_shape[0] = 1;
+  throw_batch_of_one(global_shape, m_hint,
+                     "SyncBatchNorm: the global batch over " + std::to_string(m_sync ? m_sync->world_size() : 1) +
+                         " ranks holds one value per channel. ");
+}
+
 void BatchNorm::prepare_from_local_stats(const std::vector<int64_t>& shape, Mode mode, std::vector<float> local_mean,
                                          std::vector<float> local_var_sum) {
   check_input(shape);
   const int64_t c = m_opt.num_features;
-  const int64_t nb = shape[0];
-  int64_t inner = 1;
-  for (size_t i = 2; i < shape.size(); ++i) inner *= shape[i];
-  const int64_t n = nb * inner;  // values per channel in this rank's batch
   const bool train = mode == Mode::Train;
-  const bool track = m_opt.track_running_stats;
-  const bool batch_stats = uses_batch_stats(mode);
-  // Eval never communicates, even when it normalizes with batch statistics (no running stats).
-  // (a lesson's mutation test, mutation.h: SyncBatchNorm made ordinary BatchNorm)
-  const bool sync = train && m_sync != nullptr && m_sync->world_size() > 1 && !mutated("syncbn-local-stats");
-  if (batch_stats && (local_mean.size() != static_cast<size_t>(c) || local_var_sum.size() != static_cast<size_t>(c)))
+  if (uses_batch_stats(mode) &&
+      (local_mean.size() != static_cast<size_t>(c) || local_var_sum.size() != static_cast<size_t>(c)))
     throw Error(describe() + ": local statistics of " + std::to_string(local_mean.size()) + " and " +
                 std::to_string(local_var_sum.size()) + " channels, expected " + std::to_string(c));
-
-  // _BatchNorm.forward counts the batch before F.batch_norm checks its size, so a batch-of-one
-  // error leaves num_batches_tracked one higher: kept, because PyTorch does it.
-  double factor = 0.0;
-  if (train && track) {
-    ++m_num_batches_tracked.i64;
-    factor = m_opt.momentum ? *m_opt.momentum : 1.0 / static_cast<double>(m_num_batches_tracked.i64);
-  }
-  const bool update = train && track;
+  const ForwardPlan plan = begin_forward(shape, mode);
+  const int64_t n = plan.n;
+  const bool batch_stats = plan.batch_stats, sync = plan.sync, update = plan.update;
+  const double factor = plan.factor;
 
   m_mean.assign(static_cast<size_t>(c), 0.0f);
   m_invstd.assign(static_cast<size_t>(c), 0.0f);
@@ -430,9 +460,6 @@ void BatchNorm::prepare_from_local_stats(const std::vector<int64_t>& shape, Mode
 
     std::vector<float> var(static_cast<size_t>(c), 0.0f);
     if (!sync) {
-      // (lesson mutation tests, mutation.h: the size check left out, or made a check of N alone)
-      if ((n == 1 && !mutated("bn-allow-one-value")) || (nb == 1 && mutated("bn-refuses-batch-of-one")))
-        throw_batch_of_one(shape, m_hint, "");
       m_mean = local_mean;
       var = local_var;
       if (update && n > 0) {
@@ -462,31 +489,16 @@ void BatchNorm::prepare_from_local_stats(const std::vector<int64_t>& shape, Mode
       double total = 0.0;
       for (int r = 0; r < world; ++r) total += all[static_cast<size_t>(r) * row + 2 * c];
       count = static_cast<int64_t>(total);
-      if (count == 1) {
-        std::vector<int64_t> global_shape = shape;
-        global_shape[0] = 1;
-        throw_batch_of_one(global_shape, m_hint,
-                           "SyncBatchNorm: the global batch over " + std::to_string(world) +
-                               " ranks holds one value per channel. ");
-      }
+      check_global_count(shape, count);
       for (int64_t ch = 0; ch < c; ++ch) {
-        // Chan et al.'s pairwise update, as batch_norm_reduce_statistics_kernel does it.
-        double cnt = 0.0, avg = 0.0, m2 = 0.0;
-        for (int r = 0; r < world; ++r) {
-          const float* rowp = all.data() + static_cast<size_t>(r) * row;
-          const double cr = rowp[2 * c];
-          if (cr < 1.0) continue;  // an empty rank's zeros take no part in the statistics
-          const double mr = rowp[ch], vr = rowp[c + ch];
-          const double f = 1.0 / (cnt + cr);
-          m2 += vr * cr + (avg - mr) * (avg - mr) * cnt * cr * f;
-          avg = cnt * f * avg + cr * f * mr;
-          cnt += cr;
-        }
-        if (cnt < 1.0) continue;
-        m_mean[ch] = static_cast<float>(avg);
-        var[ch] = static_cast<float>(m2 / cnt);
+        // Chan et al.'s pairwise update (an empty rank's zeros take no part)
+        const BnGlobalStats g = bn_combine_channel(all.data(), world, c, ch);
+        if (g.cnt < 1.0) continue;
+        m_mean[ch] = static_cast<float>(g.avg);
+        var[ch] = static_cast<float>(g.m2 / g.cnt);
         if (update)
-          bn_running_update_global(m_running_mean.value.ptr()[ch], m_running_var.value.ptr()[ch], avg, m2, cnt, factor);
+          bn_running_update_global(m_running_mean.value.ptr()[ch], m_running_var.value.ptr()[ch], g.avg, g.m2, g.cnt,
+                                   factor);
       }
     }
     for (int64_t ch = 0; ch < c; ++ch) m_invstd[ch] = bn_invstd(var[ch], m_opt.eps);

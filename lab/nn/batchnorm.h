@@ -15,6 +15,8 @@
 
 namespace lab {
 
+class DeviceMemory;
+
 // What SyncBatchNorm needs from the communicator. Implemented by the run on top of collectives.
 // Every rank calls these in the same order, with the same n.
 class BnSync {
@@ -25,6 +27,11 @@ class BnSync {
   virtual void allgather(const float* mine, int n, std::vector<float>& all) = 0;
   // In-place elementwise sum over ranks of n floats.
   virtual void allreduce_sum(float* data, int n) = 0;
+  // The same two on buffers in a device's memory (lab/comm/device_memory.h): a BatchNorm that runs
+  // whole on a device (executor.h) gathers and reduces there. all: world*n floats of mem. The
+  // defaults throw Error: a BnSync that cannot say so (a test's) is never given a device.
+  virtual void allgather_on(DeviceMemory& mem, const float* mine, int n, float* all);
+  virtual void allreduce_sum_on(DeviceMemory& mem, float* data, int n);
 };
 
 struct BatchNormOptions {
@@ -68,10 +75,15 @@ class BatchNorm : public Module {
 
   // nullptr: local BatchNorm. Otherwise SyncBatchNorm over `sync` (not owned).
   void set_sync(BnSync* sync) { m_sync = sync; }
+  BnSync* sync() const { return m_sync; }
   // The hint added to the batch-of-one error ("the last batch of the epoch has ...").
   void set_error_hint(std::string hint) { m_hint = std::move(hint); }
+  const std::string& error_hint() const { return m_hint; }
   const BatchNormOptions& options() const { return m_opt; }
   const BnBatchStats& last_stats() const { return m_stats; }
+  // A device that ran this layer's training forward itself (executor.h: residency) brings its
+  // statistics here when the host asks for them.
+  void set_last_stats(BnBatchStats stats) { m_stats = std::move(stats); }
   Param& weight() { return m_weight; }
   Param& bias() { return m_bias; }
   Buffer& running_mean() { return m_running_mean; }
@@ -97,6 +109,21 @@ class BatchNorm : public Module {
   void local_stats(const Tensor& x, std::vector<float>& local_mean, std::vector<float>& local_var_sum) const;
   void prepare_from_local_stats(const std::vector<int64_t>& shape, Mode mode, std::vector<float> local_mean,
                                 std::vector<float> local_var_sum);
+  // The host's part of a forward, which a device that runs the layer whole (executor.h:
+  // residency) asks for before it computes the rest: check_input, the decisions below,
+  // num_batches_tracked (counted on the host, which knows every forward), and the batch-of-one
+  // error of a batch that normalizes with its own statistics without SyncBN. prepare_forward
+  // starts with it too.
+  struct ForwardPlan {
+    int64_t n = 0;             // values per channel in this rank's batch
+    bool batch_stats = false;  // normalize with the batch's statistics (uses_batch_stats)
+    bool sync = false;         // SyncBN's collectives: train, and a BnSync of more than one rank
+    bool update = false;       // the running statistics move (train, track_running_stats)
+    double factor = 0.0;       // their weight: momentum, or 1 / num_batches_tracked
+  };
+  ForwardPlan begin_forward(const std::vector<int64_t>& shape, Mode mode);
+  // SyncBN's batch-of-one error, from the global count of values per channel.
+  void check_global_count(const std::vector<int64_t>& shape, int64_t count) const;
   const std::vector<float>& alpha() const { return m_alpha; }  // (C,)
   const std::vector<float>& beta() const { return m_beta; }    // (C,)
   const std::vector<float>& mean() const { return m_mean; }    // (C,) mean used to normalize

@@ -14,13 +14,14 @@
 //   * forward(x, mode) uploads x, and the parameters where the host's are newer (host-staged:
 //     always; resident: only after host_changed), runs the layers on the device and downloads the
 //     logits.
-//   * BatchNorm is split at its statistics: the device computes this rank's per-channel mean and
-//     sum of squared deviations, the host BatchNorm finishes the step from them
-//     (BatchNorm::prepare_from_local_stats: SyncBN's collectives, the running statistics, the
+//   * BatchNorm, host-staged, is split at its statistics: the device computes this rank's
+//     per-channel mean and sum of squared deviations, the host BatchNorm finishes the step from
+//     them (BatchNorm::prepare_from_local_stats: SyncBN's collectives, the running statistics, the
 //     batch-of-one error, the coefficients alpha and beta), and the device applies the
 //     coefficients. Backward likewise: the device's per-channel sums go to
 //     BatchNorm::finish_backward (weight and bias gradients, SyncBN's allreduce) and its input
-//     gradient coefficients come back.
+//     gradient coefficients come back. Resident (below), BatchNorm runs whole on the device, its
+//     SyncBN collectives on the device's buffers (BnSync::allgather_on, allreduce_sum_on).
 //   * backward(dlogits, on_param_ready) walks the layers in reverse as Model::backward does,
 //     computes each layer's parameter gradients on the device, adds them to the host gradients
 //     (+=, so no_sync's accumulation works unchanged) and calls on_param_ready for each parameter
@@ -31,18 +32,21 @@
 // reports them.
 //
 // Residency: an executor may keep state on the device between steps instead (resident() says
-// which). Today that is the parameters its own optimizer step updates (sgd_param: the Linear and
-// Conv2d weights and biases, with their momentum buffers), from its first step on (before it, and
+// which): the parameters its own optimizer step updates (sgd_param: the Linear, Conv2d and
+// BatchNorm weights and biases, with their momentum buffers) and, where BatchNorm runs whole on the
+// device, its buffers and batch statistics (kStateBuffers), from its first step on (before it, and
 // for a model whose optimizer steps on the host, it stays host-staged). A step then copies the
 // gradients down and, once reduced, up for the step: no parameter travels. The host's copies are
 // mirrors:
 //   * Model::to_host(sets) brings them up to date before the host reads them (a checkpoint, the
-//     final weights, a broadcast, local SGD's average, an evaluation on another model);
+//     final weights, a broadcast, local SGD's average, an evaluation on another model, the
+//     BatchNorm statistics of a step bn_stats.bin records);
 //   * Model::host_changed(sets) after the host wrote them (a broadcast, a checkpoint restored,
 //     an average): the device takes them up before it next uses them.
-// The central readers and writers do it (model_tensors, load_model_tensors, copy_state); code that
-// touches Param::value directly says so itself. BatchNorm's parameters and buffers stay on the
-// host (the host finishes BatchNorm).
+// The central readers and writers do it (model_tensors, load_model_tensors, copy_state: the whole
+// state_dict, kStateModel); code that touches Param::value or a Buffer directly says so itself.
+// Model::host_holds(sets) tells a reader that only wants the host's copies when they are free
+// (the live BatchNorm records of every step) whether they are.
 //
 // Gradients: on the host by default (the collectives read them there). DDP, when its allreduce can
 // work in the device's memory (device_memory(); lab/comm/device_memory.h), asks the executor to
@@ -74,7 +78,10 @@ enum StateSet : unsigned {
   kStateParams = 1u,    // parameter values
   kStateMomentum = 2u,  // the optimizer's momentum buffers of the parameters it steps on the device
   kStateGrads = 4u,     // the gradients of those parameters, where kept on the device (keep_grads)
-  kStateAll = 7u,
+  kStateBuffers = 8u,   // BatchNorm's buffers (running statistics, num_batches_tracked) and the
+                        // batch statistics of its last training forward (BatchNorm::last_stats)
+  kStateModel = kStateParams | kStateBuffers,  // everything in the state_dict
+  kStateAll = 15u,
 };
 
 // Bytes the host-staged executor moved, and the time it spent waiting for those copies.

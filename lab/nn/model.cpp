@@ -268,7 +268,7 @@ std::unique_ptr<Model> build_model(const ModelOptions& opt, uint64_t seed) {
 }
 
 void copy_state(Model& src, Model& dst) {
-  src.to_host(kStateParams);
+  src.to_host(kStateModel);
   std::vector<StateEntry> s = src.state_dict();
   std::vector<StateEntry> d = dst.state_dict();
   assert(s.size() == d.size());
@@ -283,7 +283,7 @@ void copy_state(Model& src, Model& dst) {
       d[i].buffer->i64 = s[i].buffer->i64;
     }
   }
-  dst.host_changed(kStateParams);
+  dst.host_changed(kStateModel);
 }
 
 std::vector<std::string> param_names(Model& model) {

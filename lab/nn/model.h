@@ -101,6 +101,9 @@ class Model {
   void host_changed(unsigned sets) {
     if (m_exec) m_exec->host_changed(sets);
   }
+  // Whether the host's copies are the state of every one of `sets` (no executor keeps any of them
+  // on its device): a reader that only wants them when they cost no copy asks this first.
+  bool host_holds(unsigned sets) const { return !m_exec || (m_exec->resident() & sets) == 0; }
   // Gradients on the device (executor.h: keep_grads): parameter i's there, or nullptr where the
   // host's Param::grad holds it.
   float* device_grad(size_t i) { return m_exec ? m_exec->device_grad(i) : nullptr; }

@@ -119,7 +119,7 @@ std::vector<SafeTensor> read_safetensors(const std::string& path, std::map<std::
 }
 
 std::vector<SafeTensor> model_tensors(Model& model, bool buffers_only) {
-  if (!buffers_only) model.to_host(kStateParams);  // a device's parameters (executor.h: residency)
+  model.to_host(buffers_only ? kStateBuffers : kStateModel);  // a device's state (executor.h: residency)
   std::vector<SafeTensor> out;
   for (const StateEntry& e : model.state_dict()) {
     SafeTensor t;
@@ -170,7 +170,7 @@ void load_model_tensors(Model& model, const std::vector<SafeTensor>& tensors, co
   }
   for (const SafeTensor& t : tensors)
     if (!used.count(t.name)) throw IoError(path + ": unexpected key '" + t.name + "' for model " + model.describe());
-  model.host_changed(kStateParams);
+  model.host_changed(kStateModel);
 }
 
 }  // namespace lab

@@ -45,6 +45,14 @@ class CommBnSync : public BnSync {
     if (m_worker) m_worker->wait_idle();
     m_comm.allreduce_sum(data, static_cast<size_t>(n), CollectiveInfo{"bn grad sums", m_index});
   }
+  void allgather_on(DeviceMemory& mem, const float* mine, int n, float* all) override {
+    if (m_worker) m_worker->wait_idle();
+    m_comm.allgather(mine, static_cast<size_t>(n), all, CollectiveInfo{"bn stats", m_index}, &mem);
+  }
+  void allreduce_sum_on(DeviceMemory& mem, float* data, int n) override {
+    if (m_worker) m_worker->wait_idle();
+    m_comm.allreduce_sum(data, static_cast<size_t>(n), CollectiveInfo{"bn grad sums", m_index}, &mem);
+  }
 
  private:
   Communicator& m_comm;
@@ -250,7 +258,12 @@ struct Run::RankLoop {
     rec.batch = bi;
     rec.bytes_sent = comm.bytes_sent();
     rec.t = now_seconds() - run.m_t0;
-    if (count.record_bn) rec.bn = bn_layer_records(bns, bn_index, c.track_running_stats);
+    // BatchNorm's statistics: every step where the host holds them; from a device that keeps them
+    // (executor.h: residency), the steps bn_stats.bin records.
+    if (count.record_bn && (model.host_holds(kStateBuffers) || bn_recorded(c.record_bn, step, epoch))) {
+      model.to_host(kStateBuffers);
+      rec.bn = bn_layer_records(bns, bn_index, c.track_running_stats);
+    }
     if (c.nondeterministic) {
       model.to_host(kStateParams);  // (never on a device today: --nondeterministic is the CPU's)
       double sum = 0;

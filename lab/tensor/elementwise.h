@@ -81,6 +81,29 @@ DTLAB_HD inline void bn_running_update_global(float& running_mean, float& runnin
   running_var = static_cast<float>((1.0 - factor) * running_var + factor * (m2 / (cnt - 1.0)));
 }
 
+// SyncBatchNorm's statistics of channel ch from every rank's row of the gathered table `all`
+// (world rows of 2c + 1 floats: [mean (c) | biased var (c) | count]): Chan et al.'s pairwise
+// update in rank order, as batch_norm_reduce_statistics_kernel does it. A rank with count < 1 (an
+// empty batch's zeros) takes no part. Returns cnt, the global count (0: every rank was empty).
+struct BnGlobalStats {
+  double avg, m2, cnt;
+};
+DTLAB_HD inline BnGlobalStats bn_combine_channel(const float* all, int world, int64_t c, int64_t ch) {
+  const int64_t row = 2 * c + 1;
+  double cnt = 0.0, avg = 0.0, m2 = 0.0;
+  for (int r = 0; r < world; ++r) {
+    const float* rowp = all + r * row;
+    const double cr = rowp[2 * c];
+    if (cr < 1.0) continue;
+    const double mr = rowp[ch], vr = rowp[c + ch];
+    const double f = 1.0 / (cnt + cr);
+    m2 += vr * cr + (avg - mr) * (avg - mr) * cnt * cr * f;
+    avg = cnt * f * avg + cr * f * mr;
+    cnt += cr;
+  }
+  return BnGlobalStats{avg, m2, cnt};
+}
+
 // 1 / sqrt(var + eps) for batch statistics, in double, rounded to float.
 DTLAB_HD inline float bn_invstd(float var, double eps) {
   return static_cast<float>(1.0 / sqrt(static_cast<double>(var) + eps));

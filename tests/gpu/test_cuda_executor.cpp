@@ -119,8 +119,10 @@ void expect_grads_close(lab::Model& gpu, lab::Model& cpu, double tol) {
   }
 }
 
-// Every parameter's value and every buffer agree (num_batches_tracked exactly).
+// Every parameter's value and every buffer agree (num_batches_tracked exactly), the device's
+// brought to the host first.
 void expect_state_close(lab::Model& gpu, lab::Model& cpu, double tol) {
+  gpu.to_host(lab::kStateModel);
   std::vector<lab::StateEntry> g = gpu.state_dict(), c = cpu.state_dict();
   ASSERT_EQ(g.size(), c.size());
   for (size_t i = 0; i < g.size(); ++i) {
@@ -221,14 +223,22 @@ TEST_P(CudaExecutor, FiveSgdStepsOnTheDeviceMatchCpu) {
   lab::Sgd cpu_opt(m.cpu->params(), so), gpu_opt(m.gpu->params(), so);
   gpu_opt.set_device(m.gpu->executor());
   const uint64_t uploaded_after_first = five_sgd_steps(m, cpu_opt, gpu_opt, tol);
-  // a forward after the first step takes up the input (and BatchNorm's coefficients), no parameter
+  // a forward after the first step takes up the input, no parameter and no BatchNorm statistic
   uint64_t param_bytes = 0;
   for (lab::Param* p : m.gpu->params()) param_bytes += p->value.data.size() * sizeof(float);
   EXPECT_LT(uploaded_after_first, 4 * (32 * 784 * sizeof(float)) + param_bytes / 2);
   // the host's copy of the last layer's weight is the one it had before the first step, until asked
   const size_t last_weight = m.gpu->params().size() - 2;
   EXPECT_NE(m.gpu->params()[last_weight]->value.data, m.cpu->params()[last_weight]->value.data);
+  // BatchNorm's running mean too: it moved on the device only, and its last statistics stay there
+  lab::BatchNorm& bn_gpu = *m.gpu->batchnorms().at(0);
+  lab::BatchNorm& bn_cpu = *m.cpu->batchnorms().at(0);
+  EXPECT_NE(bn_gpu.running_mean().value.data, bn_cpu.running_mean().value.data);
+  EXPECT_TRUE(bn_gpu.last_stats().mean.empty());
   m.gpu->to_host(lab::kStateAll);
+  EXPECT_TRUE(close_to_max(bn_gpu.last_stats().mean, bn_cpu.last_stats().mean, tol));
+  EXPECT_TRUE(close_to_max(bn_gpu.last_stats().local_var, bn_cpu.last_stats().local_var, tol));
+  EXPECT_EQ(bn_gpu.last_stats().count, bn_cpu.last_stats().count);
   expect_state_close(*m.gpu, *m.cpu, tol);
   const std::vector<lab::Tensor>& a = cpu_opt.momentum_buffers();
   const std::vector<lab::Tensor>& b = gpu_opt.momentum_buffers();
@@ -276,12 +286,13 @@ TEST_P(CudaExecutor, EvalUsesRunningStatistics) {
     model->backward(dlogits);
   }
   std::vector<float> buffers_before;
+  m.gpu->to_host(lab::kStateBuffers);  // the device's running statistics (residency)
   for (const lab::StateEntry& e : m.gpu->state_dict())
     if (e.buffer) {
       buffers_before.insert(buffers_before.end(), e.buffer->value.data.begin(), e.buffer->value.data.end());
       buffers_before.push_back(static_cast<float>(e.buffer->i64));
     }
-  for (int64_t n : {17, 1}) {
+  for (int64_t n : {17, 1, 17}) {  // (the last: the device's running statistics unchanged by the first two)
     SCOPED_TRACE("batch " + std::to_string(n));
     const lab::Tensor xe = batch(n, 7);
     const std::vector<float> want = m.cpu->forward(xe, lab::Mode::Eval).data;
@@ -289,6 +300,7 @@ TEST_P(CudaExecutor, EvalUsesRunningStatistics) {
     EXPECT_TRUE(close_to_max(got, want, tol)) << "eval logits";
   }
   std::vector<float> buffers_after;
+  m.gpu->to_host(lab::kStateBuffers);  // nothing to bring: an Eval forward leaves the host's copies current
   for (const lab::StateEntry& e : m.gpu->state_dict())
     if (e.buffer) {
       buffers_after.insert(buffers_after.end(), e.buffer->value.data.begin(), e.buffer->value.data.end());
@@ -325,7 +337,7 @@ TEST_P(CudaExecutor, BatchOfOneInTrainIsTheCpusOutcome) {
 // ---- traffic and report ----
 
 // A step stages at least the input, dlogits and every parameter up and the logits and every
-// gradient down (BatchNorm's parameters travel as alpha / beta and as double sums);
+// gradient down (the host reduces them here: no keep_grads);
 // report_json says where it ran and, for the cnn, which algorithm each convolution pass uses.
 TEST_P(CudaExecutor, TrafficAndReport) {
   Twins m = make_twins(GetParam());

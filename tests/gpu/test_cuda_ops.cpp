@@ -472,7 +472,7 @@ TEST_F(CudaOps, BatchNormMatchesTheCpuLayer) {
       for (size_t ch = 0; ch < cs; ++ch) v[ch] = lab::bn_invstd(st.var[ch], opt.eps);
       return v;
     }());
-    lab::cuda::bn_backward_coefficients(*ctx, sum_dy.data(), sum_xmu.data(), cpu_invstd.data(), w.data(), n, c,
+    lab::cuda::bn_backward_coefficients(*ctx, sum_dy.data(), sum_xmu.data(), nullptr, cpu_invstd.data(), w.data(), n, c,
                                         dweight.data(), dbias.data(), gm.data(), kk.data(), sc.data());
     std::vector<float> wscale(cs), bscale(cs);
     for (size_t ch = 0; ch < cs; ++ch) {
@@ -486,6 +486,140 @@ TEST_F(CudaOps, BatchNormMatchesTheCpuLayer) {
                              gdx.data(), nb, c, inner);
     EXPECT_TRUE(close_to_max(gdx.download(ctx->stream()), dx.data, 1e-6));
   }
+}
+
+// BatchNorm whole on the device (the executor's resident layer): the per-channel steps the host's
+// layer used to finish, as kernels, bitwise the CPU layer's from the same inputs. SyncBN over 3
+// ranks, one of them empty: the gathered rows, their combination and the running statistics; the
+// eval coefficients from running statistics; the backward coefficients from allreduced float sums.
+TEST_F(CudaOps, BatchNormsPerChannelStepsAreBitwiseTheCpuLayers) {
+  const int64_t c = 37;
+  const size_t cs = static_cast<size_t>(c);
+  const int world = 3;
+  const int64_t counts[world] = {48, 0, 80};
+  lab::BatchNormOptions opt;
+  opt.num_features = static_cast<int>(c);
+  // every rank's row as the CPU layer sends it: [mean | biased var | count], zeros for an empty rank
+  std::vector<float> all;
+  for (int r = 0; r < world; ++r) {
+    std::vector<float> mean = randn(cs, 70 + static_cast<uint32_t>(r)), var = abs_of(randn(cs, 80 + static_cast<uint32_t>(r)));
+    auto dm = on_device(*ctx, mean), dv = on_device(*ctx, var);
+    auto row = poisoned<float>(*ctx, 2 * cs + 1);
+    lab::cuda::bn_pack_row(*ctx, dm.data(), dv.data(), counts[r], c, row.data());
+    std::vector<float> want(2 * cs + 1, 0.0f);
+    if (counts[r] > 0) {
+      std::copy(mean.begin(), mean.end(), want.begin());
+      std::copy(var.begin(), var.end(), want.begin() + c);
+      want[2 * cs] = static_cast<float>(counts[r]);
+    }
+    const std::vector<float> got = row.download(ctx->stream());
+    EXPECT_TRUE(same_bits(got, want)) << "rank " << r;
+    all.insert(all.end(), want.begin(), want.end());
+  }
+  // the combination and the running statistics (momentum None after 3 batches: factor 1/3)
+  const double factor = 1.0 / 3.0;
+  std::vector<float> rm = randn(cs, 90), rv = abs_of(randn(cs, 91)), mean_want(cs), var_want(cs);
+  std::vector<float> rm_want = rm, rv_want = rv;
+  for (int64_t ch = 0; ch < c; ++ch) {
+    const lab::BnGlobalStats g = lab::bn_combine_channel(all.data(), world, c, ch);
+    mean_want[ch] = static_cast<float>(g.avg);
+    var_want[ch] = static_cast<float>(g.m2 / g.cnt);
+    lab::bn_running_update_global(rm_want[ch], rv_want[ch], g.avg, g.m2, g.cnt, factor);
+  }
+  auto dall = on_device(*ctx, all), drm = on_device(*ctx, rm), drv = on_device(*ctx, rv);
+  auto gmean = poisoned<float>(*ctx, cs), gvar = poisoned<float>(*ctx, cs);
+  lab::cuda::bn_combine_stats(*ctx, dall.data(), world, c, true, factor, drm.data(), drv.data(), gmean.data(), gvar.data());
+  EXPECT_TRUE(same_bits(gmean.download(ctx->stream()), mean_want));
+  EXPECT_TRUE(same_bits(gvar.download(ctx->stream()), var_want));
+  EXPECT_TRUE(same_bits(drm.download(ctx->stream()), rm_want));
+  EXPECT_TRUE(same_bits(drv.download(ctx->stream()), rv_want));
+  // ... and the CPU layer's own combination (SyncBN through its BnSync) gives those bits too
+  {
+    struct TableSync : lab::BnSync {
+      const std::vector<float>& table;
+      explicit TableSync(const std::vector<float>& t) : table(t) {}
+      int world_size() const override { return 3; }
+      void allgather(const float*, int, std::vector<float>& out) override { out = table; }
+      void allreduce_sum(float*, int) override {}
+    } sync(all);
+    lab::BatchNormOptions o = opt;
+    o.momentum = std::nullopt;
+    lab::BatchNorm cum(o);
+    cum.set_sync(&sync);
+    cum.running_mean().value.data = rm;
+    cum.running_var().value.data = rv;
+    cum.num_batches_tracked().i64 = 2;
+    lab::Tensor x({48, c});
+    x.data = randn(x.data.size(), 92);
+    lab::Tensor y;
+    cum.forward(x, y, lab::Mode::Train);
+    EXPECT_TRUE(same_bits(cum.last_stats().mean, mean_want));
+    EXPECT_TRUE(same_bits(cum.last_stats().var, var_want));
+    EXPECT_TRUE(same_bits(cum.running_mean().value.data, rm_want));
+    EXPECT_TRUE(same_bits(cum.running_var().value.data, rv_want));
+  }
+  // eval with running statistics: the layer's mean, alpha and beta
+  lab::BatchNorm ev(opt);
+  ev.weight().value.data = randn(cs, 93);
+  ev.bias().value.data = randn(cs, 94);
+  ev.running_mean().value.data = rm;
+  ev.running_var().value.data = rv;
+  lab::Tensor xe({4, c});
+  xe.data = randn(xe.data.size(), 95);
+  ev.prepare_forward(xe, lab::Mode::Eval);
+  auto w = on_device(*ctx, ev.weight().value.data), b = on_device(*ctx, ev.bias().value.data);
+  auto emean = poisoned<float>(*ctx, cs), einv = poisoned<float>(*ctx, cs), ea = poisoned<float>(*ctx, cs),
+       eb = poisoned<float>(*ctx, cs);
+  auto drm0 = on_device(*ctx, rm), drv0 = on_device(*ctx, rv);
+  lab::cuda::bn_eval_coefficients(*ctx, drm0.data(), drv0.data(), w.data(), b.data(), static_cast<float>(opt.eps), c,
+                                  emean.data(), einv.data(), ea.data(), eb.data());
+  EXPECT_TRUE(same_bits(emean.download(ctx->stream()), ev.mean()));
+  EXPECT_TRUE(same_bits(ea.download(ctx->stream()), ev.alpha()));
+  EXPECT_TRUE(same_bits(eb.download(ctx->stream()), ev.beta()));
+  // backward: the sums rounded to float for SyncBN's allreduce; the coefficients from the reduced
+  // sums, the weight and bias gradients from this rank's own
+  std::vector<double> sdy(cs), sxmu(cs);
+  std::vector<float> global(2 * cs), invstd(cs);
+  {
+    const std::vector<float> a = randn(2 * cs, 96), g = randn(2 * cs, 97), is = abs_of(randn(cs, 98));
+    for (size_t ch = 0; ch < cs; ++ch) {
+      sdy[ch] = 3.0 * a[ch] + 1e-9;  // not a float: the rounding shows
+      sxmu[ch] = 5.0 * a[cs + ch] - 1e-9;
+      global[ch] = g[ch];
+      global[cs + ch] = g[cs + ch];
+      invstd[ch] = is[ch] + 0.5f;
+    }
+  }
+  auto dsdy = on_device(*ctx, sdy), dsxmu = on_device(*ctx, sxmu);
+  auto rounded = poisoned<float>(*ctx, 2 * cs);
+  lab::cuda::bn_sums_to_float(*ctx, dsdy.data(), dsxmu.data(), c, rounded.data());
+  std::vector<float> rounded_want(2 * cs);
+  for (size_t ch = 0; ch < cs; ++ch) {
+    rounded_want[ch] = static_cast<float>(sdy[ch]);
+    rounded_want[cs + ch] = static_cast<float>(sxmu[ch]);
+  }
+  EXPECT_TRUE(same_bits(rounded.download(ctx->stream()), rounded_want));
+  auto dglobal = on_device(*ctx, global), dinv = on_device(*ctx, invstd);
+  auto dw = on_device(*ctx, std::vector<float>(cs, 0.25f)), db = on_device(*ctx, std::vector<float>(cs, -0.5f));
+  auto gm = poisoned<float>(*ctx, cs), kk = poisoned<float>(*ctx, cs), sc = poisoned<float>(*ctx, cs);
+  const int64_t count = 128;
+  lab::cuda::bn_backward_coefficients(*ctx, dsdy.data(), dsxmu.data(), dglobal.data(), dinv.data(), w.data(), count, c,
+                                      dw.data(), db.data(), gm.data(), kk.data(), sc.data());
+  std::vector<float> gm_want(cs), k_want(cs), sc_want(cs), dw_want(cs, 0.25f), db_want(cs, -0.5f);
+  for (size_t ch = 0; ch < cs; ++ch) {
+    dw_want[ch] += lab::bn_weight_grad(sxmu[ch], invstd[ch]);
+    db_want[ch] += lab::bn_bias_grad(sdy[ch]);
+    const lab::BnInputGradCoefficients k = lab::bn_input_grad_coefficients(
+        global[ch], global[cs + ch], invstd[ch], ev.weight().value.data[ch], static_cast<double>(count));
+    gm_want[ch] = k.grad_mean;
+    k_want[ch] = k.k;
+    sc_want[ch] = k.scale;
+  }
+  EXPECT_TRUE(same_bits(dw.download(ctx->stream()), dw_want));
+  EXPECT_TRUE(same_bits(db.download(ctx->stream()), db_want));
+  EXPECT_TRUE(same_bits(gm.download(ctx->stream()), gm_want));
+  EXPECT_TRUE(same_bits(kk.download(ctx->stream()), k_want));
+  EXPECT_TRUE(same_bits(sc.download(ctx->stream()), sc_want));
 }
 
 // ---- cross-entropy ----

@@ -151,6 +151,29 @@ INSTANTIATE_TEST_SUITE_P(
              (std::get<3>(i.param).empty() ? "" : "_own_buffers");
     });
 
+// The simulated GPU under mpirun: SyncBatchNorm runs whole on the "device", and its collectives
+// on device buffers are staged through the host (Open MPI here is not CUDA-aware), where the
+// emulated ranks' threads transport keeps them on the device. The same bits either way, and the
+// CPU's: the weights, the running statistics, every recorded step's BatchNorm statistics.
+TEST(MpiRun, SimulatedGpuWithSyncBatchNormGivesTheCpusBits) {
+  DTLAB_REQUIRE_DATASET();
+  testutil::TempDir mpi_dir, emu_dir, cpu_dir;
+  const std::string flags = common_flags("mlp", "sync") + " --record-bn 3";
+  const Result m = run_shell(mpirun(2) + DTLAB_BINARY + " run --comm mpi --device sim " + flags + " --out " + mpi_dir.path());
+  ASSERT_EQ(m.exit_code, 0) << m.out;
+  const Result e = run_shell(std::string(DTLAB_BINARY) + " run --world-size 2 --device sim " + flags + " --out " + emu_dir.path());
+  ASSERT_EQ(e.exit_code, 0) << e.out;
+  const Result c = run_shell(std::string(DTLAB_BINARY) + " run --world-size 2 " + flags + " --out " + cpu_dir.path());
+  ASSERT_EQ(c.exit_code, 0) << c.out;
+  for (const char* f : {"final.safetensors", "bn_stats.bin"}) {
+    const std::string want = testutil::read_file(cpu_dir.file(f));
+    EXPECT_FALSE(want.empty()) << f;
+    EXPECT_TRUE(testutil::read_file(mpi_dir.file(f)) == want) << f << ": mpirun";
+    EXPECT_TRUE(testutil::read_file(emu_dir.file(f)) == want) << f << ": threads";
+  }
+  EXPECT_EQ(nlohmann::json::parse(testutil::read_file(mpi_dir.file("summary.json")))["device"]["device"], "sim");
+}
+
 TEST(MpiRun, AFailingRankEndsTheJobNamingIt) {
   DTLAB_REQUIRE_DATASET();
   const Result r = run_shell(mpirun(4) + DTLAB_BINARY + " run --comm mpi " + common_flags("mlp", "local", 30) +
