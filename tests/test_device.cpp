@@ -351,14 +351,19 @@ TEST(DeviceSeam, RunThroughAStagedExecutorEqualsTheCpuRun) {
             return e.kind == lab::EventKind::Compute && e.phase == phase && e.train_step == step;
           });
           ASSERT_NE(host, log.end()) << what << " rank " << r << " step " << step;
-          int layers = 0, linear = 0, copies = 0;
+          int layers = 0, linear = 0, copies = 0, losses = 0;
           for (const lab::Event& e : log) {
             if (e.kind != lab::EventKind::Device || e.train_step != step || e.phase != phase) continue;
             EXPECT_GE(e.t_start, host->t_start) << what << " " << e.op << " " << e.tag;
             EXPECT_LE(e.t_end, host->t_end) << what << " " << e.op << " " << e.tag;
-            if (std::string(e.what) == "copy") {  // the input or dlogits up, the logits or a gradient down
+            if (std::string(e.what) == "copy") {  // the input or labels up, the loss or a gradient down
               ++copies;
               EXPECT_GT(e.bytes, 0u) << what << " " << e.op;
+              continue;
+            }
+            if (std::string(e.op) == "cross-entropy") {  // the loss, on the device (no module)
+              ++losses;
+              EXPECT_EQ(e.tag, -1) << what;
               continue;
             }
             ++layers;
@@ -373,6 +378,7 @@ TEST(DeviceSeam, RunThroughAStagedExecutorEqualsTheCpuRun) {
           for (size_t i = phase == lab::Phase::Forward ? 0 : m->param_layout().first_with_params; i < m->size(); ++i)
             want += lab::device_timeline_op(m->module(i).kind()) != nullptr;
           EXPECT_EQ(layers, want) << what << " rank " << r << " step " << step << " " << lab::phase_name(phase);
+          EXPECT_EQ(losses, phase == lab::Phase::Forward ? 1 : 0) << what << " step " << step;
           int want_linear = 0;
           for (size_t i = 0; i < m->size(); ++i) want_linear += m->module(i).kind() == "Linear";
           EXPECT_EQ(linear, want_linear) << what;
@@ -465,6 +471,13 @@ TEST(DeviceResidency, ParametersOnTheDeviceGiveTheCpuRunsBits) {
          c.on_nonfinite = "skip-step";
          c.lr = 1e30;
        }},
+      {"ddp, a NaN into rank 1's loss gradient on the device at step 2 (--fail-at nan), skipped",
+       [](lab::RunConfig& c) {
+         c.on_nonfinite = "skip-step";
+         c.fail_rank = 1;
+         c.fail_step = 2;
+         c.fail_at = "nan";
+       }},
       {"async (seeded: the free schedule is the arrival order)",
        [](lab::RunConfig& c) {
          c.mode = "async";
@@ -496,6 +509,15 @@ TEST(DeviceResidency, ParametersOnTheDeviceGiveTheCpuRunsBits) {
     int stepped = 0;
     for (const testutil::TrackedSim* e : g_sim)
       if (e) stepped += e->counters().device_steps;
+    // the loss on the device (Model::forward_loss): every training forward of DDP, local SGD and
+    // async; DataParallel gathers the logits on device 0 and computes the loss there, on the host
+    for (size_t r = 0; r < 2; ++r) {
+      ASSERT_NE(g_sim[r], nullptr) << k.name;
+      if (c.mode == "dp")
+        EXPECT_EQ(g_sim[r]->counters().device_losses, 0) << k.name;
+      else
+        EXPECT_GE(g_sim[r]->counters().device_losses, c.uneven_data ? 1 : steps) << k.name << " rank " << r;
+    }
     // the mlp's three Linear and two BatchNorm1d layers: ten parameters stepped on the device per
     // optimizer step
     const int64_t per_step = 10;

@@ -30,6 +30,8 @@
 #include <array>
 #include <cassert>
 #include <chrono>
+#include <cstring>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -749,6 +751,57 @@ class CudaExecutor final : public ModelExecutor {
 
   // x: (N, ...) host -> logits host (N, 10)
   const Tensor& forward(const Tensor& x, Mode mode) override {
+    const DeviceView h = run_forward(x, mode);
+    m_logits.resize(h.shape);
+    m_st.download(h.data, m_logits.ptr(), m_logits.data.size());
+    m_st.timer.close();
+    m_trained = mode == Mode::Train;
+    m_dlogits_view = {};
+    return m_logits;
+  }
+
+  // The loss on the device (executor.h): the labels up, cross_entropy's kernel, the loss and the
+  // hits down in one copy; the logits' gradient stays for backward_loss.
+  bool forward_loss(const Tensor& x, const std::vector<int>& labels, float& loss, int& correct) override {
+    const DeviceView h = run_forward(x, Mode::Train);
+    const int64_t n = h.shape.at(0), c = h.shape.at(1);
+    if (n == 0) return false;  // (no loss of an empty batch: the host's cross_entropy says so)
+    m_labels_host.assign(labels.begin(), labels.end());
+    m_st.upload(m_labels, m_labels_host.data(), m_labels_host.size());
+    m_dlogits.resize(static_cast<size_t>(n * c));
+    m_loss.resize(2);  // [loss (float bits) | hits]
+    const size_t span = m_st.timer.begin("cross-entropy", "kernels", -1);
+    cross_entropy(m_ctx, h.data, m_labels.data(), n, c, reinterpret_cast<float*>(m_loss.data()), m_loss.data() + 1,
+                  m_dlogits.data());
+    m_st.timer.end(span);
+    int32_t out[2];
+    m_st.download(m_loss.data(), out, 2);
+    m_st.timer.close();
+    std::memcpy(&loss, &out[0], sizeof(float));
+    correct = out[1];
+    m_trained = true;
+    m_dlogits_view = {m_dlogits.data(), h.shape};
+    return true;
+  }
+
+  void backward_loss(const std::function<void(int)>& on_param_ready) override {
+    assert(m_trained && m_dlogits_view.data);
+    m_ctx.make_current();
+    m_st.timer.phase = Phase::Backward;
+    run_backward(m_dlogits_view, on_param_ready);
+  }
+
+  void poison_loss_grad() override {
+    if (!m_dlogits_view.data) return;
+    m_ctx.make_current();
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    DTLAB_CUDA_CHECK(cudaMemcpyAsync(m_dlogits_view.data, &nan, sizeof(float), cudaMemcpyHostToDevice, m_ctx.stream()));
+    DTLAB_CUDA_CHECK(cudaStreamSynchronize(m_ctx.stream()));  // (nan is on this stack)
+  }
+
+ private:
+  // The layers on x (taken up); the device's logits.
+  DeviceView run_forward(const Tensor& x, Mode mode) {
     m_ctx.make_current();
     m_trained = false;
     // Spans wait to be taken after the run's compute phase; an executor whose run never asks (the
@@ -771,21 +824,12 @@ class CudaExecutor final : public ModelExecutor {
       if (m_ops[i]) m_st.timer.end(span);
     }
     m_st.params_stale = false;  // every layer with parameters took them up
-    m_logits.resize(h.shape);
-    m_st.download(h.data, m_logits.ptr(), m_logits.data.size());
-    m_st.timer.close();
-    m_trained = mode == Mode::Train;
-    return m_logits;
+    return h;
   }
 
-  // dlogits: host (N, 10), the gradient of the last Train forward's logits
-  void backward(const Tensor& dlogits, const std::function<void(int)>& on_param_ready) override {
-    assert(m_trained && dlogits.shape == m_logits.shape);
-    m_ctx.make_current();
-    m_st.timer.phase = Phase::Backward;
+  // From dy (the logits' gradient on the device) through the layers in reverse.
+  void run_backward(DeviceView dy, const std::function<void(int)>& on_param_ready) {
     take_up_grads();
-    m_st.upload(m_dlogits, dlogits.ptr(), dlogits.data.size());
-    DeviceView dy{m_dlogits.data(), dlogits.shape};
     for (size_t i = m_layers.size(); i-- > m_layout.first_with_params;) {
       const size_t span = m_ops[i] ? m_st.timer.begin(m_ops[i], "kernels", static_cast<int>(i)) : 0;
       dy = m_layers[i]->backward(dy, i > m_layout.first_with_params);
@@ -795,6 +839,16 @@ class CudaExecutor final : public ModelExecutor {
     }
     if (m_st.keep_grads) m_st.host_grads_stale = true;
     m_st.timer.close();
+  }
+
+ public:
+  // dlogits: host (N, 10), the gradient of the last Train forward's logits
+  void backward(const Tensor& dlogits, const std::function<void(int)>& on_param_ready) override {
+    assert(m_trained && dlogits.shape == m_logits.shape);
+    m_ctx.make_current();
+    m_st.timer.phase = Phase::Backward;
+    m_st.upload(m_dlogits, dlogits.ptr(), dlogits.data.size());
+    run_backward({m_dlogits.data(), dlogits.shape}, on_param_ready);
   }
 
   void take_device_events(std::vector<Event>& out) override { m_st.timer.take(out); }
@@ -962,7 +1016,11 @@ class CudaExecutor final : public ModelExecutor {
     return m_layers[m_owner[index].first]->device_param(m_owner[index].second);
   }
   DeviceBuffer<float> m_x;        // (N, ...): the staged input
-  DeviceBuffer<float> m_dlogits;  // (N, 10)
+  DeviceBuffer<float> m_dlogits;  // (N, 10): uploaded by backward, or forward_loss's gradient
+  DeviceView m_dlogits_view;      // forward_loss's gradient (none after a plain forward)
+  DeviceBuffer<int32_t> m_labels;  // (N,) forward_loss's labels
+  std::vector<int32_t> m_labels_host;
+  DeviceBuffer<int32_t> m_loss;   // (2,) [loss (float bits) | hits]
   Tensor m_logits;                // (N, 10) on the host
   bool m_trained = false;         // the last forward was a Train forward: backward may follow
 };

@@ -62,6 +62,8 @@ void poison(std::vector<float>& v) { std::fill(v.begin(), v.end(), std::numeric_
 
 uint64_t bytes_of(const Tensor& t) { return static_cast<uint64_t>(t.numel()) * sizeof(float); }
 
+constexpr size_t kLossTag = ~size_t{0};  // the loss's span: no module (tag -1)
+
 }  // namespace
 
 // SyncBatchNorm's collectives of a device copy of a BatchNorm: the host layer's BnSync (the run's,
@@ -169,7 +171,7 @@ void SimExecutor::span(Phase phase, const char* op, size_t module, double t0) {
   e.phase = phase;
   e.op = op;
   e.what = "kernels";
-  e.tag = static_cast<int32_t>(module);
+  e.tag = module == kLossTag ? -1 : static_cast<int32_t>(module);
   e.t_start = t0;
   e.t_end = now_seconds();
   m_spans.push_back(e);
@@ -225,6 +227,35 @@ void SimExecutor::upload_buffers() {
 }
 
 const Tensor& SimExecutor::forward(const Tensor& x, Mode mode) {
+  const Tensor& out = run_forward(x, mode);
+  const double tl = now_seconds();
+  m_logits = out;
+  copied(true, bytes_of(m_logits), tl);
+  return m_logits;
+}
+
+bool SimExecutor::forward_loss(const Tensor& x, const std::vector<int>& labels, float& loss, int& correct) {
+  const Tensor& logits = run_forward(x, Mode::Train);
+  const double t0 = now_seconds();
+  copied(false, labels.size() * sizeof(int32_t), t0);  // the labels up
+  const double tk = now_seconds();
+  loss = cross_entropy(logits, labels, &m_dlogits, &correct);  // on the device: the gradient stays there
+  span(Phase::Forward, "cross-entropy", kLossTag, tk);
+  copied(true, sizeof(float) + sizeof(int32_t), now_seconds());  // the loss and the hits down
+  ++m_count.device_losses;
+  return true;
+}
+
+void SimExecutor::backward_loss(const std::function<void(int)>& on_param_ready) {
+  m_phase = Phase::Backward;
+  run_backward(on_param_ready);
+}
+
+void SimExecutor::poison_loss_grad() {
+  if (m_dlogits.numel() > 0) m_dlogits.data[0] = std::numeric_limits<float>::quiet_NaN();
+}
+
+const Tensor& SimExecutor::run_forward(const Tensor& x, Mode mode) {
   ++m_count.forwards;
   // Spans wait to be taken after the run's compute phase; an executor whose run never asks (the
   // evaluation copy's) drops them before they pile up, as the GPU's does.
@@ -280,10 +311,7 @@ const Tensor& SimExecutor::forward(const Tensor& x, Mode mode) {
     if (m_ops[i]) span(phase, m_ops[i], i, t0);
     in = &m_out[i];
   }
-  const double tl = now_seconds();
-  m_logits = *in;
-  copied(true, bytes_of(m_logits), tl);
-  return m_logits;
+  return *in;
 }
 
 void SimExecutor::backward(const Tensor& dlogits, const std::function<void(int)>& on_param_ready) {
@@ -291,6 +319,10 @@ void SimExecutor::backward(const Tensor& dlogits, const std::function<void(int)>
   const double td = now_seconds();
   m_dlogits = dlogits;
   copied(false, bytes_of(dlogits), td);
+  run_backward(on_param_ready);
+}
+
+void SimExecutor::run_backward(const std::function<void(int)>& on_param_ready) {
   if (m_keep_grads) take_up_grads();  // the host wrote them since (a restored checkpoint)
   const size_t count = m_host.size();
   for (size_t i = count; i-- > m_layout.first_with_params;) {
@@ -517,6 +549,7 @@ std::string SimExecutor::report_json() const {
                           {"params_to_host", m_count.params_to_host},
                           {"buffers_uploaded", m_count.buffers_uploaded},
                           {"buffers_to_host", m_count.buffers_to_host},
+                          {"device_losses", m_count.device_losses},
                           {"device_steps", m_count.device_steps},
                           {"grad_bytes_to_host", m_count.grad_bytes_to_host}}}}
       .dump();

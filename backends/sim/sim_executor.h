@@ -71,6 +71,7 @@ struct SimCounters {
   int params_to_host = 0;   // parameters brought down into the host's mirrors
   int buffers_uploaded = 0; // BatchNorm layers whose buffers were taken up from the host
   int buffers_to_host = 0;  // BatchNorm layers whose buffers and statistics were brought down
+  int device_losses = 0;    // training forwards whose loss was computed on the device (forward_loss)
   int device_steps = 0;     // parameters stepped on the device (sgd_param)
   uint64_t grad_bytes_to_host = 0;  // gradients a backward brought to the host (none when kept: keep_grads)
 };
@@ -103,8 +104,15 @@ class SimExecutor : public ModelExecutor {
   bool keep_grads(bool on) override;
   float* device_grad(size_t index) override;
   void zero_grads() override;
+  // the loss on the device: the labels up, the loss and the hits down; the logits and their
+  // gradient stay (the CPU's cross_entropy, so the CPU run's bits)
+  bool forward_loss(const Tensor& x, const std::vector<int>& labels, float& loss, int& correct) override;
+  void backward_loss(const std::function<void(int)>& on_param_ready) override;
+  void poison_loss_grad() override;
 
  private:
+  const Tensor& run_forward(const Tensor& x, Mode mode);  // the layers; the device's logits
+  void run_backward(const std::function<void(int)>& on_param_ready);  // from m_dlogits, on the device
   friend class SimBnSync;
   void upload_params();
   void upload_buffers();  // the host's BatchNorm buffers to the device's layers

@@ -49,13 +49,12 @@ class AsyncWorker : public RankMode {
     const int64_t version = m_client.pull(rank, in.step);
     transfer("pull", "parameters", -1, m_env.world, rank, t0);
 
-    const Tensor& logits =
-        comm.timed(Phase::Forward, "forward", in.step, [&]() -> const Tensor& { return model.forward(*in.x, Mode::Train); });
     int correct = 0;
-    const float loss = cross_entropy(logits, *in.labels, &m_dlogits, &correct);
+    const float loss = comm.timed(Phase::Forward, "forward", in.step,
+                                  [&] { return model.forward_loss(*in.x, *in.labels, &correct); });
     comm.timed(Phase::Backward, "backward", in.step, [&] {
       model.zero_grad();
-      model.backward(m_dlogits);
+      model.backward_from_loss();
       m_env.faults.check(rank, in.step, "backward");
     });
     t0 = now_seconds();
@@ -96,7 +95,6 @@ class AsyncWorker : public RankMode {
   AsyncClient m_client;
   const uint64_t m_state;
   DistributedSampler m_sampler;
-  Tensor m_dlogits;
 };
 
 class AsyncMode : public ParallelMode {

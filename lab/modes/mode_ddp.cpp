@@ -89,17 +89,16 @@ StepCount DdpRank::step(const StepInput& in, StepRecord& rec) {
     for (BatchNorm* b : model.batchnorms())
       for (Buffer* buf : b->buffers()) kept.push_back(*buf);
   }
-  const Tensor& logits =
-      comm.timed(Phase::Forward, "forward", step, [&]() -> const Tensor& { return model.forward(*in.x, Mode::Train); });
+  int correct = 0;  // the forward and the loss (on a device that can, both there: Model::forward_loss)
+  const float loss =
+      comm.timed(Phase::Forward, "forward", step, [&] { return model.forward_loss(*in.x, *in.labels, &correct); });
   if (!kept.empty()) {
     size_t k = 0;
     for (BatchNorm* b : model.batchnorms())
       for (Buffer* buf : b->buffers()) *buf = kept[k++];
     model.host_changed(kStateBuffers);
   }
-  int correct = 0;
-  const float loss = cross_entropy(logits, *in.labels, &m_dlogits, &correct);
-  if (m_env.faults.here(rank, step, "nan")) m_dlogits.data[0] = NAN;  // --fail-at nan: a NaN enters this rank's backward
+  if (m_env.faults.here(rank, step, "nan")) model.poison_loss_grad();  // --fail-at nan: a NaN enters this rank's backward
   std::string nonfinite;  // the first parameter whose local gradient is NaN or infinite
   const std::vector<Param*> params = model.params();
 
@@ -113,7 +112,7 @@ StepCount DdpRank::step(const StepInput& in, StepRecord& rec) {
     else
       m_reducer.place();
     bool first_grad = true;
-    model.backward(m_dlogits, [&](int i) {
+    model.backward_from_loss([&](int i) {
       if (first_grad) m_env.faults.check(rank, step, "backward");
       first_grad = false;
       // Before DDP copies it into a bucket: a non-finite gradient is caught on the rank it comes from.

@@ -48,7 +48,6 @@ class DdpRank : public RankMode {
   const bool m_eval_no_broadcast, m_no_sync_allreduces, m_no_sync_broadcasts, m_grad_overwrites,
       m_bn_update_on_sync_only;
   std::vector<std::string> m_pnames;   // parameter names, for a non-finite gradient's message
-  Tensor m_dlogits;                    // (n, 10)
 };
 
 // summary.json's "ddp": the gradient buckets of the last step (several ranks).

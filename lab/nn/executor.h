@@ -13,7 +13,8 @@
 //     computes.
 //   * forward(x, mode) uploads x, and the parameters where the host's are newer (host-staged:
 //     always; resident: only after host_changed), runs the layers on the device and downloads the
-//     logits.
+//     logits. Training's forward_loss (Model::forward_loss) computes the loss there too: only the
+//     loss and the count of hits come down, and backward_loss starts from the gradient it kept.
 //   * BatchNorm, host-staged, is split at its statistics: the device computes this rank's
 //     per-channel mean and sum of squared deviations, the host BatchNorm finishes the step from
 //     them (BatchNorm::prepare_from_local_stats: SyncBN's collectives, the running statistics, the
@@ -154,6 +155,20 @@ class ModelExecutor {
   }
   // Model::zero_grad: the device's gradients to zero.
   virtual void zero_grads() {}
+
+  // ---- the loss on the device ----
+  // Model::forward_loss: a Train forward of x (host (N, 1, 28, 28)) and nn.CrossEntropyLoss (mean)
+  // over labels (host, N) on the device, the logits and the loss's gradient kept there. Returns
+  // true with loss and correct (argmax hits) set, the only values that come to the host; false
+  // where the device cannot (the model then takes the logits to the host, as forward does).
+  virtual bool forward_loss(const Tensor& x, const std::vector<int>& labels, float& loss, int& correct) {
+    (void)x, (void)labels, (void)loss, (void)correct;
+    return false;
+  }
+  // backward's contract, from the gradient the last forward_loss kept on the device.
+  virtual void backward_loss(const std::function<void(int)>& on_param_ready) { (void)on_param_ready; }
+  // --fail-at nan: the first value of that gradient becomes NaN.
+  virtual void poison_loss_grad() {}
 };
 
 // A module's kernels on a device's timeline (Event::op of its EventKind::Device spans): "linear",

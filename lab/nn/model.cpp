@@ -4,6 +4,7 @@
 #include <map>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 #include "bf16.h"
 #include "device_memory.h"
@@ -97,6 +98,25 @@ const Tensor& Model::forward(const Tensor& x, Mode mode) {
     i = last;
   }
   return m_acts.back();
+}
+
+float Model::forward_loss(const Tensor& x, const std::vector<int>& labels, int* correct) {
+  float loss = 0.0f;
+  int hits = 0;
+  m_loss_on_device = m_exec && m_exec->forward_loss(x, labels, loss, hits);
+  if (!m_loss_on_device) loss = cross_entropy(forward(x, Mode::Train), labels, &m_dloss, &hits);
+  if (correct) *correct = hits;
+  return loss;
+}
+
+void Model::backward_from_loss(const std::function<void(int)>& on_param_ready) {
+  if (m_loss_on_device) return m_exec->backward_loss(on_param_ready);
+  backward(m_dloss, on_param_ready);
+}
+
+void Model::poison_loss_grad() {
+  if (m_loss_on_device) return m_exec->poison_loss_grad();
+  if (m_dloss.numel() > 0) m_dloss.data[0] = std::numeric_limits<float>::quiet_NaN();
 }
 
 void Model::backward(const Tensor& dlogits, const std::function<void(int)>& on_param_ready) {

@@ -43,6 +43,15 @@ class Model {
   // as its gradient is final for this backward, which happens in reverse order: the hook DDP's
   // bucketing uses to start an allreduce during backward.
   void backward(const Tensor& dlogits, const std::function<void(int)>& on_param_ready = {});
+  // Training's forward and loss in one: a Train forward of x, then nn.CrossEntropyLoss (mean) over
+  // labels, whose gradient the model keeps for backward_from_loss. On a device that computes the
+  // loss itself (executor.h: forward_loss) only the loss and the count of correct argmaxes come to
+  // the host; the logits stay there. Returns the loss; correct: the hits.
+  float forward_loss(const Tensor& x, const std::vector<int>& labels, int* correct);
+  // backward(d loss / d logits of the last forward_loss, on_param_ready), wherever it lives.
+  void backward_from_loss(const std::function<void(int)>& on_param_ready = {});
+  // --fail-at nan: the first value of that gradient becomes NaN, so a NaN enters backward.
+  void poison_loss_grad();
 
   std::vector<Param*> params();          // registration order
   // Where each module's parameters sit in params(): first[i] the index of module i's first, count[i]
@@ -125,6 +134,8 @@ class Model {
   std::vector<int> m_fused_end;                      // per module index: -1 or the run's first module
   std::vector<Tensor> m_acts;  // m_acts[i] = output of module i (unset inside a fused run)
   std::vector<Tensor> m_grads;
+  Tensor m_dloss;                 // forward_loss's gradient on the host (none when the device keeps it)
+  bool m_loss_on_device = false;  // the last forward_loss ran on the executor
   const Tensor* m_input = nullptr;
   std::unique_ptr<ModelExecutor> m_exec;
 };

@@ -248,6 +248,40 @@ TEST_P(CudaExecutor, FiveSgdStepsOnTheDeviceMatchCpu) {
       ASSERT_NEAR(b[i].data[e], a[i].data[e], tol * (1.0 + std::abs(a[i].data[e]))) << "momentum " << i << " [" << e << "]";
 }
 
+// The loss on the device (Model::forward_loss): the loss and the hits are the only values that
+// come down; the loss agrees with the host's cross_entropy of the CPU's logits, the hits exactly,
+// and backward from the gradient kept on the device gives the CPU's gradients. A NaN put into that
+// gradient (--fail-at nan) reaches every gradient.
+TEST_P(CudaExecutor, LossOnTheDeviceMatchesTheCpu) {
+  const double tol = tol_of(GetParam());
+  Twins m = make_twins(GetParam());
+  const lab::Tensor x = batch(32, 21);
+  const std::vector<int> y = labels(32, 22);
+  int hits_cpu = 0, hits_gpu = 0;
+  const float loss_cpu = m.cpu->forward_loss(x, y, &hits_cpu);
+  const uint64_t down_before = m.gpu->executor()->traffic().device_to_host_bytes;
+  const float loss_gpu = m.gpu->forward_loss(x, y, &hits_gpu);
+  // the loss and the hits: 8 bytes, no logits
+  EXPECT_EQ(m.gpu->executor()->traffic().device_to_host_bytes - down_before, 8u);
+  EXPECT_NEAR(loss_gpu, loss_cpu, tol * loss_cpu);
+  EXPECT_EQ(hits_gpu, hits_cpu);
+  m.cpu->backward_from_loss();
+  m.gpu->backward_from_loss();
+  expect_grads_close(*m.gpu, *m.cpu, tol);
+  int poisoned = 0;
+  for (lab::Model* model : {m.cpu.get(), m.gpu.get()}) {
+    model->zero_grad();
+    model->forward_loss(x, y, nullptr);
+    model->poison_loss_grad();
+    model->backward_from_loss();
+  }
+  for (size_t i = 0; i < m.gpu->params().size(); ++i) {
+    EXPECT_EQ(m.gpu->grad_finite(i), m.cpu->grad_finite(i)) << "param " << i;
+    poisoned += !m.cpu->grad_finite(i);
+  }
+  EXPECT_GT(poisoned, 0);
+}
+
 // ---- on_param_ready ----
 
 // The same indices in the same order as Model::backward (DDP's buckets start from them), each
