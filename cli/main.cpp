@@ -117,8 +117,13 @@ void print_header(const lab::Run& run) {
   std::printf("dtlab %s run | model=%s world_size=%d batch_size=%lld (global %d) bn=%s broadcast_buffers=%s\n",
               lab::kDtlabVersion, c.model.c_str(), c.world_size, static_cast<long long>(c.batch_size),
               static_cast<int>(lab::global_batch(c)), c.bn.c_str(), c.broadcast_buffers ? "on" : "off");
-  std::printf("  lr=%g momentum=%g weight_decay=%g nesterov=%s | bn_momentum=%s bn_eps=%g track_running_stats=%s\n",
-              c.lr, c.momentum, c.weight_decay, c.nesterov ? "on" : "off", lab::bn_momentum_str(c.bn_momentum).c_str(),
+  if (c.optimizer == "sgd")
+    std::printf("  sgd lr=%g momentum=%g weight_decay=%g nesterov=%s", c.lr, c.momentum, c.weight_decay,
+                c.nesterov ? "on" : "off");
+  else
+    std::printf("  %s lr=%g betas=(%g, %g) eps=%g weight_decay=%g", c.optimizer.c_str(), c.lr, c.adam_beta1,
+                c.adam_beta2, c.adam_eps, c.weight_decay);
+  std::printf(" | bn_momentum=%s bn_eps=%g track_running_stats=%s\n", lab::bn_momentum_str(c.bn_momentum).c_str(),
               c.bn_eps, c.track_running_stats ? "on" : "off");
   std::printf("  shuffle=%s drop_last=%s sampler_drop_last=%s seed=%llu epochs=%lld steps=%lld (%lld per epoch) "
               "bucket_cap_mb=%g timeout=%gs\n",

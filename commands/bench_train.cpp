@@ -232,7 +232,7 @@ RoundTimes time_train_step(const BenchTrainOptions& opt, long long batch) {
         Model& model = *models[static_cast<size_t>(rank)];
         Communicator comm(tw.transport(rank), nullptr);
         CommWorker worker;  // DDP's communication thread (overlap)
-        Sgd sgd(model.params(), sgd_options(cfg));
+        Optimizer sgd(model.params(), optimizer_options(cfg));
         sgd.set_device(model.executor());  // as a run's rank does (executor.h: residency)
         RankEnv env{cfg, rank, world, model, comm, tw.transport(rank), worker, sgd, train, no_faults, 1, 1,
                     [](int64_t) {}, [](int64_t, int64_t, int64_t) {}};
@@ -426,7 +426,7 @@ PerSampleResult run_per_sample(const BenchTrainOptions& opt, long long batch_siz
   const RoundTimes batched_time = time_train_step(opt, batch_size);
   r.batched_seconds = batched_time.median;
   auto timed = build_bench_model(opt.model, 0, per_sample_bn);
-  Sgd sgd(timed->params(), sgd_options(bench_run_config(opt, batch_size)));
+  Optimizer sgd(timed->params(), optimizer_options(bench_run_config(opt, batch_size)));
   const RoundTimes one_by_one = median_call_seconds(
       [&] {
         per_sample_passes(*timed, samples, dlogits);

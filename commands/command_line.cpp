@@ -81,10 +81,30 @@ void add_run_flags(CLI::App& app, lab::RunConfig& c, std::string& bn_momentum) {
                  "stop after this many iterations (0: no limit). Alone, it runs as many epochs as it takes; with "
                  "--epochs, the first limit reached ends the run")
       ->capture_default_str();
-  app.add_option("--lr", c.lr, "SGD learning rate")->capture_default_str();
+  app.add_option("--optimizer", c.optimizer,
+                 "sgd (torch.optim.SGD), adam (torch.optim.Adam) or adamw (torch.optim.AdamW: decoupled weight "
+                 "decay). --lr and --weight-decay keep dtlab's defaults for every optimizer: PyTorch's own Adam "
+                 "defaults are --lr 0.001, and AdamW's --weight-decay 0.01")
+      ->capture_default_str();
+  app.add_option("--lr", c.lr, "learning rate")->capture_default_str();
   app.add_option("--momentum", c.momentum, "SGD momentum")->capture_default_str();
-  app.add_option("--weight-decay", c.weight_decay, "SGD weight decay (L2, added to the gradient)")->capture_default_str();
+  app.add_option("--weight-decay", c.weight_decay,
+                 "weight decay: SGD and Adam add weight_decay * w to the gradient (L2); AdamW multiplies w by "
+                 "1 - lr * weight_decay")
+      ->capture_default_str();
   app.add_flag("--nesterov", c.nesterov, "SGD with Nesterov momentum");
+  app.add_option_function<std::vector<double>>(
+         "--betas",
+         [&c](const std::vector<double>& v) {
+           if (v.size() != 2)
+             throw CLI::ValidationError("--betas", "expected two numbers, beta1,beta2 (e.g. 0.9,0.999)");
+           c.adam_beta1 = v[0];
+           c.adam_beta2 = v[1];
+         },
+         "Adam, AdamW: betas, the decay of the first and second moment estimates (default 0.9,0.999)")
+      ->delimiter(',')
+      ->expected(2);
+  app.add_option("--eps", c.adam_eps, "Adam, AdamW: eps, added to the denominator")->capture_default_str();
   app.add_option("--lr-schedule", c.lr_schedule,
                  "learning rate per epoch: constant, cosine (CosineAnnealingLR) or step (StepLR); steps after each epoch")
       ->capture_default_str();

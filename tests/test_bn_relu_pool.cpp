@@ -151,7 +151,7 @@ TEST(BnReluPool, CnnTrainsTheSameFusedOrNot) {
   lab::SgdOptions so;
   so.lr = 0.05;
   so.momentum = 0.9;
-  lab::Sgd opt_f(fused->params(), so), opt_p(plain->params(), so);
+  lab::Optimizer opt_f(fused->params(), so), opt_p(plain->params(), so);
   std::vector<int> labels(16);
   for (int i = 0; i < 16; ++i) labels[static_cast<size_t>(i)] = (i * 7) % 10;
   for (int step = 0; step < 3; ++step) {

@@ -120,6 +120,22 @@ const std::vector<Case>& cases() {
          c.eval_every = 3;
          c.eval_samples = 32;
        }},
+      // Adam's moments and its step count (the bias corrections) travel in the checkpoint
+      {"ddp_mlp_adam", "mlp", 2,
+       [](lab::RunConfig& c) {
+         c.optimizer = "adam";
+         c.lr = 1e-3;
+         c.weight_decay = 1e-4;
+       }},
+      {"dp_cnn_adamw_cosine", "cnn", 2,
+       [](lab::RunConfig& c) {
+         c.mode = "dp";
+         c.optimizer = "adamw";
+         c.lr = 2e-3;
+         c.weight_decay = 0.01;
+         c.adam_beta1 = 0.8;
+         c.lr_schedule = "cosine";
+       }},
   };
   return c;
 }
@@ -150,7 +166,7 @@ TEST_P(ResumeMatches, UninterruptedRun) {
   EXPECT_FALSE(summary_of(b.path()).contains("interrupted")) << k.name;
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, ResumeMatches, ::testing::Range<size_t>(0, 7),
+INSTANTIATE_TEST_SUITE_P(Modes, ResumeMatches, ::testing::Range<size_t>(0, 9),
                          [](const ::testing::TestParamInfo<size_t>& i) { return std::string(cases()[i.param].name); });
 
 // Checkpoints on a schedule change nothing: the run with them equals the run without.

@@ -22,6 +22,10 @@ TEST(Config, TomlRoundTrip) {
   c.broadcast_buffers = false;
   c.bn_momentum.reset();
   c.lr = 0.123;
+  c.optimizer = "adamw";
+  c.adam_beta1 = 0.85;
+  c.adam_beta2 = 0.995;
+  c.adam_eps = 1e-6;
   c.seed = 42;
   c.data_dir = "some \"quoted\" dir";
   testutil::TempDir tmp;
@@ -34,7 +38,22 @@ TEST(Config, TomlRoundTrip) {
   EXPECT_FALSE(r.broadcast_buffers);
   EXPECT_FALSE(r.bn_momentum.has_value());
   EXPECT_DOUBLE_EQ(r.lr, 0.123);
+  EXPECT_EQ(r.optimizer, "adamw");
+  EXPECT_EQ(r.adam_beta1, 0.85);
+  EXPECT_EQ(r.adam_beta2, 0.995);
+  EXPECT_EQ(r.adam_eps, 1e-6);
   EXPECT_EQ(r.seed, 42u);
+  // a configuration written before --optimizer existed reads as SGD
+  std::ofstream(tmp.file("old.toml")) << "[optim]\nlr = 0.5\n";
+  EXPECT_EQ(lab::config_from_toml_file(tmp.file("old.toml")).optimizer, "sgd");
+  std::ofstream(tmp.file("bad.toml")) << "[optim]\nbetas = [0.9]\n";
+  try {
+    lab::config_from_toml_file(tmp.file("bad.toml"));
+    ADD_FAILURE() << "expected ConfigError";
+  } catch (const lab::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("optim.betas"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("bad.toml"), std::string::npos) << e.what();
+  }
   EXPECT_EQ(r.data_dir, c.data_dir);
 }
 
@@ -68,6 +87,30 @@ TEST(Config, PyTorchWordingForBadValues) {
   } catch (const lab::ConfigError& e) {
     EXPECT_STREQ(e.what(), "Invalid rank 4, rank should be in the interval [0, 3]");
   }
+  // torch.optim.Adam's wording, after the flag
+  const auto refusal = [](const lab::RunConfig& r) {
+    try {
+      lab::validate(r);
+    } catch (const lab::ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  lab::RunConfig a;
+  a.optimizer = "adam";
+  a.adam_beta2 = 1.0;
+  EXPECT_EQ(refusal(a), "--betas 0.9,1: Invalid beta parameter at index 1: 1");
+  a.adam_beta2 = 0.999;
+  a.adam_eps = -1;
+  EXPECT_EQ(refusal(a), "--eps -1: Invalid epsilon value: -1");
+  a.adam_eps = 1e-8;
+  a.momentum = 0.5;  // SGD's, asked of Adam
+  EXPECT_NE(refusal(a).find("--momentum 0.5 has no effect: --optimizer adam has no momentum buffer"), std::string::npos)
+      << refusal(a);
+  a.momentum = lab::RunConfig{}.momentum;
+  EXPECT_EQ(refusal(a), "");
+  a.optimizer = "lamb";
+  EXPECT_EQ(refusal(a), "--optimizer: unknown optimizer 'lamb'");
 }
 
 TEST(Config, ModesRejectCombinationsPyTorchCannotRun) {

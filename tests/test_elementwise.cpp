@@ -215,7 +215,7 @@ TEST(Elementwise, ReluLayerIsTheSharedMath) {
   EXPECT_TRUE(same_bits(dx.data, want_dx));
 }
 
-// torch.optim.SGD's update, written out, against sgd_element; and Sgd::step against sgd_element
+// torch.optim.SGD's update, written out, against sgd_element; and Optimizer::step against sgd_element
 // for every variant, first step and later steps.
 TEST(Elementwise, SgdIsTheSharedMath) {
   const lab::SgdCoeffs k = lab::sgd_coeffs(0.05, 0.9, 0.1, 5e-4);
@@ -241,7 +241,7 @@ TEST(Elementwise, SgdIsTheSharedMath) {
         opt.weight_decay = wd;
         opt.nesterov = nesterov;
         opt.dampening = nesterov ? 0.0 : 0.1;
-        lab::Sgd sgd({&p}, opt);
+        lab::Optimizer sgd({&p}, opt);
         std::vector<float> w_ref = p.value.data, buf_ref(37, 0.0f);
         const lab::SgdCoeffs kk = lab::sgd_coeffs(opt.lr, opt.momentum, opt.dampening, opt.weight_decay);
         for (int step = 0; step < 3; ++step) {

@@ -1,4 +1,4 @@
-// Linear, Conv2d, MaxPool2d, ReLU, Flatten, cross_entropy and Sgd against PyTorch's numbers
+// Linear, Conv2d, MaxPool2d, ReLU, Flatten, cross_entropy and Optimizer against PyTorch's numbers
 // (tests/fixtures/nn_layers.json, from tools/fixtures/gen_nn.py).
 //
 // Tolerances: inputs and weights are exact multiples of 1/16 and 1/64, so most sums here are
@@ -185,7 +185,48 @@ TEST(AllFinite, FindsEveryNonFiniteValueAndNoFiniteOne) {
   EXPECT_TRUE(lab::all_finite(lab::Tensor({0})));
 }
 
-TEST(Sgd, MatchesTorchOptimSgd) {
+// torch.optim.Adam and AdamW, 5 steps each with gradients from 1e-6 to 1e2: the parameters and
+// both moment estimates after every step (exp_avg, exp_avg_sq), and a checkpoint's state restored
+// halfway gives the same steps.
+TEST(Optimizer, MatchesTorchOptimAdamAndAdamW) {
+  for (const auto& c : layers()["adam"]) {
+    const auto& o = c["options"];
+    lab::OptimizerOptions opt;
+    opt.kind = o["kind"];
+    opt.adam.lr = o["lr"];
+    opt.adam.beta1 = o["beta1"];
+    opt.adam.beta2 = o["beta2"];
+    opt.adam.eps = o["eps"];
+    opt.adam.weight_decay = o["weight_decay"];
+    SCOPED_TRACE(o.dump());
+    lab::Param p{"w", nnfix::tensor(c["p0"], {37}), lab::Tensor({37})};
+    lab::Optimizer adam({&p}, opt);
+    EXPECT_TRUE(adam.state_names().empty());  // no state before the first step, as in PyTorch
+    lab::Param q = p;  // resumed from a checkpoint after step 2
+    lab::Optimizer resumed({&q}, opt);
+    for (size_t step = 0; step < c["grads"].size(); ++step) {
+      p.grad.data = floats(c["grads"][step]);
+      adam.step();
+      // a dozen float32 ops per element; PyTorch fuses some multiply-adds (fma): an ulp or two per op
+      EXPECT_TRUE(close(p.value, floats(c["after"][step]), 1e-6, 1e-7)) << "step " << step + 1;
+      EXPECT_TRUE(close(adam.state("exp_avg")[0], floats(c["exp_avg"][step]), 1e-6, 1e-12)) << "step " << step + 1;
+      EXPECT_TRUE(close(adam.state("exp_avg_sq")[0], floats(c["exp_avg_sq"][step]), 1e-6, 1e-20)) << "step " << step + 1;
+      EXPECT_EQ(adam.steps(), static_cast<int64_t>(step) + 1);
+      if (step == 1) {
+        q.value = p.value;
+        resumed.restore_state({{"exp_avg", adam.state("exp_avg")}, {"exp_avg_sq", adam.state("exp_avg_sq")}}, 2);
+      }
+      if (step >= 2) {
+        q.grad = p.grad;
+        resumed.step();
+        EXPECT_EQ(q.value.data, p.value.data) << "resumed, step " << step + 1;
+      }
+    }
+    ASSERT_EQ(adam.state_names(), (std::vector<std::string>{"exp_avg", "exp_avg_sq"}));
+  }
+}
+
+TEST(Optimizer, MatchesTorchOptimSgd) {
   for (const auto& c : layers()["sgd"]) {
     const auto& o = c["options"];
     lab::SgdOptions opt;
@@ -196,7 +237,7 @@ TEST(Sgd, MatchesTorchOptimSgd) {
     opt.nesterov = o["nesterov"];
     SCOPED_TRACE(o.dump());
     lab::Param p{"w", nnfix::tensor(c["p0"], {7}), lab::Tensor({7})};
-    lab::Sgd sgd({&p}, opt);
+    lab::Optimizer sgd({&p}, opt);
     for (size_t step = 0; step < c["grads"].size(); ++step) {
       p.grad.data = floats(c["grads"][step]);
       sgd.step();

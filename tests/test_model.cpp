@@ -107,7 +107,7 @@ TEST(Model, TrainingStepsMatchTorch) {
     const std::string name = tr["model"];
     SCOPED_TRACE(name);
     auto model = build(name, tr["seed"]);
-    lab::Sgd sgd(model->params(), so);
+    lab::Optimizer sgd(model->params(), so);
     lab::Tensor dlogits;
     for (int step = 0; step < 3; ++step) {
       model->zero_grad();

@@ -52,7 +52,7 @@ Served serve(int workers, int64_t steps, const std::string& schedule, uint64_t s
   auto server_model = zero_mlp();
   lab::SgdOptions so;
   so.lr = 1.0;
-  lab::Sgd opt(server_model->params(), so);
+  lab::Optimizer opt(server_model->params(), so);
   Served out;
   std::mutex mu;
   std::vector<std::thread> threads;
@@ -193,7 +193,7 @@ TEST(ParameterServer, AHeaderNamingAnotherWorkerIsACommError) {
   lab::ThreadsWorld world(3);
   for (int r = 0; r < 3; ++r) world.transport(r).set_timeout(10);
   auto model = zero_mlp();
-  lab::Sgd opt(model->params(), lab::SgdOptions{});
+  lab::Optimizer opt(model->params(), lab::SgdOptions{});
   std::thread liar([&] {
     lab::AsyncHeader h;
     h.type = static_cast<int32_t>(lab::AsyncMsg::Pull);

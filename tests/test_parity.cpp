@@ -2,7 +2,7 @@
 // the parity harness tools/parity/parity.py (mlp and cnn in one process; DDP with 2 and 4 ranks,
 // local BatchNorm, broadcast_buffers on and off, shuffle on and off, both drop_lasts, padding and
 // short last batches; SyncBatchNorm against one process on the global batch; DataParallel on
-// emulated devices; local SGD against PyTorch's PeriodicModelAverager) runs here in-process with
+// emulated devices; local SGD against PyTorch's PeriodicModelAverager; Adam and AdamW) runs here in-process with
 // the harness's settings, on the first samples of Fashion-MNIST, and is compared with what
 // PyTorch 1.13 did (tests/fixtures/parity/<case>.json, written by
 // `/usr/bin/python3 tools/parity/parity.py --write-fixtures`):
@@ -32,7 +32,7 @@ namespace {
 const char* const kCases[] = {
     "mlp_1p",        "cnn_1p",      "mlp_w2_bcast", "mlp_w2_nobcast_noshuffle", "mlp_w4_bcast_droplast",
     "mlp_w4_nobcast_pad", "cnn_w2_bcast_noshuffle", "cnn_w4_nobcast_droplast", "mlp_w4_sync", "cnn_w2_sync",
-    "mlp_dp4",       "cnn_dp3",     "mlp_w2_localsgd", "cnn_w2_localsgd_nobcast",
+    "mlp_dp4",       "cnn_dp3",     "mlp_w2_localsgd", "cnn_w2_localsgd_nobcast", "cnn_w2_adam", "cnn_w2_adamw",
 };
 
 struct Tol {
@@ -60,7 +60,8 @@ lab::RunConfig config_for(const nlohmann::json& s, const std::string& out) {
   c.warmup_steps = s.at("warmup_steps");
   c.seed = s.at("seed");
   c.lr = s.at("lr");
-  c.momentum = s.at("momentum");
+  c.optimizer = s.value("optimizer", "sgd");
+  if (c.optimizer == "sgd") c.momentum = s.at("momentum");  // (Adam has none: its default stays, unused)
   c.weight_decay = s.at("weight_decay");
   c.threads = 1;  // as the harness runs dtlab (--threads 1)
   c.out_dir = out;

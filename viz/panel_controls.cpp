@@ -197,7 +197,8 @@ bool same_settings(const lab::RunConfig& a, const lab::RunConfig& b) {
   bool same = a.model == b.model && a.world_size == b.world_size && a.batch_size == b.batch_size &&
               a.limit_train == b.limit_train && a.drop_last == b.drop_last && a.sampler_drop_last == b.sampler_drop_last &&
               a.shuffle == b.shuffle && a.seed == b.seed && a.bn == b.bn && a.broadcast_buffers == b.broadcast_buffers &&
-              a.lr == b.lr && a.momentum == b.momentum && a.epochs == b.epochs && a.eval_every == b.eval_every &&
+              a.optimizer == b.optimizer && a.lr == b.lr && a.momentum == b.momentum && a.epochs == b.epochs &&
+              a.eval_every == b.eval_every &&
               setting_value(a, "mode") == setting_value(b, "mode") && a.allreduce == b.allreduce;
   for (const lab::ParallelMode* m : lab::modes())  // every mode's own settings (mode.h)
     for (const lab::ModeSetting& s : m->settings()) same = same && setting_value(a, s.field) == setting_value(b, s.field);
@@ -337,15 +338,31 @@ void draw_settings(const RunData& d, ControlsState& st, bool compare_bn, Command
 
   draw_parallelism(c, checks, w);
 
+  ImGui::TextUnformatted("optimizer");
+  ImGui::SameLine();
+  choice_radio(c, "sgd", "optimizer", "sgd", c.optimizer == "sgd", "torch.optim.SGD with momentum.");
+  ImGui::SameLine();
+  choice_radio(c, "adam", "optimizer", "adam", c.optimizer == "adam",
+               "torch.optim.Adam (betas 0.9, 0.999; eps 1e-8): each parameter's step is its first moment over the "
+               "square root of its second, so every weight moves by about lr. Its state, two tensors per "
+               "parameter, is twice SGD's momentum.");
+  ImGui::SameLine();
+  choice_radio(c, "adamw", "optimizer", "adamw", c.optimizer == "adamw",
+               "torch.optim.AdamW: Adam with the weight decay applied to the weights (w *= 1 - lr * weight_decay) "
+               "instead of added to the gradient.");
+  check_marker(checks, "optimizer");
   float lr = static_cast<float>(c.lr);
   ImGui::SetNextItemWidth(w);
   if (ImGui::InputFloat("lr", &lr, 0.01f, 0.1f, "%.4g")) c.lr = std::max(0.0f, lr);
-  tooltip("SGD learning rate.");
+  tooltip(c.optimizer == "sgd" ? "SGD learning rate." : "Adam's learning rate (PyTorch's default: 0.001).");
   check_marker(checks, "lr");
   float mom = static_cast<float>(c.momentum);
+  const std::string no_momentum = lab::no_effect_reason(c, "momentum");
+  ImGui::BeginDisabled(!no_momentum.empty());
   ImGui::SetNextItemWidth(w);
   if (ImGui::InputFloat("momentum", &mom, 0.05f, 0.1f, "%.3g")) c.momentum = std::clamp(mom, 0.0f, 0.999f);
-  tooltip("SGD momentum.");
+  ImGui::EndDisabled();
+  tooltip(no_momentum.empty() ? "SGD momentum." : "SGD momentum.\n\nNot available here: " + no_momentum);
   int epochs = static_cast<int>(c.epochs);
   ImGui::SetNextItemWidth(w);
   if (ImGui::InputInt("epochs", &epochs)) c.epochs = std::clamp(epochs, 1, 1000);
@@ -429,9 +446,10 @@ void draw_controls_panel(const RunData& d, ControlsState& st, bool compare_bn, d
                       (sim ? ": a simulated GPU: the GPU's protocol with the CPU's ops, so its times say nothing about "
                              "a GPU's; what it copied is what a GPU copies"
                            : ": every rank's forward and backward ran on the GPU (cuBLAS, cuDNN, the lab's kernels)") +
-                      ". The Linear and Conv2d parameters and their momentum live on the device and its optimizer "
-                      "steps them; under DDP their gradients stay there too, reduced between the ranks' device "
-                      "buckets (other modes take them down to the host and back)";
+                      ". The parameters and their momentum live on the device and its optimizer steps them; "
+                      "BatchNorm runs whole there (its running statistics come down only when something reads "
+                      "them) and so does the loss; under DDP the gradients stay there too, reduced between the "
+                      "ranks' device buckets (other modes take them down to the host and back)";
     if (d.summary.staged_bytes > 0)
       why += fmt(" (%.1f MB copied in all, see the timeline's device band)", static_cast<double>(d.summary.staged_bytes) / 1e6);
     why += ".";

@@ -115,8 +115,24 @@ void validate_values(const RunConfig& c) {
   if (!(c.lr_min >= 0) || !std::isfinite(c.lr_min)) throw ConfigError("--lr-min must be >= 0, got " + std::to_string(c.lr_min));
   if (c.lr_step_size < 1) throw ConfigError("--lr-step-size must be at least 1, got " + std::to_string(c.lr_step_size));
   if (!(c.lr_gamma > 0) || !std::isfinite(c.lr_gamma)) throw ConfigError("--lr-gamma must be > 0, got " + std::to_string(c.lr_gamma));
-  if (c.nesterov && c.momentum <= 0)
+  if (c.optimizer != "sgd" && c.optimizer != "adam" && c.optimizer != "adamw")
+    throw ConfigError("--optimizer: unknown optimizer '" + c.optimizer + "'",
+                      "choose sgd (torch.optim.SGD), adam (torch.optim.Adam) or adamw (torch.optim.AdamW)");
+  if (c.optimizer == "sgd" && c.nesterov && c.momentum <= 0)
     throw ConfigError("Nesterov momentum requires a momentum and zero dampening", "pass --momentum > 0");
+  // PyTorch's wording (torch.optim.Adam)
+  if (!(c.adam_eps >= 0) || !std::isfinite(c.adam_eps))
+    throw ConfigError("--eps " + num(c.adam_eps) + ": Invalid epsilon value: " + num(c.adam_eps));
+  if (!(c.adam_beta1 >= 0 && c.adam_beta1 < 1))
+    throw ConfigError("--betas " + num(c.adam_beta1) + "," + num(c.adam_beta2) +
+                      ": Invalid beta parameter at index 0: " + num(c.adam_beta1));
+  if (!(c.adam_beta2 >= 0 && c.adam_beta2 < 1))
+    throw ConfigError("--betas " + num(c.adam_beta1) + "," + num(c.adam_beta2) +
+                      ": Invalid beta parameter at index 1: " + num(c.adam_beta2));
+  if (c.optimizer != "sgd" && c.compute.device != "cpu")
+    throw ConfigError("--optimizer " + c.optimizer + " with --device " + c.compute.device +
+                          ": a device steps SGD only so far (its parameters live there; Adam's update runs on the host)",
+                      "use --device cpu with Adam and AdamW, or --optimizer sgd on the device");
   if (c.bn_momentum && (*c.bn_momentum < 0 || *c.bn_momentum > 1))
     throw ConfigError("--bn-momentum must be in [0, 1] or 'none', got " + bn_momentum_str(c.bn_momentum));
   if (!(c.bn_eps > 0)) throw ConfigError("--bn-eps must be positive");
@@ -238,10 +254,13 @@ std::string to_toml(const RunConfig& c, const std::vector<std::pair<std::string,
   o << "async_schedule = " << q(c.async_schedule) << "\n";
   o << "async_seed = " << c.async_seed << "\n";
   o << "\n[optim]\n";
+  o << "optimizer = " << q(c.optimizer) << "\n";
   o << "lr = " << d(c.lr) << "\n";
   o << "momentum = " << d(c.momentum) << "\n";
   o << "weight_decay = " << d(c.weight_decay) << "\n";
   o << "nesterov = " << b(c.nesterov) << "\n";
+  o << "betas = [" << d(c.adam_beta1) << ", " << d(c.adam_beta2) << "]\n";
+  o << "eps = " << d(c.adam_eps) << "\n";
   o << "lr_schedule = " << q(c.lr_schedule) << "\n";
   o << "lr_t_max = " << c.lr_t_max << "\n";
   o << "lr_min = " << d(c.lr_min) << "\n";
@@ -375,6 +394,19 @@ RunConfig config_from_table(const toml::table& t, const std::string& path) {
         i64(v);
         c.async_seed = static_cast<uint64_t>(v);
       }
+      else if (key == "optim.optimizer") str(c.optimizer);
+      else if (key == "optim.betas") {
+        const toml::array* a = node.as_array();
+        std::optional<double> b1, b2;
+        if (a && a->size() == 2) {
+          b1 = (*a)[0].value<double>();
+          b2 = (*a)[1].value<double>();
+        }
+        if (!b1 || !b2) fail(key, "an array of two numbers, [beta1, beta2]");
+        c.adam_beta1 = *b1;
+        c.adam_beta2 = *b2;
+      }
+      else if (key == "optim.eps") dbl(c.adam_eps);
       else if (key == "optim.lr") dbl(c.lr);
       else if (key == "optim.momentum") dbl(c.momentum);
       else if (key == "optim.weight_decay") dbl(c.weight_decay);

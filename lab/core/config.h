@@ -40,10 +40,14 @@ struct RunConfig {
   int64_t epochs = 1;
   int64_t steps = 0;                   // > 0: stop after this many iterations
   // optimization
+  std::string optimizer = "sgd";       // sgd | adam | adamw (torch.optim.SGD, Adam, AdamW)
   double lr = 0.05;
-  double momentum = 0.9;
-  double weight_decay = 0.0;
+  double momentum = 0.9;               // SGD's (0 for Adam and AdamW, which have none)
+  double weight_decay = 0.0;           // SGD and Adam: L2 added to the gradient; AdamW: decoupled
   bool nesterov = false;
+  double adam_beta1 = 0.9;             // Adam, AdamW: betas
+  double adam_beta2 = 0.999;
+  double adam_eps = 1e-8;
   // learning-rate schedule per epoch (lr_schedule.h): constant, cosine (CosineAnnealingLR with
   // T_max = lr_t_max, 0: the run's epochs, and eta_min = lr_min) or step (StepLR(lr_step_size,
   // lr_gamma)); the scheduler steps at the end of every epoch

@@ -57,7 +57,12 @@ std::string no_effect_reason(const RunConfig& c, const std::string& setting) {
     return "--mode " + c.mode + " has no gradient allreduce (DDP's buckets)";
   if (setting == "broadcast_buffers" && !caps.buffer_broadcast)
     return "--mode " + c.mode + " does not broadcast buffers (DDP's broadcast_buffers)";
-  if (setting == "lr_t_max" || setting == "lr_min") {
+  if (setting == "momentum" || setting == "nesterov") {
+    if (c.optimizer != "sgd")
+      return "--optimizer " + c.optimizer + " has no momentum buffer (its first moment decays with beta1, --betas)";
+  } else if (setting == "adam_betas" || setting == "adam_eps") {
+    if (c.optimizer == "sgd") return "--optimizer is sgd (they are Adam's and AdamW's)";
+  } else if (setting == "lr_t_max" || setting == "lr_min") {
     if (c.lr_schedule != "cosine") return "--lr-schedule is " + c.lr_schedule + " (it applies to cosine)";
   } else if (setting == "lr_step_size" || setting == "lr_gamma") {
     if (c.lr_schedule != "step") return "--lr-schedule is " + c.lr_schedule + " (it applies to step)";
@@ -170,6 +175,13 @@ std::vector<IneffectiveSetting> ineffective_settings(const RunConfig& c, const R
     const std::string why = no_effect_reason(c, setting);
     if (!why.empty()) out.push_back({setting, flag, why, hint, refused, false});
   };
+  // SGD's momentum asked of Adam is refused: the user expects a momentum that Adam does not have
+  const std::string adam_hint = "drop it, or choose --optimizer sgd";
+  check("momentum", c.momentum != d.momentum, "--momentum " + num(c.momentum), true, adam_hint);
+  check("nesterov", c.nesterov != d.nesterov, "--nesterov", true, adam_hint);
+  check("adam_betas", c.adam_beta1 != d.adam_beta1 || c.adam_beta2 != d.adam_beta2,
+        "--betas " + num(c.adam_beta1) + "," + num(c.adam_beta2));
+  check("adam_eps", c.adam_eps != d.adam_eps, "--eps " + num(c.adam_eps));
   check("lr_t_max", c.lr_t_max != d.lr_t_max, "--lr-t-max " + std::to_string(c.lr_t_max));
   check("lr_min", c.lr_min != d.lr_min, "--lr-min " + num(c.lr_min));
   check("lr_step_size", c.lr_step_size != d.lr_step_size, "--lr-step-size " + std::to_string(c.lr_step_size));

@@ -34,14 +34,14 @@ struct IneffectiveSetting {
 };
 
 // Why `setting` (RunConfig's name) has no effect in configuration c whatever its value; "" when it
-// may have one. Settings: lr_t_max, lr_min, lr_step_size, lr_gamma, average_every,
+// may have one. Settings: momentum, nesterov, adam_betas, adam_eps, lr_t_max, lr_min, lr_step_size, lr_gamma, average_every,
 // warmup_steps, async_schedule, async_seed, link_latency_us, link_gbps, eval_samples, fail_step,
 // fail_at, no_sync_steps, overlap, allreduce, bucket_cap_mb, broadcast_buffers, bn, bn_momentum, threads,
 // trace_steps, record_bn, sampler_drop_last, uneven_data, join (any other name: "").
 std::string no_effect_reason(const RunConfig& c, const std::string& setting);
 
 // Every setting of c whose value differs from `defaults` and that has no effect in c, in the order
-// of the list above, then --nondeterministic (nondeterministic_no_effect). `defaults`: what the
+// of the list above (momentum and nesterov under Adam are refused), then --nondeterministic (nondeterministic_no_effect). `defaults`: what the
 // front end starts from (RunConfig's own for dtlab run and lessons).
 std::vector<IneffectiveSetting> ineffective_settings(const RunConfig& c, const RunConfig& defaults = RunConfig{});
 

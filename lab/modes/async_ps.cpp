@@ -58,7 +58,7 @@ void unpack_state(Model& m, bool gradients, const std::vector<char>& in) {
 
 // ---- the server ----
 
-ParameterServer::ParameterServer(Model& model, Sgd& opt, Transport& t, int workers, const std::string& schedule,
+ParameterServer::ParameterServer(Model& model, Optimizer& opt, Transport& t, int workers, const std::string& schedule,
                                  uint64_t seed)
     : m_model(model), m_opt(opt), m_t(t), m_workers(workers), m_seeded(schedule == "seeded"), m_rng(seed) {}
 

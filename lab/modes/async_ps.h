@@ -74,14 +74,14 @@ class ParameterServer {
   };
   // on_update runs after each applied push (epoch bookkeeping, evaluation); its argument is the
   // number of updates applied so far.
-  ParameterServer(Model& model, Sgd& opt, Transport& t, int workers, const std::string& schedule, uint64_t seed);
+  ParameterServer(Model& model, Optimizer& opt, Transport& t, int workers, const std::string& schedule, uint64_t seed);
   void serve(const std::function<void(const Update&, int64_t updates)>& on_update);
   int64_t version() const { return m_version; }
 
  private:
   int next_worker(const std::vector<int>& active);
   Model& m_model;
-  Sgd& m_opt;
+  Optimizer& m_opt;
   Transport& m_t;
   int m_workers;
   bool m_seeded;

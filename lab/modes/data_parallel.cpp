@@ -68,7 +68,7 @@ std::vector<std::vector<int64_t>> SingleProcessLoader::next_epoch() {
   return batches;
 }
 
-DataParallelDevice::DataParallelDevice(Model& model, Communicator& comm, Sgd& opt)
+DataParallelDevice::DataParallelDevice(Model& model, Communicator& comm, Optimizer& opt)
     : m_model(model), m_comm(comm), m_opt(opt), m_device(comm.rank()), m_devices(comm.world_size()) {}
 
 void DataParallelDevice::send(int peer, const void* data, size_t bytes, uint64_t seq, Phase phase, const char* op,

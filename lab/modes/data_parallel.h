@@ -77,7 +77,7 @@ class DataParallelDevice {
  public:
   // device = comm.rank(), devices k = comm.world_size(). opt: the module's optimizer (used on
   // device 0 only).
-  DataParallelDevice(Model& model, Communicator& comm, Sgd& opt);
+  DataParallelDevice(Model& model, Communicator& comm, Optimizer& opt);
 
   // One training iteration (steps 1-9 above), called by every device with the same `batch`.
   // x: (B, 1, 28, 28) and labels (B,) are read on device 0 only. where: "batch 3 of epoch 0", for
@@ -98,7 +98,7 @@ class DataParallelDevice {
 
   Model& m_model;
   Communicator& m_comm;
-  Sgd& m_opt;
+  Optimizer& m_opt;
   int m_device, m_devices;
   Tensor m_x, m_logits, m_dlogits;  // this device's chunk (n, 1, 28, 28), outputs and their grad (n, 10)
   std::vector<float> m_grads;       // flat gradients (device i's send; device 0's receive buffer)

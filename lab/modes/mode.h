@@ -30,7 +30,7 @@ namespace lab {
 class CommWorker;
 class Communicator;
 class Model;
-class Sgd;
+class Optimizer;
 class Transport;
 struct Dataset;
 struct StepRecord;
@@ -88,7 +88,7 @@ struct RankEnv {
   Communicator& comm;
   Transport& transport;
   CommWorker& worker;       // the rank's communication thread (DDP's overlap)
-  Sgd& opt;
+  Optimizer& opt;
   const Dataset& train;
   const FaultPlan& faults;
   int64_t steps_per_epoch = 0, steps_total = 0;

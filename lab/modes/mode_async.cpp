@@ -187,12 +187,7 @@ void AsyncMode::serve(ServerEnv& env) const {
   const RunConfig& c = env.cfg;
   const int workers = c.world_size;
   Model& model = env.model;
-  SgdOptions so;
-  so.lr = c.lr;
-  so.momentum = c.momentum;
-  so.weight_decay = c.weight_decay;
-  so.nesterov = c.nesterov;
-  Sgd opt(model.params(), so);
+  Optimizer opt(model.params(), optimizer_options(c));  // the server's optimizer: --optimizer's
   LrSchedule schedule(lr_schedule_options(c, env.epochs_total));
   // one epoch of the server: every worker's batches of one epoch (the last one may be cut by --steps)
   const int64_t per_epoch = env.steps_per_epoch * workers;
@@ -219,7 +214,7 @@ void AsyncMode::serve(ServerEnv& env) const {
     e.test_acc = r.acc;
     e.seconds = t_eval - t_epoch0;
     e.samples_per_s = e.seconds > 0 ? static_cast<double>(ep_samples) / e.seconds : 0.0;
-    e.lr = opt.options().lr;
+    e.lr = opt.lr();
     env.record_epoch(e);
     ++epoch;
     ep_updates = ep_samples = ep_correct = 0;

@@ -124,7 +124,7 @@ class ModelExecutor {
   // The host wrote `sets`: the device's copies are stale until it takes the host's up again.
   virtual void host_changed(unsigned sets) { (void)sets; }
   // One torch.optim.SGD update of parameter `index` (Model::params() order) on the device, with its
-  // host gradient, as Sgd::step does it (optim.h; `first`: its first step). `host_buffer` is the
+  // host gradient, as Optimizer::step does it (optim.h; `first`: its first step). `host_buffer` is the
   // parameter's momentum buffer on the host (sized), which becomes the device's mirror
   // (to_host(kStateMomentum) fills it; a restored one is taken up after host_changed). Returns
   // false for a parameter the device does not step (the host then does).

@@ -32,8 +32,17 @@ float cross_entropy(const Tensor& logits, const std::vector<int>& labels, Tensor
   return static_cast<float>(total / static_cast<double>(n));
 }
 
-Sgd::Sgd(std::vector<Param*> params, const SgdOptions& opt) : m_params(std::move(params)), m_opt(opt) {
+Optimizer::Optimizer(std::vector<Param*> params, const OptimizerOptions& opt) : m_params(std::move(params)), m_opt(opt) {
+  assert(opt.kind == "sgd" || opt.kind == "adam" || opt.kind == "adamw");
+  m_opt.adam.decoupled = opt.kind == "adamw";
   m_buf.resize(m_params.size());
+}
+
+void Optimizer::set_lr(double lr) {
+  if (m_opt.is_sgd())
+    m_opt.sgd.lr = lr;
+  else
+    m_opt.adam.lr = lr;
 }
 
 namespace {
@@ -81,34 +90,99 @@ void sgd_apply(const SgdOptions& opt, bool first, float* w, const float* g, floa
     sgd_dispatch<false>(momentum, first, opt.nesterov, w, g, momentum ? buf : nullptr, n, k);
 }
 
-void Sgd::step() {
-  const bool momentum = m_opt.momentum != 0.0;
+namespace {
+
+// Adam's update, specialized on the variant as sgd_update is.
+template <bool kDecoupled, bool kDecay>
+void adam_update(float* __restrict w, const float* __restrict g, float* __restrict m, float* __restrict v, int64_t n,
+                 AdamCoeffs k) {
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) adam_element<kDecoupled, kDecay>(w[i + j], g[i + j], m[i + j], v[i + j], k);
+  for (; i < n; ++i) adam_element<kDecoupled, kDecay>(w[i], g[i], m[i], v[i], k);
+}
+
+}  // namespace
+
+void adam_apply(const AdamOptions& opt, int64_t step, float* w, const float* g, float* m, float* v, int64_t n) {
+  const AdamCoeffs k = adam_coeffs(opt.lr, opt.beta1, opt.beta2, opt.eps, opt.weight_decay, step);
+  const bool decay = opt.weight_decay != 0.0;
+  if (opt.decoupled) {
+    if (decay) return adam_update<true, true>(w, g, m, v, n, k);
+    return adam_update<true, false>(w, g, m, v, n, k);
+  }
+  if (decay) return adam_update<false, true>(w, g, m, v, n, k);
+  adam_update<false, false>(w, g, m, v, n, k);
+}
+
+void Optimizer::step() {
+  const bool first = m_steps == 0;
+  ++m_steps;
+  if (!m_opt.is_sgd()) {
+    // Adam: state['step'] += 1, then the update with its bias corrections (on the host: a device
+    // run with Adam is refused by validate())
+    for (size_t i = 0; i < m_params.size(); ++i) {
+      Param& p = *m_params[i];
+      if (first) {  // exp_avg and exp_avg_sq: zeros like the parameter
+        m_m.resize(m_params.size());
+        m_v.resize(m_params.size());
+        m_m[i] = Tensor(p.value.shape, 0.0f);
+        m_v[i] = Tensor(p.value.shape, 0.0f);
+      }
+      const int64_t n = p.value.numel();
+      parallel_for((n + kChunk - 1) / kChunk, [&](int64_t c0, int64_t c1, int) {
+        const int64_t i0 = c0 * kChunk, len = std::min(n, c1 * kChunk) - i0;
+        adam_apply(m_opt.adam, m_steps, p.value.ptr() + i0, p.grad.ptr() + i0, m_m[i].ptr() + i0, m_v[i].ptr() + i0,
+                   len);
+      });
+    }
+    return;
+  }
+  const SgdOptions& so = m_opt.sgd;
+  const bool momentum = so.momentum != 0.0;
   for (size_t i = 0; i < m_params.size(); ++i) {
     Param& p = *m_params[i];
-    if (momentum && m_first) m_buf[i].resize(p.value.shape);
-    if (m_device && m_device->sgd_param(i, m_opt, m_first, m_buf[i]))
+    if (momentum && first) m_buf[i].resize(p.value.shape);
+    if (m_device && m_device->sgd_param(i, so, first, m_buf[i]))
       continue;  // stepped where the parameter lives
     float* buf = momentum ? m_buf[i].ptr() : nullptr;
     // Elementwise: any split over the compute threads gives the same bits.
     const int64_t n = p.value.numel();
     parallel_for((n + kChunk - 1) / kChunk, [&](int64_t c0, int64_t c1, int) {
       const int64_t i0 = c0 * kChunk, len = std::min(n, c1 * kChunk) - i0;
-      sgd_apply(m_opt, m_first, p.value.ptr() + i0, p.grad.ptr() + i0, buf ? buf + i0 : nullptr, len);
+      sgd_apply(so, first, p.value.ptr() + i0, p.grad.ptr() + i0, buf ? buf + i0 : nullptr, len);
     });
   }
-  m_first = false;
 }
 
-void Sgd::restore_momentum(std::vector<Tensor> buffers) {
-  assert(buffers.size() == m_params.size());
-  m_buf = std::move(buffers);
-  m_first = false;
-  if (m_device) m_device->host_changed(kStateMomentum);
+std::vector<std::string> Optimizer::state_names_of(const OptimizerOptions& opt) {
+  if (!opt.is_sgd()) return {"exp_avg", "exp_avg_sq"};
+  if (opt.sgd.momentum != 0.0) return {"momentum"};
+  return {};
 }
 
-std::vector<Tensor>& Sgd::momentum_buffers() {
+std::vector<std::string> Optimizer::state_names() const {
+  if (m_steps == 0) return {};
+  return state_names_of(m_opt);
+}
+
+std::vector<Tensor>& Optimizer::state(const std::string& name) {
+  if (name == "exp_avg") return m_m;
+  if (name == "exp_avg_sq") return m_v;
+  assert(name == "momentum");
   if (m_device) m_device->to_host(kStateMomentum);
   return m_buf;
+}
+
+void Optimizer::restore_state(std::map<std::string, std::vector<Tensor>> state, int64_t steps) {
+  assert(steps > 0);
+  m_steps = steps;
+  for (const std::string& name : state_names()) {
+    auto it = state.find(name);
+    assert(it != state.end() && it->second.size() == m_params.size());
+    (name == "exp_avg" ? m_m : name == "exp_avg_sq" ? m_v : m_buf) = std::move(it->second);
+  }
+  if (m_device) m_device->host_changed(kStateMomentum);
 }
 
 bool all_finite(const Tensor& t) {

@@ -2,6 +2,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "module.h"
@@ -34,29 +36,67 @@ struct SgdOptions {
 // that steps with the CPU's ops.
 void sgd_apply(const SgdOptions& opt, bool first, float* w, const float* g, float* buf, int64_t n);
 
+// torch.optim.Adam (decoupled false) and torch.optim.AdamW (decoupled true), amsgrad and maximize
+// off: the update of elementwise.h's adam_element. PyTorch's own defaults are lr 1e-3 and, for
+// AdamW, weight_decay 1e-2.
+struct AdamOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  bool decoupled = false;
+};
+
+// Adam's update of n contiguous values at step `step` (1 for the first): w, g, m (exp_avg), v
+// (exp_avg_sq), for the host and for any device that steps with the CPU's ops.
+void adam_apply(const AdamOptions& opt, int64_t step, float* w, const float* g, float* m, float* v, int64_t n);
+
+// Which optimizer a run steps with (--optimizer) and its settings.
+struct OptimizerOptions {
+  OptimizerOptions() = default;
+  OptimizerOptions(const SgdOptions& s) : sgd(s) {}  // NOLINT: SGD with these options
+  std::string kind = "sgd";  // sgd | adam | adamw
+  SgdOptions sgd;
+  AdamOptions adam;          // adam and adamw (decoupled)
+  bool is_sgd() const { return kind == "sgd"; }
+};
+
 class ModelExecutor;
 
-class Sgd {
+// The optimizer of a model's parameters: torch.optim.SGD, Adam or AdamW, one param group.
+class Optimizer {
  public:
-  Sgd(std::vector<Param*> params, const SgdOptions& opt);
-  // The model's executor (executor.h): the parameters it keeps on its device are stepped there,
-  // their momentum buffers here become its mirrors. nullptr: every parameter on the host.
+  Optimizer(std::vector<Param*> params, const OptimizerOptions& opt);
+  // The model's executor (executor.h): the parameters it keeps on its device are stepped there
+  // (SGD), their momentum buffers here become its mirrors. nullptr: every parameter on the host.
   void set_device(ModelExecutor* device) { m_device = device; }
   void step();
-  const SgdOptions& options() const { return m_opt; }
-  void set_lr(double lr) { m_opt.lr = lr; }  // a scheduler's new rate (param_group['lr'] = lr)
-  // Up to date (a device's mirrors brought current first).
-  std::vector<Tensor>& momentum_buffers();
-  // The momentum buffers have been filled (after the first step): a checkpoint saves them.
-  bool has_momentum() const { return !m_first && m_opt.momentum != 0.0; }
-  // From a checkpoint: buffers per parameter (params() order), as after a first step.
-  void restore_momentum(std::vector<Tensor> buffers);
+  const OptimizerOptions& options() const { return m_opt; }
+  double lr() const { return m_opt.is_sgd() ? m_opt.sgd.lr : m_opt.adam.lr; }
+  void set_lr(double lr);  // a scheduler's new rate (param_group['lr'] = lr)
+  // Steps taken (Adam's state['step']; its bias corrections use it).
+  int64_t steps() const { return m_steps; }
+
+  // The optimizer's state per parameter (params() order), by name: SGD's "momentum" buffers (with
+  // momentum), Adam's "exp_avg" and "exp_avg_sq". Empty before the first step (PyTorch creates
+  // it then), and for SGD without momentum.
+  std::vector<std::string> state_names() const;
+  // state_names() of an optimizer with these options once it has stepped.
+  static std::vector<std::string> state_names_of(const OptimizerOptions& opt);
+  // Up to date (a device's mirrors brought current first). name: one of state_names().
+  std::vector<Tensor>& state(const std::string& name);
+  // From a checkpoint: every one of state_names() (as after a step) and the steps taken.
+  void restore_state(std::map<std::string, std::vector<Tensor>> state, int64_t steps);
+  // SGD's momentum buffers: state("momentum").
+  std::vector<Tensor>& momentum_buffers() { return state("momentum"); }
 
  private:
   std::vector<Param*> m_params;
-  SgdOptions m_opt;
-  std::vector<Tensor> m_buf;
-  bool m_first = true;
+  OptimizerOptions m_opt;
+  std::vector<Tensor> m_buf;       // SGD: momentum buffers
+  std::vector<Tensor> m_m, m_v;    // Adam: exp_avg, exp_avg_sq
+  int64_t m_steps = 0;
   ModelExecutor* m_device = nullptr;
 };
 

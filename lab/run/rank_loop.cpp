@@ -62,13 +62,20 @@ class CommBnSync : public BnSync {
 
 }  // namespace
 
-SgdOptions sgd_options(const RunConfig& c) {
-  SgdOptions so;
-  so.lr = c.lr;
-  so.momentum = c.momentum;
-  so.weight_decay = c.weight_decay;
-  so.nesterov = c.nesterov;
-  return so;
+OptimizerOptions optimizer_options(const RunConfig& c) {
+  OptimizerOptions o;
+  o.kind = c.optimizer;
+  o.sgd.lr = c.lr;
+  o.sgd.momentum = c.momentum;
+  o.sgd.weight_decay = c.weight_decay;
+  o.sgd.nesterov = c.nesterov;
+  o.adam.lr = c.lr;
+  o.adam.beta1 = c.adam_beta1;
+  o.adam.beta2 = c.adam_beta2;
+  o.adam.eps = c.adam_eps;
+  o.adam.weight_decay = c.weight_decay;
+  o.adam.decoupled = c.optimizer == "adamw";
+  return o;
 }
 
 // What BatchNorm's batch-of-one error adds: which batch it was, why it had one sample, and what
@@ -133,7 +140,7 @@ struct Run::RankLoop {
   std::vector<BatchNorm*> bns;
   std::vector<int> bn_index;
   std::vector<std::unique_ptr<CommBnSync>> syncs;
-  Sgd opt;
+  Optimizer opt;
   LrSchedule schedule;
   RankEnv env;
   std::unique_ptr<RankMode> mode;
@@ -153,7 +160,7 @@ struct Run::RankLoop {
         faults(FaultPlan::from(r.m_cfg)),
         bns(model.batchnorms()),
         bn_index(model.batchnorm_module_index()),
-        opt(model.params(), sgd_options(r.m_cfg)),
+        opt(model.params(), optimizer_options(r.m_cfg)),
         schedule(lr_schedule_options(r.m_cfg, r.epochs_total())),
         env{r.m_cfg, rk, r.m_cfg.world_size, model, comm, transport, worker, opt, r.m_train, faults,
             r.m_steps_per_epoch, r.m_steps_total, {}, {}} {
@@ -325,7 +332,7 @@ struct Run::RankLoop {
       e.test_acc = sums[2] > 0 ? sums[1] / sums[2] : 0.0;
       e.seconds = t_eval - t_epoch0;  // training only: evaluation starts at t_eval
       e.samples_per_s = e.seconds > 0 ? static_cast<double>(counters.samples) / e.seconds : 0.0;
-      e.lr = opt.options().lr;
+      e.lr = opt.lr();
       std::lock_guard<std::mutex> lock(run.m_epoch_mu);
       run.m_epochs.push_back(e);
     }

@@ -48,7 +48,7 @@ struct ModeCheckpoint;
 // The model a configuration trains (name and BatchNorm options).
 ModelOptions model_options(const RunConfig& c);
 // The optimizer a configuration trains with (torch.optim.SGD's lr, momentum, weight_decay, nesterov).
-SgdOptions sgd_options(const RunConfig& c);
+OptimizerOptions optimizer_options(const RunConfig& c);  // --optimizer and its settings
 
 // Creates the ranks' transports for a validated configuration (backends/backends.h).
 using WorldFactory = std::function<std::unique_ptr<World>(const RunConfig&)>;

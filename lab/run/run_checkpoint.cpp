@@ -129,9 +129,11 @@ RankCheckpoint Run::rank_checkpoint(int rank, const RankCheckpointRefs& refs, Mo
   rc.tensors.insert(rc.tensors.end(), mode_part.tensors.begin(), mode_part.tensors.end());
   const std::vector<std::string> names = param_names(refs.model);
   const std::vector<Param*> params = refs.model.params();
-  if (refs.opt.has_momentum())
-    for (size_t i = 0; i < params.size(); ++i)
-      rc.tensors.push_back(f32_tensor("optim.momentum." + names[i], refs.opt.momentum_buffers()[i]));
+  // the optimizer's state: SGD's momentum buffers, Adam's exp_avg and exp_avg_sq (optim.<name>.<param>)
+  for (const std::string& s : refs.opt.state_names()) {
+    const std::vector<Tensor>& st = refs.opt.state(s);
+    for (size_t i = 0; i < params.size(); ++i) rc.tensors.push_back(f32_tensor("optim." + s + "." + names[i], st[i]));
+  }
   if (accumulating(c, S)) {
     refs.model.to_host(kStateGrads);  // a device's gradients (executor.h: keep_grads)
     for (size_t i = 0; i < params.size(); ++i) rc.tensors.push_back(f32_tensor("grad." + names[i], params[i]->grad));
@@ -155,7 +157,8 @@ RankCheckpoint Run::rank_checkpoint(int rank, const RankCheckpointRefs& refs, Mo
                    {"skipped", rs.skipped},
                    {"nonfinite", nonfinite},
                    {"epoch_seconds", now_seconds() - refs.t_epoch0},
-                   {"lr", refs.opt.options().lr},
+                   {"lr", refs.opt.lr()},
+                   {"optimizer_steps", refs.opt.steps()},
                    {"bytes_sent", refs.comm.bytes_sent()},
                    {"collectives", refs.comm.seq()},
                    {"stats", rank_stats_json(mine, rank, world, S,
@@ -340,21 +343,28 @@ void Run::restore_rank(int rank, RankCheckpointRefs& refs) {
   std::vector<SafeTensor> model_part;
   std::map<std::string, const SafeTensor*> extra;
   for (const SafeTensor& t : rc.tensors) {
-    if (t.name.rfind("optim.momentum.", 0) == 0 || t.name.rfind("grad.", 0) == 0) extra[t.name] = &t;
+    if (t.name.rfind("optim.", 0) == 0 || t.name.rfind("grad.", 0) == 0) extra[t.name] = &t;
     else model_part.push_back(t);
   }
   load_model_tensors(refs.model, model_part, where + ".safetensors");
   const std::vector<std::string> names = param_names(refs.model);
   const std::vector<Param*> params = refs.model.params();
+  // The optimizer's state, as its steps left it. A checkpoint before any step has none.
   // (a lesson's mutation test, mutation.h: the resumed optimizer starts without its momentum)
-  if (extra.count("optim.momentum." + names[0]) && !mutated("checkpoint-drops-momentum")) {
-    std::vector<Tensor> bufs;
-    for (size_t i = 0; i < params.size(); ++i) {
-      auto it = extra.find("optim.momentum." + names[i]);
-      if (it == extra.end()) throw IoError(where + ".safetensors: missing 'optim.momentum." + names[i] + "'");
-      bufs.push_back(from_f32(*it->second, params[i]->value.shape, where + ".safetensors"));
-    }
-    refs.opt.restore_momentum(std::move(bufs));
+  // (A checkpoint of an earlier dtlab counts no steps: SGD's momentum buffers say it had stepped.)
+  const int64_t opt_steps = rc.counters.value(
+      "optimizer_steps", int64_t{extra.count("optim.momentum." + names[0]) ? 1 : 0});
+  if (opt_steps > 0 && !mutated("checkpoint-drops-momentum")) {
+    std::map<std::string, std::vector<Tensor>> state;
+    for (const std::string& s : Optimizer::state_names_of(refs.opt.options()))
+      for (size_t i = 0; i < params.size(); ++i) {
+        const std::string key = "optim." + s + "." + names[i];
+        auto it = extra.find(key);
+        if (it == extra.end())
+          throw IoError(where + ".safetensors: missing '" + key + "' (the " + refs.opt.options().kind + " optimizer's state)");
+        state[s].push_back(from_f32(*it->second, params[i]->value.shape, where + ".safetensors"));
+      }
+    refs.opt.restore_state(std::move(state), opt_steps);
   }
   if (accumulating(c, st.step))
     for (size_t i = 0; i < params.size(); ++i) {
@@ -372,9 +382,9 @@ void Run::restore_rank(int rank, RankCheckpointRefs& refs) {
     refs.mode.restore(mode_part, st.epoch);
     for (int64_t e = 0; e < st.epoch; ++e) refs.schedule.step();  // the schedule as after st.epoch epochs
     refs.opt.set_lr(refs.schedule.lr());
-    if (refs.opt.options().lr != j.at("lr").get<double>())
+    if (refs.opt.lr() != j.at("lr").get<double>())
       throw IoError(where + ".json: learning rate " + std::to_string(j.at("lr").get<double>()) +
-                    " at the checkpoint, the schedule gives " + std::to_string(refs.opt.options().lr));
+                    " at the checkpoint, the schedule gives " + std::to_string(refs.opt.lr()));
     refs.t_epoch0 = now_seconds() - j.at("epoch_seconds").get<double>();
     RankState& rs = *m_ranks[static_cast<size_t>(rank)];
     std::lock_guard<std::mutex> lock(rs.mu);

@@ -21,7 +21,7 @@ namespace lab {
 
 class Communicator;
 class RankMode;
-class Sgd;
+class Optimizer;
 class LrSchedule;
 
 // Run-internal messages between processes go straight over the transport, not through a
@@ -59,7 +59,7 @@ struct Run::RankState {
 // communicator's counters, the schedule and when the epoch began.
 struct Run::RankCheckpointRefs {
   Model& model;
-  Sgd& opt;
+  Optimizer& opt;
   RankMode& mode;
   Communicator& comm;
   LrSchedule& schedule;

@@ -10,7 +10,7 @@
 // exp and log (the loss) may differ in the last bit of a double, far below float resolution.
 //
 // Sections: ReLU | max-pool | BatchNorm (statistics, running statistics, affine map, backward) |
-// SGD | cross-entropy
+// SGD | Adam and AdamW | cross-entropy
 #pragma once
 
 #include <math.h>  // sqrt, sqrtf, exp, log: the names that are host and device functions alike
@@ -168,6 +168,56 @@ DTLAB_HD inline void sgd_element(float& w, float g, float& buf, const SgdCoeffs&
     d = kNesterov ? d + k.momentum * b : b;
   }
   w = w + k.neg_lr * d;
+}
+
+// ---- Adam and AdamW (optim.cpp) ----
+// torch.optim.Adam / AdamW (PyTorch 1.13's single-tensor path) on one element, at step t (1, 2, ...):
+//   Adam:  g = g + wd * w                       (grad.add(param, alpha=weight_decay), wd != 0)
+//   AdamW: w = w * (1 - lr * wd)                (param.mul_(1 - lr * weight_decay))
+//   m = m * beta1 + (1 - beta1) * g             (exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1))
+//   v = v * beta2 + (1 - beta2) * g * g         (exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2))
+//   denom = sqrt(v) / sqrt(1 - beta2^t) + eps   ((exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps))
+//   w = w + (-lr / (1 - beta1^t)) * m / denom   (param.addcdiv_(exp_avg, denom, value=-step_size))
+// The bias corrections and the step size in double, as Python computes them, each coefficient
+// rounded to float once per step. PyTorch's vectorized kernels fuse some of the multiply-adds
+// (fma); these round each operation, so the two agree to an ulp or two per step.
+struct AdamCoeffs {
+  float beta1, keep1, beta2, keep2;  // keep = 1 - beta
+  float bc2_sqrt, eps, neg_step_size;
+  float wd, decay;  // Adam's L2 coefficient; AdamW's factor 1 - lr * wd
+};
+
+DTLAB_HD inline AdamCoeffs adam_coeffs(double lr, double beta1, double beta2, double eps, double weight_decay,
+                                       int64_t step) {
+  const double bc1 = 1.0 - pow(beta1, static_cast<double>(step));
+  const double bc2 = 1.0 - pow(beta2, static_cast<double>(step));
+  AdamCoeffs k;
+  k.beta1 = static_cast<float>(beta1);
+  k.keep1 = static_cast<float>(1.0 - beta1);
+  k.beta2 = static_cast<float>(beta2);
+  k.keep2 = static_cast<float>(1.0 - beta2);
+  k.bc2_sqrt = static_cast<float>(sqrt(bc2));
+  k.eps = static_cast<float>(eps);
+  k.neg_step_size = static_cast<float>(-(lr / bc1));
+  k.wd = static_cast<float>(weight_decay);
+  k.decay = static_cast<float>(1.0 - lr * weight_decay);
+  return k;
+}
+
+// w: the parameter, g: its gradient, m and v: its exp_avg and exp_avg_sq. kDecoupled: AdamW.
+// kDecay false: weight_decay == 0, where Adam adds nothing (an inf weight stays out of the
+// gradient) and AdamW multiplies by 1.
+template <bool kDecoupled, bool kDecay>
+DTLAB_HD inline void adam_element(float& w, float g, float& m, float& v, const AdamCoeffs& k) {
+  if constexpr (kDecoupled) {
+    if constexpr (kDecay) w = w * k.decay;
+  } else if constexpr (kDecay) {
+    g = g + k.wd * w;
+  }
+  m = m * k.beta1 + k.keep1 * g;
+  v = v * k.beta2 + k.keep2 * g * g;
+  const float denom = sqrtf(v) / k.bc2_sqrt + k.eps;
+  w = w + k.neg_step_size * m / denom;
 }
 
 // ---- cross-entropy (optim.cpp) ----

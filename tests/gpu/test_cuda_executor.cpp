@@ -176,7 +176,7 @@ TEST_P(CudaExecutor, OneTrainStepMatchesCpu) {
 
 // Five steps of SGD on both twins, each on its own logits, the losses compared at every step.
 // Returns the bytes the GPU model took up in its forwards after the first step.
-uint64_t five_sgd_steps(Twins& m, lab::Sgd& cpu_opt, lab::Sgd& gpu_opt, double tol) {
+uint64_t five_sgd_steps(Twins& m, lab::Optimizer& cpu_opt, lab::Optimizer& gpu_opt, double tol) {
   uint64_t uploaded_after_first = 0;
   for (int step = 0; step < 5; ++step) {
     SCOPED_TRACE("step " + std::to_string(step));
@@ -205,7 +205,7 @@ TEST_P(CudaExecutor, FiveSgdStepsMatchCpu) {
   lab::SgdOptions so;
   so.lr = 0.05;
   so.momentum = 0.9;
-  lab::Sgd cpu_opt(m.cpu->params(), so), gpu_opt(m.gpu->params(), so);
+  lab::Optimizer cpu_opt(m.cpu->params(), so), gpu_opt(m.gpu->params(), so);
   five_sgd_steps(m, cpu_opt, gpu_opt, tol);
   expect_state_close(*m.gpu, *m.cpu, tol);
 }
@@ -220,7 +220,7 @@ TEST_P(CudaExecutor, FiveSgdStepsOnTheDeviceMatchCpu) {
   so.lr = 0.05;
   so.momentum = 0.9;
   so.weight_decay = 1e-3;
-  lab::Sgd cpu_opt(m.cpu->params(), so), gpu_opt(m.gpu->params(), so);
+  lab::Optimizer cpu_opt(m.cpu->params(), so), gpu_opt(m.gpu->params(), so);
   gpu_opt.set_device(m.gpu->executor());
   const uint64_t uploaded_after_first = five_sgd_steps(m, cpu_opt, gpu_opt, tol);
   // a forward after the first step takes up the input, no parameter and no BatchNorm statistic

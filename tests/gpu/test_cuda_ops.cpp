@@ -665,7 +665,7 @@ TEST_F(CudaOps, SgdIsBitwiseTheCpuOptimizer) {
         opt.dampening = nesterov ? 0.0 : 0.1;
         lab::Param p{"w", lab::Tensor({static_cast<int64_t>(count)}), lab::Tensor({static_cast<int64_t>(count)})};
         p.value.data = randn(count, 81);
-        lab::Sgd sgd({&p}, opt);
+        lab::Optimizer sgd({&p}, opt);
         auto w = on_device(*ctx, p.value.data);
         DeviceBuffer<float> buf(count);
         buf.fill_bytes(0xFF, ctx->stream());  // the first step must not read it

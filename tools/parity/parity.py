@@ -123,6 +123,7 @@ class Case:
     warmup_steps: int = 0        # local-sgd
     seed: int = 0
     lr: float = LR
+    optimizer: str = "sgd"       # sgd | adam | adamw
 
     @property
     def kind(self):
@@ -136,8 +137,9 @@ class Case:
         a = ["--model", self.model, "--world-size", str(self.world), "--batch-size", str(self.batch),
              "--limit-train", str(self.limit_train), "--limit-test", str(self.limit_test),
              "--steps", str(self.steps), "--mode", self.mode, "--bn", self.bn,
-             "--lr", repr(self.lr), "--momentum", repr(MOMENTUM), "--weight-decay", repr(WEIGHT_DECAY),
+             "--lr", repr(self.lr), "--weight-decay", repr(WEIGHT_DECAY),
              "--seed", str(self.seed), "--threads", "1"]
+        a += ["--momentum", repr(MOMENTUM)] if self.optimizer == "sgd" else ["--optimizer", self.optimizer]
         if not self.shuffle:
             a.append("--no-shuffle")
         if self.drop_last:
@@ -193,6 +195,16 @@ CASES = [
          1000, steps=18, mode="local-sgd", average_every=4, warmup_steps=3),
     Case("cnn_w2_localsgd_nobcast", "local SGD 2 ranks x 16, warmup 1, every 3, no broadcast", "cnn", 2, 16, 200,
          steps=9, mode="local-sgd", average_every=3, warmup_steps=1, broadcast_buffers=False, lr=CNN_LR),
+    # Adam and AdamW (torch.optim's defaults but lr and weight_decay) under DDP. The cnn only: the
+    # mlp's Linear biases feed BatchNorm, which subtracts them again, so their gradient is zero but
+    # for rounding (5.8e-9 in float32 at the first step, 3e-17 in float64); Adam divides
+    # that noise by its own size and moves each bias by up to lr per step, so two float32 programs
+    # part on those biases from the first step (PyTorch float32 against float64 too). The cnn's
+    # convolutions have no bias.
+    Case("cnn_w2_adam", "DDP 2 ranks x 16 with Adam (lr 1e-3), broadcast, shuffle; short last (4)", "cnn", 2, 16, 200,
+         steps=9, optimizer="adam", lr=1e-3),
+    Case("cnn_w2_adamw", "DDP 2 ranks x 16 with AdamW (lr 1e-3), no broadcast; short last (4)", "cnn", 2, 16, 200,
+         steps=9, broadcast_buffers=False, optimizer="adamw", lr=1e-3),
 ]
 
 # ---- 2. tolerances ----
@@ -297,7 +309,11 @@ def new_model(case, init, dtype):
     return model.to(dtype)
 
 
-def new_sgd(case, params):
+def new_optimizer(case, params):
+    if case.optimizer == "adam":
+        return torch.optim.Adam(params, lr=case.lr, weight_decay=WEIGHT_DECAY)
+    if case.optimizer == "adamw":
+        return torch.optim.AdamW(params, lr=case.lr, weight_decay=WEIGHT_DECAY)
     return torch.optim.SGD(params, lr=case.lr, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
 
 
@@ -323,7 +339,7 @@ def torch_single(case, init, dtype):
     """One process, plain model, the DataLoader a user writes around DistributedSampler(1, 0)."""
     x, y = data(True, case.limit_train, dtype)
     model = new_model(case, init, dtype)
-    opt = new_sgd(case, model.parameters())
+    opt = new_optimizer(case, model.parameters())
     lossf = torch.nn.CrossEntropyLoss()
     sampler = sampler_for(case, len(x), 0)
     loader = DataLoader(TensorDataset(x, y), batch_size=case.batch, sampler=sampler, drop_last=case.drop_last)
@@ -348,7 +364,7 @@ def torch_sync(case, init, dtype):
     """N ranks with SyncBatchNorm: one process on the concatenated global batch."""
     x, y = data(True, case.limit_train, dtype)
     model = new_model(case, init, dtype)
-    opt = new_sgd(case, model.parameters())
+    opt = new_optimizer(case, model.parameters())
     lossf = torch.nn.CrossEntropyLoss()
     samplers = [sampler_for(case, len(x), r) for r in range(case.world)]
     losses = [[] for _ in range(case.world)]
@@ -385,7 +401,7 @@ def torch_dp(case, init, dtype):
     """DataParallel on case.world emulated devices (gen_dp.data_parallel_step)."""
     x, y = data(True, case.limit_train, dtype)
     master = new_model(case, init, dtype)
-    opt = new_sgd(case, master.parameters())
+    opt = new_optimizer(case, master.parameters())
     lossf = torch.nn.CrossEntropyLoss()
     g = torch.Generator()
     g.manual_seed(case.seed)
@@ -418,7 +434,7 @@ def ddp_case(rank, case, init, dtype):
                                              post_local_gradient_allreduce=False)
         ddp.register_comm_hook(state, post_local.post_localSGD_hook)
         averager = averagers.PeriodicModelAverager(period=case.average_every, warmup_steps=case.warmup_steps)
-    opt = new_sgd(case, ddp.parameters())
+    opt = new_optimizer(case, ddp.parameters())
     lossf = torch.nn.CrossEntropyLoss()
     sampler = sampler_for(case, len(x), rank)
     loader = DataLoader(TensorDataset(x, y), batch_size=case.batch, sampler=sampler, drop_last=case.drop_last)
@@ -694,7 +710,7 @@ def main():
     os.makedirs(work, exist_ok=True)
     print(f"# parity: dtlab ({a.dtlab}) vs PyTorch {torch.__version__} (CPU; DDP over gloo, one process per "
           f"rank), Fashion-MNIST from {common.DATA_DIR}", flush=True)
-    print(f"# SGD lr {LR} (cnn {CNN_LR}), momentum {MOMENTUM}, weight_decay {WEIGHT_DECAY}; "
+    print(f"# SGD lr {LR} (cnn {CNN_LR}), momentum {MOMENTUM}, weight_decay {WEIGHT_DECAY} (Adam, AdamW: lr 1e-3, the same weight_decay); "
           f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(not set)')}", flush=True)
     print("# pass: |dtlab - torch| <= atol + rtol |torch|, " +
           "; ".join(f"{k} {v['atol']:g} + {v['rtol']:g}" for k, v in TOLERANCES.items()) +

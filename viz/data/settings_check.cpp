@@ -172,6 +172,7 @@ bool apply_choice(lab::RunConfig& c, const std::string& setting, const std::stri
   else if (setting == "bn") c.bn = value;
   else if (setting == "mode") c.mode = value;
   else if (setting == "allreduce") c.allreduce = value;
+  else if (setting == "optimizer") c.optimizer = value;
   else if (setting == "broadcast_buffers") return boolean(c.broadcast_buffers);
   else if (setting == "drop_last") return boolean(c.drop_last);
   else if (setting == "sampler_drop_last") return boolean(c.sampler_drop_last);
@@ -194,6 +195,7 @@ std::string setting_value(const lab::RunConfig& c, const std::string& setting) {
   if (setting == "bn") return c.bn;
   if (setting == "mode") return c.mode;
   if (setting == "allreduce") return c.allreduce;
+  if (setting == "optimizer") return c.optimizer;
   if (setting == "broadcast_buffers") return b(c.broadcast_buffers);
   if (setting == "drop_last") return b(c.drop_last);
   if (setting == "sampler_drop_last") return b(c.sampler_drop_last);
