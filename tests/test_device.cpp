@@ -414,6 +414,20 @@ void expect_same_files(const std::string& a, const std::string& b, const std::st
   EXPECT_GT(compared, 0) << what;
 }
 
+// Runs c (its out_dir the CPU's) on the CPU, then on the resident simulated GPU (SimBackend, set
+// up by the caller) into dev_dir, and checks every file against the CPU run's. Returns the device
+// run, alive: its models own the executors g_sim lists.
+std::unique_ptr<lab::Run> cpu_then_sim(const lab::RunConfig& c, const std::string& dev_dir, const std::string& what) {
+  lab::Run(c, lab::make_world).run();
+  lab::RunConfig d = c;
+  d.out_dir = dev_dir;
+  d.compute.device = "sim";
+  auto run = std::make_unique<lab::Run>(d, lab::make_world);
+  run->run();
+  expect_same_files(c.out_dir, dev_dir, what);
+  return run;
+}
+
 }  // namespace
 
 // The residency protocol through the staged executor in its resident mode: the Linear weights and
@@ -488,15 +502,8 @@ TEST(DeviceResidency, ParametersOnTheDeviceGiveTheCpuRunsBits) {
     testutil::TempDir cpu_dir, dev_dir;
     lab::RunConfig c = testutil::small_run("mlp", 2, cpu_dir.path(), 6);
     k.set(c);
-    lab::Run(c, lab::make_world).run();
-
     SimBackend backend(/*resident=*/true);
-    lab::RunConfig d = c;
-    d.out_dir = dev_dir.path();
-    d.compute.device = "sim";
-    lab::Run run(d, lab::make_world);  // alive below: its models own the executors
-    run.run();
-    expect_same_files(cpu_dir.path(), dev_dir.path(), k.name);
+    const std::unique_ptr<lab::Run> run = cpu_then_sim(c, dev_dir.path(), k.name);  // alive below: g_sim
 
     const nlohmann::json s = nlohmann::json::parse(testutil::read_file(dev_dir.file("summary.json")));
     const int64_t steps = s["steps"].get<int64_t>();
@@ -584,15 +591,8 @@ TEST(DeviceResidency, BatchNormLivesOnTheDeviceAndComesDownOnlyWhenRead) {
     testutil::TempDir cpu_dir, dev_dir;
     lab::RunConfig c = testutil::small_run("mlp", 2, cpu_dir.path(), 8);
     k.set(c);
-    lab::Run(c, lab::make_world).run();
-
     SimBackend backend(/*resident=*/true);
-    lab::RunConfig d = c;
-    d.out_dir = dev_dir.path();
-    d.compute.device = "sim";
-    lab::Run run(d, lab::make_world);
-    run.run();
-    expect_same_files(cpu_dir.path(), dev_dir.path(), k.name);
+    const std::unique_ptr<lab::Run> run = cpu_then_sim(c, dev_dir.path(), k.name);  // alive below: g_sim
     const bool recorded = c.record_bn != "off";
     EXPECT_EQ(std::filesystem::exists(cpu_dir.file("bn_stats.bin")), recorded) << k.name;
     if (recorded) {

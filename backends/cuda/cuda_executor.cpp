@@ -763,9 +763,9 @@ class CudaExecutor final : public ModelExecutor {
   // The loss on the device (executor.h): the labels up, cross_entropy's kernel, the loss and the
   // hits down in one copy; the logits' gradient stays for backward_loss.
   bool forward_loss(const Tensor& x, const std::vector<int>& labels, float& loss, int& correct) override {
+    if (x.ndim() == 0 || x.dim(0) == 0) return false;  // (an empty batch has no mean loss: the host's forward)
     const DeviceView h = run_forward(x, Mode::Train);
     const int64_t n = h.shape.at(0), c = h.shape.at(1);
-    if (n == 0) return false;  // (no loss of an empty batch: the host's cross_entropy says so)
     m_labels_host.assign(labels.begin(), labels.end());
     m_st.upload(m_labels, m_labels_host.data(), m_labels_host.size());
     m_dlogits.resize(static_cast<size_t>(n * c));

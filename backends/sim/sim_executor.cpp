@@ -407,8 +407,8 @@ void SimExecutor::to_host(unsigned sets) {
       }
       if (m_host_stats_stale) {
         const BnBatchStats& st = m_dev_bn[i]->last_stats();
-        bytes += (st.mean.size() + st.var.size() + st.local_mean.size() + st.local_var.size()) * sizeof(float) +
-                 2 * sizeof(int64_t);
+        // (the counts are the host's: it knows every rank's batch, SyncBN's from the gathered rows)
+        bytes += (st.mean.size() + st.var.size() + st.local_mean.size() + st.local_var.size()) * sizeof(float);
         m_host_bn[i]->set_last_stats(st);
       }
       copied(true, bytes, t0);
