@@ -457,6 +457,19 @@ TEST(DeviceResidency, ParametersOnTheDeviceGiveTheCpuRunsBits) {
          c.no_sync_steps = 1;
        }},
       {"ddp, no momentum", [](lab::RunConfig& c) { c.momentum = 0.0; }},
+      {"ddp, Adam (its moments on the device), checkpoints",
+       [](lab::RunConfig& c) {
+         c.optimizer = "adam";
+         c.lr = 1e-3;
+         c.weight_decay = 1e-4;
+         c.checkpoint_every = 2;
+       }},
+      {"dp, AdamW", [](lab::RunConfig& c) {
+         c.mode = "dp";
+         c.optimizer = "adamw";
+         c.lr = 1e-3;
+         c.weight_decay = 0.01;
+       }},
       {"local-sgd, 3 ranks (the hook divides the bucket by 3 on the device: not a multiplication by 1/3)",
        [](lab::RunConfig& c) {
          c.world_size = 3;

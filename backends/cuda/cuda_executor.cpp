@@ -12,7 +12,7 @@
 //   MaxPool2d  maxpool2x2_forward / _backward (kernel 2 only)
 // Copies per training step (Staging counts them): host -> device the input, dlogits and, where
 // the gradients are reduced on the host (keep_grads off), every gradient once reduced for the
-// optimizer step on the device (sgd_param); device -> host the logits, with SyncBN every rank's
+// optimizer step on the device (step_param); device -> host the logits, with SyncBN every rank's
 // count, and every gradient where the host reduces them. The parameters and momentum buffers stay
 // on the device (residency, executor.h): taken up only after the host wrote them, brought down
 // only when the host asks; so do BatchNorm's running statistics and batch statistics
@@ -734,9 +734,9 @@ class CudaExecutor final : public ModelExecutor {
     m_params = model.params();
     for (size_t i = 0; i < model.size(); ++i)
       for (int p = 0; p < m_layout.count[i]; ++p) m_owner.push_back({i, p});
-    m_momentum.resize(m_params.size());
-    m_mirror.assign(m_params.size(), nullptr);
-    m_momentum_stale.assign(m_params.size(), 0);
+    m_state.resize(m_params.size());
+    m_mirror.resize(m_params.size());
+    m_state_stale.assign(m_params.size(), 0);
     for (size_t i = 0; i < m_params.size(); ++i)
       if (device_param(i)) m_last_device_param = i;
   }
@@ -807,7 +807,7 @@ class CudaExecutor final : public ModelExecutor {
     // Spans wait to be taken after the run's compute phase; an executor whose run never asks (the
     // evaluation copy's) drops them before they pile up.
     if (m_st.timer.pending() > 4096) m_st.timer.drop();
-    // Until its optimizer steps here (sgd_param), the host's parameters are the state: take them
+    // Until its optimizer steps here (step_param), the host's parameters are the state: take them
     // up every time, as the host-staged protocol does.
     if (!m_stepping) m_st.params_stale = true;
     m_st.timer.phase = mode == Mode::Train ? Phase::Forward : Phase::Eval;
@@ -876,8 +876,9 @@ class CudaExecutor final : public ModelExecutor {
       DeviceBuffer<float>* d = device_param(i);
       if (!d) continue;
       if (sets & kStateParams && m_host_params_stale) m_st.download(d->data(), m_params[i]->value.ptr(), d->size());
-      if (sets & kStateMomentum && m_host_momentum_stale && m_mirror[i] && m_momentum[i].size())
-        m_st.download(m_momentum[i].data(), m_mirror[i]->ptr(), m_momentum[i].size());
+      if (sets & kStateMomentum && m_host_momentum_stale)
+        for (size_t s = 0; s < m_mirror[i].size(); ++s)
+          m_st.download(m_state[i][s].data(), m_mirror[i][s]->ptr(), m_state[i][s].size());
     }
     if (sets & kStateParams) m_host_params_stale = false;
     if (sets & kStateMomentum) m_host_momentum_stale = false;
@@ -897,14 +898,16 @@ class CudaExecutor final : public ModelExecutor {
       m_host_params_stale = false;
     }
     if (sets & kStateMomentum) {
-      std::fill(m_momentum_stale.begin(), m_momentum_stale.end(), 1);
+      std::fill(m_state_stale.begin(), m_state_stale.end(), 1);
       m_host_momentum_stale = false;
     }
   }
 
-  bool sgd_param(size_t index, const SgdOptions& opt, bool first, Tensor& host_buffer) override {
+  bool step_param(size_t index, const OptimizerOptions& opt, int64_t step,
+                  const std::vector<Tensor*>& host_state) override {
     DeviceBuffer<float>* w = device_param(index);
     if (!w) return false;
+    const bool first = step == 1;
     m_ctx.make_current();
     m_stepping = true;
     m_st.timer.phase = Phase::OptimizerStep;
@@ -920,18 +923,26 @@ class CudaExecutor final : public ModelExecutor {
       m_st.upload(m_grad, p.grad.data);  // the host's gradient (averaged, accumulated)
       grad = m_grad.data();
     }
-    float* buf = nullptr;
-    if (opt.momentum != 0.0) {
-      DeviceBuffer<float>& b = m_momentum[index];
-      b.resize(w->size());
-      if (m_momentum_stale[index] && !first) m_st.upload(b, host_buffer.data);  // restored from a checkpoint
-      m_momentum_stale[index] = 0;
-      m_mirror[index] = &host_buffer;
-      m_host_momentum_stale = true;
-      buf = b.data();
+    // the optimizer's state of this parameter (momentum; Adam's moments): zeros at the first step,
+    // the host's after it wrote them (a restored checkpoint); the host's tensors become mirrors
+    std::vector<DeviceBuffer<float>>& st = m_state[index];
+    st.resize(host_state.size());
+    for (size_t s = 0; s < host_state.size(); ++s) {
+      if (st[s].size() != w->size()) {
+        st[s].resize(w->size());
+        st[s].fill_bytes(0, m_ctx.stream());
+      }
+      if (m_state_stale[index] && !first) m_st.upload(st[s], host_state[s]->data);
     }
-    const size_t span = m_st.timer.begin("sgd", "kernels", static_cast<int>(m_owner[index].first));
-    sgd_step(m_ctx, w->data(), grad, buf, static_cast<int64_t>(w->size()), opt, first);
+    m_state_stale[index] = 0;
+    m_mirror[index] = host_state;
+    if (!host_state.empty()) m_host_momentum_stale = true;
+    const int64_t count = static_cast<int64_t>(w->size());
+    const size_t span = m_st.timer.begin(opt.is_sgd() ? "sgd" : "adam", "kernels", static_cast<int>(m_owner[index].first));
+    if (opt.is_sgd())
+      sgd_step(m_ctx, w->data(), grad, st.empty() ? nullptr : st[0].data(), count, opt.sgd, first);
+    else
+      adam_step(m_ctx, w->data(), grad, st[0].data(), st[1].data(), count, opt.adam, step);
     m_st.timer.end(span);
     m_host_params_stale = true;
     if (index == m_last_device_param) m_st.timer.close();  // the step's spans, for the optimizer phase
@@ -998,13 +1009,13 @@ class CudaExecutor final : public ModelExecutor {
   // momentum buffer and the host's mirror of it
   std::vector<Param*> m_params;
   std::vector<std::pair<size_t, int>> m_owner;
-  std::vector<DeviceBuffer<float>> m_momentum;
-  std::vector<Tensor*> m_mirror;
-  std::vector<char> m_momentum_stale;  // the host's buffer is newer (a restored checkpoint)
+  std::vector<std::vector<DeviceBuffer<float>>> m_state;  // per parameter: momentum, or Adam's moments
+  std::vector<std::vector<Tensor*>> m_mirror;            // per parameter: the host's (the optimizer's) copies
+  std::vector<char> m_state_stale;  // the host's state is newer (a restored checkpoint)
   size_t m_last_device_param = ~size_t{0};
   bool m_host_params_stale = false, m_host_momentum_stale = false;
   bool m_device_buffers_stale = true, m_host_buffers_stale = false, m_host_stats_stale = false;
-  bool m_stepping = false;        // sgd_param has run: the device's parameters are the state
+  bool m_stepping = false;        // step_param has run: the device's parameters are the state
   DeviceBuffer<float> m_grad;     // the gradient being stepped
   // The host wrote the gradients (host_changed): the device takes them up before using its own.
   void take_up_grads() {

@@ -318,6 +318,11 @@ void sgd_dispatch(cudaStream_t s, bool momentum, bool first, bool nesterov, floa
     sgd_kernel<kDecay, true, false, false><<<blocks, kThreads, 0, s>>>(w, g, buf, count, k);
 }
 
+template <bool kDecoupled, bool kDecay>
+__global__ void adam_kernel(float* w, const float* g, float* m, float* v, int64_t count, AdamCoeffs k) {
+  DTLAB_FOR_EACH(i, count) adam_element<kDecoupled, kDecay>(w[i], g[i], m[i], v[i], k);
+}
+
 }  // namespace
 
 void bias_add(CudaContext& ctx, float* y, const float* b, int64_t n, int64_t c, int64_t inner) {
@@ -495,6 +500,23 @@ void sgd_step(CudaContext& ctx, float* w, const float* g, float* buf, int64_t co
     sgd_dispatch<true>(ctx.stream(), momentum, first, opt.nesterov, w, g, buf, count, k);
   else
     sgd_dispatch<false>(ctx.stream(), momentum, first, opt.nesterov, w, g, buf, count, k);
+  DTLAB_CUDA_CHECK_LAUNCH();
+}
+
+void adam_step(CudaContext& ctx, float* w, const float* g, float* m, float* v, int64_t count, const AdamOptions& opt,
+               int64_t step) {
+  if (count == 0) return;
+  const AdamCoeffs k = adam_coeffs(opt.lr, opt.beta1, opt.beta2, opt.eps, opt.weight_decay, step);  // on the host
+  const int blocks = blocks_for(count);
+  const bool decay = opt.weight_decay != 0.0;
+  if (opt.decoupled && decay)
+    adam_kernel<true, true><<<blocks, kThreads, 0, ctx.stream()>>>(w, g, m, v, count, k);
+  else if (opt.decoupled)
+    adam_kernel<true, false><<<blocks, kThreads, 0, ctx.stream()>>>(w, g, m, v, count, k);
+  else if (decay)
+    adam_kernel<false, true><<<blocks, kThreads, 0, ctx.stream()>>>(w, g, m, v, count, k);
+  else
+    adam_kernel<false, false><<<blocks, kThreads, 0, ctx.stream()>>>(w, g, m, v, count, k);
   DTLAB_CUDA_CHECK_LAUNCH();
 }
 

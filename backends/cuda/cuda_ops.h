@@ -10,7 +10,7 @@
 // give the same bits; against the CPU, which adds in another order, sums agree to double rounding
 // before they are rounded to float.
 //
-// Sections: bias | ReLU | max-pool | BatchNorm | cross-entropy | SGD
+// Sections: bias | ReLU | max-pool | BatchNorm | cross-entropy | SGD | Adam
 #pragma once
 
 #include <cstdint>
@@ -108,5 +108,11 @@ void count_nonfinite(CudaContext& ctx, const float* x, int64_t count, int32_t* b
 // w, g, buf: (count,) parameters, gradients, momentum buffers (buf unused without momentum).
 // first: the first step (buf = d, no dampening).
 void sgd_step(CudaContext& ctx, float* w, const float* g, float* buf, int64_t count, const SgdOptions& opt, bool first);
+
+// ---- Adam and AdamW (torch.optim.Adam / AdamW) over one flat buffer ----
+// w, g, m, v: (count,) parameters, gradients, exp_avg, exp_avg_sq; step: 1 for the first. The
+// coefficients (bias corrections in double) are computed on the host, as adam_apply's.
+void adam_step(CudaContext& ctx, float* w, const float* g, float* m, float* v, int64_t count, const AdamOptions& opt,
+               int64_t step);
 
 }  // namespace lab::cuda

@@ -160,9 +160,9 @@ SimExecutor::SimExecutor(Model& host, bool resident) : m_resident(resident), m_h
   m_in.resize(n);
   m_out.resize(n);
   m_grad.resize(n);
-  m_momentum.resize(m_params.size());
-  m_mirror.assign(m_params.size(), nullptr);
-  m_momentum_stale.assign(m_params.size(), 0);
+  m_state.resize(m_params.size());
+  m_mirror.resize(m_params.size());
+  m_state_stale.assign(m_params.size(), 0);
 }
 
 void SimExecutor::span(Phase phase, const char* op, size_t module, double t0) {
@@ -375,7 +375,7 @@ void SimExecutor::to_host(unsigned sets) {
   if (!m_resident) return;
   if ((sets & kStateParams) && m_host_params_stale) {
     for (size_t i = 0; i < m_params.size(); ++i)
-      if (m_dev_params[i]) {  // stale only once sgd_param has stepped them
+      if (m_dev_params[i]) {  // stale only once step_param has stepped them
         const double t0 = now_seconds();
         m_params[i]->value.data = m_dev_params[i]->value.data;
         copied(true, bytes_of(m_params[i]->value), t0);
@@ -418,10 +418,10 @@ void SimExecutor::to_host(unsigned sets) {
   }
   if ((sets & kStateMomentum) && m_host_momentum_stale) {
     for (size_t i = 0; i < m_params.size(); ++i)
-      if (m_mirror[i] && m_momentum[i].numel() > 0) {
+      for (size_t s = 0; s < m_mirror[i].size(); ++s) {
         const double t0 = now_seconds();
-        m_mirror[i]->data = m_momentum[i].data;
-        copied(true, bytes_of(m_momentum[i]), t0);
+        m_mirror[i][s]->data = m_state[i][s].data;
+        copied(true, bytes_of(m_state[i][s]), t0);
       }
     m_host_momentum_stale = false;
   }
@@ -434,7 +434,7 @@ void SimExecutor::host_changed(unsigned sets) {
     m_host_params_stale = false;
   }
   if (sets & kStateMomentum) {
-    std::fill(m_momentum_stale.begin(), m_momentum_stale.end(), 1);
+    std::fill(m_state_stale.begin(), m_state_stale.end(), 1);
     m_host_momentum_stale = false;
   }
   if ((sets & kStateGrads) && m_keep_grads) {
@@ -487,8 +487,10 @@ void SimExecutor::zero_grads() {
   m_host_grads_stale = false;
 }
 
-bool SimExecutor::sgd_param(size_t index, const SgdOptions& opt, bool first, Tensor& host_buffer) {
+bool SimExecutor::step_param(size_t index, const OptimizerOptions& opt, int64_t step,
+                             const std::vector<Tensor*>& host_state) {
   if (!m_resident || !m_dev_params[index]) return false;
+  const bool first = step == 1;
   m_phase = Phase::OptimizerStep;
   if (m_device_params_stale) upload_params();  // the host wrote them after the last forward: its values first
   const double t0 = now_seconds();
@@ -501,28 +503,32 @@ bool SimExecutor::sgd_param(size_t index, const SgdOptions& opt, bool first, Ten
   } else {
     copied(false, bytes_of(*g), now_seconds());
   }
-  float* buf = nullptr;
-  if (opt.momentum != 0.0) {
-    Tensor& b = m_momentum[index];
-    if (b.numel() != d.value.numel()) b.resize(d.value.shape);
-    if (m_momentum_stale[index] && !first) {  // restored from a checkpoint
+  // the optimizer's state of this parameter on the device: zeros at the first step (SGD's momentum
+  // is filled from the gradient there), the host's after it wrote them (a restored checkpoint)
+  std::vector<Tensor>& st = m_state[index];
+  st.resize(host_state.size());
+  for (size_t s = 0; s < host_state.size(); ++s) {
+    if (st[s].numel() != d.value.numel()) st[s] = Tensor(d.value.shape, 0.0f);
+    if (m_state_stale[index] && !first) {
       const double tb = now_seconds();
-      b.data = host_buffer.data;
-      copied(false, bytes_of(b), tb);
+      st[s].data = host_state[s]->data;
+      copied(false, bytes_of(st[s]), tb);
     }
-    m_momentum_stale[index] = 0;
-    buf = b.ptr();
-    // the host's buffer is the device's mirror from now on: poisoned until to_host
-    host_buffer.resize(d.value.shape);
-    poison(host_buffer);
-    m_mirror[index] = &host_buffer;
-    m_host_momentum_stale = true;
+    // the host's tensor is the device's mirror from now on: poisoned until to_host
+    host_state[s]->resize(d.value.shape);
+    poison(*host_state[s]);
   }
-  sgd_apply(opt, first, d.value.ptr(), g->ptr(), buf, d.value.numel());
+  m_state_stale[index] = 0;
+  m_mirror[index] = host_state;
+  if (!host_state.empty()) m_host_momentum_stale = true;
+  if (opt.is_sgd())
+    sgd_apply(opt.sgd, first, d.value.ptr(), g->ptr(), st.empty() ? nullptr : st[0].ptr(), d.value.numel());
+  else
+    adam_apply(opt.adam, step, d.value.ptr(), g->ptr(), st[0].ptr(), st[1].ptr(), d.value.numel());
   poison(m_params[index]->value);  // a mirror the device has moved past
   m_host_params_stale = true;
   ++m_count.device_steps;
-  span(Phase::OptimizerStep, "sgd", m_owner[index], t0);
+  span(Phase::OptimizerStep, opt.is_sgd() ? "sgd" : "adam", m_owner[index], t0);
   return true;
 }
 

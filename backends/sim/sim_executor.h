@@ -5,7 +5,7 @@
 //     with its own parameters, activations and gradients; the host's model is never computed on;
 //   * host-staged until its optimizer's first step, then resident: the Linear, Conv2d and
 //     BatchNorm parameters and their momentum buffers live on the device, which steps them
-//     (sgd_param), and the host's copies are mirrors. A mirror the device has moved past holds NaN
+//     (step_param: SGD, Adam, AdamW), and the host's copies are mirrors. A mirror the device has moved past holds NaN
 //     until to_host brings it current, so a reader that forgets to ask shows in the run's numbers
 //     at once;
 //   * BatchNorm, resident, runs whole on the device: a device copy of the layer computes the
@@ -72,7 +72,7 @@ struct SimCounters {
   int buffers_uploaded = 0; // BatchNorm layers whose buffers were taken up from the host
   int buffers_to_host = 0;  // BatchNorm layers whose buffers and statistics were brought down
   int device_losses = 0;    // training forwards whose loss was computed on the device (forward_loss)
-  int device_steps = 0;     // parameters stepped on the device (sgd_param)
+  int device_steps = 0;     // parameters stepped on the device (step_param)
   uint64_t grad_bytes_to_host = 0;  // gradients a backward brought to the host (none when kept: keep_grads)
 };
 
@@ -97,7 +97,7 @@ class SimExecutor : public ModelExecutor {
   }
   void to_host(unsigned sets) override;
   void host_changed(unsigned sets) override;
-  bool sgd_param(size_t index, const SgdOptions& opt, bool first, Tensor& host_buffer) override;
+  bool step_param(size_t index, const OptimizerOptions& opt, int64_t step, const std::vector<Tensor*>& host_state) override;
 
   const SimCounters& counters() const { return m_count; }
   DeviceMemory* device_memory() override { return &m_memory; }
@@ -133,10 +133,10 @@ class SimExecutor : public ModelExecutor {
   std::vector<Tensor> m_in, m_out, m_grad;     // per module: its input, output, input gradient
   Tensor m_x, m_logits, m_dlogits;
   // residency
-  std::vector<Tensor> m_momentum;              // the device's momentum buffers
-  std::vector<Tensor*> m_mirror;               // the host's (the optimizer's) copies
-  std::vector<char> m_momentum_stale;          // the host's buffer is newer (a restored checkpoint)
-  bool m_stepping = false;                     // sgd_param has run: the device's parameters are the state
+  std::vector<std::vector<Tensor>> m_state;    // per parameter: the device's optimizer state (momentum; Adam's moments)
+  std::vector<std::vector<Tensor*>> m_mirror;  // per parameter: the host's (the optimizer's) copies
+  std::vector<char> m_state_stale;             // the host's state is newer (a restored checkpoint)
+  bool m_stepping = false;                     // step_param has run: the device's parameters are the state
   // gradients on the device (keep_grads): one per device parameter, accumulated by backward
   bool m_keep_grads = false;
   std::vector<Tensor> m_dgrad;

@@ -129,10 +129,6 @@ void validate_values(const RunConfig& c) {
   if (!(c.adam_beta2 >= 0 && c.adam_beta2 < 1))
     throw ConfigError("--betas " + num(c.adam_beta1) + "," + num(c.adam_beta2) +
                       ": Invalid beta parameter at index 1: " + num(c.adam_beta2));
-  if (c.optimizer != "sgd" && c.compute.device != "cpu")
-    throw ConfigError("--optimizer " + c.optimizer + " with --device " + c.compute.device +
-                          ": a device steps SGD only so far (its parameters live there; Adam's update runs on the host)",
-                      "use --device cpu with Adam and AdamW, or --optimizer sgd on the device");
   if (c.bn_momentum && (*c.bn_momentum < 0 || *c.bn_momentum > 1))
     throw ConfigError("--bn-momentum must be in [0, 1] or 'none', got " + bn_momentum_str(c.bn_momentum));
   if (!(c.bn_eps > 0)) throw ConfigError("--bn-eps must be positive");

@@ -33,7 +33,7 @@
 // reports them.
 //
 // Residency: an executor may keep state on the device between steps instead (resident() says
-// which): the parameters its own optimizer step updates (sgd_param: the Linear, Conv2d and
+// which): the parameters its own optimizer step updates (step_param: the Linear, Conv2d and
 // BatchNorm weights and biases, with their momentum buffers) and, where BatchNorm runs whole on the
 // device, its buffers and batch statistics (kStateBuffers), from its first step on (before it, and
 // for a model whose optimizer steps on the host, it stays host-staged). A step then copies the
@@ -72,12 +72,12 @@ namespace lab {
 
 class DeviceMemory;
 class Model;
-struct SgdOptions;
+struct OptimizerOptions;
 
 // What a device can keep between steps (ModelExecutor::resident, Model::to_host, host_changed).
 enum StateSet : unsigned {
   kStateParams = 1u,    // parameter values
-  kStateMomentum = 2u,  // the optimizer's momentum buffers of the parameters it steps on the device
+  kStateMomentum = 2u,  // the optimizer's state (SGD's momentum, Adam's moments) of the parameters it steps there
   kStateGrads = 4u,     // the gradients of those parameters, where kept on the device (keep_grads)
   kStateBuffers = 8u,   // BatchNorm's buffers (running statistics, num_batches_tracked) and the
                         // batch statistics of its last training forward (BatchNorm::last_stats)
@@ -123,13 +123,15 @@ class ModelExecutor {
   virtual void to_host(unsigned sets) { (void)sets; }
   // The host wrote `sets`: the device's copies are stale until it takes the host's up again.
   virtual void host_changed(unsigned sets) { (void)sets; }
-  // One torch.optim.SGD update of parameter `index` (Model::params() order) on the device, with its
-  // host gradient, as Optimizer::step does it (optim.h; `first`: its first step). `host_buffer` is the
-  // parameter's momentum buffer on the host (sized), which becomes the device's mirror
-  // (to_host(kStateMomentum) fills it; a restored one is taken up after host_changed). Returns
-  // false for a parameter the device does not step (the host then does).
-  virtual bool sgd_param(size_t index, const SgdOptions& opt, bool first, Tensor& host_buffer) {
-    (void)index, (void)opt, (void)first, (void)host_buffer;
+  // One optimizer update of parameter `index` (Model::params() order) on the device, with its
+  // gradient, as Optimizer::step does it (optim.h): SGD (sgd_apply) or Adam / AdamW (adam_apply)
+  // at step `step` (1: the first). `host_state`: the parameter's optimizer state on the host, in
+  // Optimizer::state_names_of(opt) order (SGD with momentum: the momentum buffer; Adam: exp_avg,
+  // exp_avg_sq), sized; they become the device's mirrors (to_host(kStateMomentum) fills them; a
+  // restored state is taken up after host_changed). Returns false for a parameter the device does
+  // not step (the host then does).
+  virtual bool step_param(size_t index, const OptimizerOptions& opt, int64_t step, const std::vector<Tensor*>& host_state) {
+    (void)index, (void)opt, (void)step, (void)host_state;
     return false;
   }
   // The device's memory as collectives see it (lab/comm/device_memory.h): for an allreduce of
@@ -137,7 +139,7 @@ class ModelExecutor {
   virtual DeviceMemory* device_memory() { return nullptr; }
 
   // ---- gradients on the device ----
-  // on: from the next backward, the gradients of the parameters the device steps (sgd_param's)
+  // on: from the next backward, the gradients of the parameters the device steps (step_param's)
   // stay on the device, accumulated there (+=, as the host's), instead of being added into the
   // host's Param::grad, which becomes their mirror (kStateGrads: to_host before the host reads
   // them, host_changed after it wrote them). A caller that reduces them on the device asks (DDP's

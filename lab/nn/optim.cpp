@@ -119,8 +119,7 @@ void Optimizer::step() {
   const bool first = m_steps == 0;
   ++m_steps;
   if (!m_opt.is_sgd()) {
-    // Adam: state['step'] += 1, then the update with its bias corrections (on the host: a device
-    // run with Adam is refused by validate())
+    // Adam: state['step'] += 1, then the update with its bias corrections
     for (size_t i = 0; i < m_params.size(); ++i) {
       Param& p = *m_params[i];
       if (first) {  // exp_avg and exp_avg_sq: zeros like the parameter
@@ -129,6 +128,8 @@ void Optimizer::step() {
         m_m[i] = Tensor(p.value.shape, 0.0f);
         m_v[i] = Tensor(p.value.shape, 0.0f);
       }
+      if (m_device && m_device->step_param(i, m_opt, m_steps, {&m_m[i], &m_v[i]}))
+        continue;  // stepped where the parameter lives
       const int64_t n = p.value.numel();
       parallel_for((n + kChunk - 1) / kChunk, [&](int64_t c0, int64_t c1, int) {
         const int64_t i0 = c0 * kChunk, len = std::min(n, c1 * kChunk) - i0;
@@ -143,7 +144,8 @@ void Optimizer::step() {
   for (size_t i = 0; i < m_params.size(); ++i) {
     Param& p = *m_params[i];
     if (momentum && first) m_buf[i].resize(p.value.shape);
-    if (m_device && m_device->sgd_param(i, so, first, m_buf[i]))
+    if (m_device &&
+        m_device->step_param(i, m_opt, m_steps, momentum ? std::vector<Tensor*>{&m_buf[i]} : std::vector<Tensor*>{}))
       continue;  // stepped where the parameter lives
     float* buf = momentum ? m_buf[i].ptr() : nullptr;
     // Elementwise: any split over the compute threads gives the same bits.
@@ -167,10 +169,10 @@ std::vector<std::string> Optimizer::state_names() const {
 }
 
 std::vector<Tensor>& Optimizer::state(const std::string& name) {
+  if (m_device) m_device->to_host(kStateMomentum);  // a device's mirrors brought current
   if (name == "exp_avg") return m_m;
   if (name == "exp_avg_sq") return m_v;
   assert(name == "momentum");
-  if (m_device) m_device->to_host(kStateMomentum);
   return m_buf;
 }
 

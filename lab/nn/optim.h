@@ -30,7 +30,7 @@ struct SgdOptions {
 // torch.optim.SGD. Per parameter p with gradient g:
 //   g = g + wd * p;  buf = g (first step) else buf = momentum * buf + (1 - dampening) * g;
 //   g = nesterov ? g + momentum * buf : buf;  p = p - lr * g
-// Sgd::step's update of one parameter's n contiguous values: w, g, buf (nullptr without momentum;
+// Optimizer::step's update of one parameter's n contiguous values: w, g, buf (nullptr without momentum;
 // `first`: the parameter's first step, buf filled from g). The one place its arithmetic is chosen
 // (sgd_element of elementwise.h, specialized on the options), for the host and for any device
 // that steps with the CPU's ops.
@@ -68,8 +68,8 @@ class ModelExecutor;
 class Optimizer {
  public:
   Optimizer(std::vector<Param*> params, const OptimizerOptions& opt);
-  // The model's executor (executor.h): the parameters it keeps on its device are stepped there
-  // (SGD), their momentum buffers here become its mirrors. nullptr: every parameter on the host.
+  // The model's executor (executor.h): the parameters it keeps on its device are stepped there,
+  // their state here (momentum, Adam's moments) becomes its mirrors. nullptr: all on the host.
   void set_device(ModelExecutor* device) { m_device = device; }
   void step();
   const OptimizerOptions& options() const { return m_opt; }

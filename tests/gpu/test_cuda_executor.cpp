@@ -282,6 +282,29 @@ TEST_P(CudaExecutor, LossOnTheDeviceMatchesTheCpu) {
   EXPECT_GT(poisoned, 0);
 }
 
+// AdamW with its moments on the device (step_param): five steps against the CPU's optimizer, the
+// moments brought to the host at the end.
+TEST_P(CudaExecutor, FiveAdamWStepsOnTheDeviceMatchCpu) {
+  const double tol = tol_of(GetParam());
+  Twins m = make_twins(GetParam());
+  lab::OptimizerOptions o;
+  o.kind = "adamw";
+  o.adam.lr = 1e-3;
+  o.adam.weight_decay = 0.01;
+  o.adam.decoupled = true;
+  lab::Optimizer cpu_opt(m.cpu->params(), o), gpu_opt(m.gpu->params(), o);
+  gpu_opt.set_device(m.gpu->executor());
+  five_sgd_steps(m, cpu_opt, gpu_opt, tol);
+  m.gpu->to_host(lab::kStateAll);
+  expect_state_close(*m.gpu, *m.cpu, tol);
+  for (const char* s : {"exp_avg", "exp_avg_sq"}) {
+    const std::vector<lab::Tensor>& a = cpu_opt.state(s);
+    const std::vector<lab::Tensor>& b = gpu_opt.state(s);
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(close_to_max(b[i].data, a[i].data, tol)) << s << " " << i;
+  }
+}
+
 // ---- on_param_ready ----
 
 // The same indices in the same order as Model::backward (DDP's buckets start from them), each
