@@ -193,28 +193,18 @@ class Staging {
   // device (count,) -> host, after the work queued so far; waits until it is there.
   template <class T>
   void download(const T* device, T* host, size_t count) {
-    if (count == 0) return;
-    const auto t0 = std::chrono::steady_clock::now();
-    const size_t span = timer.begin("copy to host", "copy", -1, count * sizeof(T));
-    DTLAB_CUDA_CHECK(cudaMemcpyAsync(host, device, count * sizeof(T), cudaMemcpyDeviceToHost, ctx.stream()));
-    timer.end(span);
-    DTLAB_CUDA_CHECK(cudaStreamSynchronize(ctx.stream()));
-    m_traffic.wait_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    m_traffic.device_to_host_bytes += count * sizeof(T);
+    waited_download(count * sizeof(T), [&] {
+      DTLAB_CUDA_CHECK(cudaMemcpyAsync(host, device, count * sizeof(T), cudaMemcpyDeviceToHost, ctx.stream()));
+    });
   }
 
   // Every `stride`-th float of device, rows of them starting at the first (a column of a table) ->
   // host (rows,), after the work queued so far; waits until it is there.
   void download_column(const float* device, size_t stride, size_t rows, float* host) {
-    if (rows == 0) return;
-    const auto t0 = std::chrono::steady_clock::now();
-    const size_t span = timer.begin("copy to host", "copy", -1, rows * sizeof(float));
-    DTLAB_CUDA_CHECK(cudaMemcpy2DAsync(host, sizeof(float), device, stride * sizeof(float), sizeof(float), rows,
-                                       cudaMemcpyDeviceToHost, ctx.stream()));
-    timer.end(span);
-    DTLAB_CUDA_CHECK(cudaStreamSynchronize(ctx.stream()));
-    m_traffic.wait_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    m_traffic.device_to_host_bytes += rows * sizeof(float);
+    waited_download(rows * sizeof(float), [&] {
+      DTLAB_CUDA_CHECK(cudaMemcpy2DAsync(host, sizeof(float), device, stride * sizeof(float), sizeof(float), rows,
+                                         cudaMemcpyDeviceToHost, ctx.stream()));
+    });
   }
 
   // grads: the gradients of `params` back to back on the device (each Param::grad's size, in
@@ -230,6 +220,22 @@ class Staging {
   }
 
   const StagingTraffic& traffic() const { return m_traffic; }
+
+ private:
+  // A download of `bytes` that copy() queues on the stream: timed as a span, waited for, counted.
+  template <class F>
+  void waited_download(size_t bytes, F&& copy) {
+    if (bytes == 0) return;
+    const auto t0 = std::chrono::steady_clock::now();
+    const size_t span = timer.begin("copy to host", "copy", -1, bytes);
+    copy();
+    timer.end(span);
+    DTLAB_CUDA_CHECK(cudaStreamSynchronize(ctx.stream()));
+    m_traffic.wait_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    m_traffic.device_to_host_bytes += bytes;
+  }
+
+ public:
 
   CudaContext& ctx;
   DeviceTimer timer;

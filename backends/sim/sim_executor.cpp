@@ -64,6 +64,19 @@ uint64_t bytes_of(const Tensor& t) { return static_cast<uint64_t>(t.numel()) * s
 
 constexpr size_t kLossTag = ~size_t{0};  // the loss's span: no module (tag -1)
 
+// BatchNorm's buffers (running statistics, num_batches_tracked) from one copy of the layer to the
+// other; the bytes a GPU would copy.
+uint64_t copy_buffers(BatchNorm& from, BatchNorm& to) {
+  const std::vector<Buffer*> f = from.buffers(), t = to.buffers();
+  uint64_t bytes = 0;
+  for (size_t b = 0; b < f.size(); ++b) {
+    t[b]->value = f[b]->value;
+    t[b]->i64 = f[b]->i64;
+    bytes += f[b]->is_int64 ? sizeof(int64_t) : bytes_of(f[b]->value);
+  }
+  return bytes;
+}
+
 }  // namespace
 
 // SyncBatchNorm's collectives of a device copy of a BatchNorm: the host layer's BnSync (the run's,
@@ -211,13 +224,7 @@ void SimExecutor::upload_buffers() {
   for (size_t i = 0; i < m_host.size(); ++i) {
     if (!m_dev_bn[i]) continue;
     const double t0 = now_seconds();
-    const std::vector<Buffer*> h = m_host_bn[i]->buffers(), d = m_dev_bn[i]->buffers();
-    uint64_t bytes = 0;
-    for (size_t b = 0; b < h.size(); ++b) {
-      d[b]->value = h[b]->value;
-      d[b]->i64 = h[b]->i64;
-      bytes += h[b]->is_int64 ? sizeof(int64_t) : bytes_of(h[b]->value);
-    }
+    const uint64_t bytes = copy_buffers(*m_host_bn[i], *m_dev_bn[i]);
     if (bytes > 0) {
       copied(false, bytes, t0);
       ++m_count.buffers_uploaded;
@@ -396,15 +403,7 @@ void SimExecutor::to_host(unsigned sets) {
     for (size_t i = 0; i < m_host.size(); ++i) {
       if (!m_dev_bn[i]) continue;
       const double t0 = now_seconds();
-      uint64_t bytes = 0;
-      if (m_host_buffers_stale) {
-        const std::vector<Buffer*> h = m_host_bn[i]->buffers(), d = m_dev_bn[i]->buffers();
-        for (size_t b = 0; b < h.size(); ++b) {
-          h[b]->value = d[b]->value;
-          h[b]->i64 = d[b]->i64;
-          bytes += d[b]->is_int64 ? sizeof(int64_t) : bytes_of(d[b]->value);
-        }
-      }
+      uint64_t bytes = m_host_buffers_stale ? copy_buffers(*m_dev_bn[i], *m_host_bn[i]) : 0;
       if (m_host_stats_stale) {
         const BnBatchStats& st = m_dev_bn[i]->last_stats();
         // (the counts are the host's: it knows every rank's batch, SyncBN's from the gathered rows)
