@@ -682,6 +682,41 @@ TEST_F(CudaOps, SgdIsBitwiseTheCpuOptimizer) {
       }
 }
 
+// ---- Adam / AdamW ----
+
+// The moments start at zero on both (PyTorch's lazy state); five steps with fresh gradients, the
+// bias corrections of each step (adam_coeffs, on the host for both) and adam_element's two
+// roundings per product (--fmad=false): every weight and moment bit for bit.
+TEST_F(CudaOps, AdamIsBitwiseTheCpuOptimizer) {
+  const size_t count = 100000;
+  for (bool decoupled : {false, true})
+    for (double wd : {0.0, 0.01}) {
+      SCOPED_TRACE(std::string(decoupled ? "adamw" : "adam") + " wd=" + std::to_string(wd));
+      lab::OptimizerOptions opt;
+      opt.kind = decoupled ? "adamw" : "adam";
+      opt.adam.lr = 1e-3;
+      opt.adam.weight_decay = wd;
+      opt.adam.decoupled = decoupled;
+      lab::Param p{"w", lab::Tensor({static_cast<int64_t>(count)}), lab::Tensor({static_cast<int64_t>(count)})};
+      p.value.data = randn(count, 83);
+      lab::Optimizer adam({&p}, opt);
+      auto w = on_device(*ctx, p.value.data);
+      DeviceBuffer<float> m(count), v(count);
+      m.fill_bytes(0, ctx->stream());
+      v.fill_bytes(0, ctx->stream());
+      for (int step = 1; step <= 5; ++step) {
+        p.grad.data = randn(count, 84 + static_cast<uint32_t>(step));
+        if (step == 3) p.grad.data[7] = 0.0f;  // a zero gradient: the step is the momentum's alone
+        adam.step();
+        auto g = on_device(*ctx, p.grad.data);
+        lab::cuda::adam_step(*ctx, w.data(), g.data(), m.data(), v.data(), static_cast<int64_t>(count), opt.adam, step);
+        EXPECT_TRUE(same_bits(w.download(ctx->stream()), p.value.data)) << "step " << step;
+        EXPECT_TRUE(same_bits(m.download(ctx->stream()), adam.state("exp_avg")[0].data)) << "step " << step;
+        EXPECT_TRUE(same_bits(v.download(ctx->stream()), adam.state("exp_avg_sq")[0].data)) << "step " << step;
+      }
+    }
+}
+
 // ---- determinism: two runs of every op without atomics give the same bits ----
 
 TEST_F(CudaOps, DeterministicOpsRepeatBitwise) {

@@ -495,6 +495,12 @@ def stage_sanitizer(s, tool):
     elif rc in (124, 137):
         s.figures["partial"] = True
         s.set("failed" if reports else "partial", f"out of time after {len(done)} of {len(listed)} tests; {len(reports)} error(s) reported so far")
+    elif rc != 0 and rc != 86 and summary and s.figures["errors"] == 0 and not reports:
+        # the sanitizer finished clean (its own exit code for errors is 86): the test binary's exit
+        # code is its failed tests, which op_tests reports; this stage's question is memory / races
+        failed = re.findall(r"^\[  FAILED  \] (\S+) \(", log, re.M)
+        s.figures["tests_failed"] = failed
+        s.notes.append(f"no error in {len(done)} tests; {len(failed)} of them failed their own checks (op_tests reports them)")
     elif rc != 0:
         s.set("failed", f"exit {rc}: {s.figures['errors']} error(s); " + (reports[0] if reports else tail(log, 3)))
 

@@ -195,6 +195,14 @@ def main():
     write(work, "memcheck.log", "[ RUN      ] CudaOps.Gemm\n[       OK ] CudaOps.Gemm (30 ms)\n[ RUN      ] CudaOps.Conv\n")
     check("memcheck: out of time, clean so far", stage(work, "memcheck", memcheck=124), "partial", "after 1 of 2 tests",
           tests_completed=1, tests_total=2)
+    write(work, "memcheck.log", "[ RUN      ] CudaOps.Gemm\n[       OK ] CudaOps.Gemm (30 ms)\n[ RUN      ] CudaOps.Conv\n"
+                                "[  FAILED  ] CudaOps.Conv (40 ms)\n 1 FAILED TEST\n"
+                                "========= Target application returned an error\n========= ERROR SUMMARY: 0 errors\n")
+    check("memcheck: clean, a test failing its own check", stage(work, "memcheck", memcheck=1), "passed",
+          "1 of them failed", errors=0, tests_failed=["CudaOps.Conv"])
+    write(work, "memcheck.log", "[ RUN      ] CudaOps.Gemm\n========= Invalid __global__ read of size 4 bytes\n"
+                                "[       OK ] CudaOps.Gemm (30 ms)\n========= ERROR SUMMARY: 1 error\n")
+    check("memcheck: an invalid read", stage(work, "memcheck", memcheck=86), "failed", "Invalid __global__ read", errors=1)
     write(work, "racecheck.list", "CudaOps.\n  Gemm\n")
     write(work, "racecheck.log", "========= Error: Race reported between Write access at 0x10 in block_sum\n"
                                  "========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)\n")
