@@ -317,9 +317,13 @@ TEST_P(CudaExecutor, LossOnTheDeviceMatchesTheCpu) {
 // terms cancel) the weight moves by about lr whichever sign the noise has: two backward passes that
 // differ only in rounding part such weights by O(lr) in the first step (seen on an H200: the mlp's
 // Linear biases, one weight of 200704). So both optimizers get the same gradients: at each step the
-// GPU's (checked against the CPU's backward) replace the CPU's, both step, and every weight and
-// both moments must then be the CPU's bit for bit; the running statistics, which the forwards
-// compute, within tol.
+// GPU's replace the CPU's, both step, and every weight and both moments must then be the CPU's bit
+// for bit; the losses, and the running statistics, which the forwards compute, within tol. The
+// gradients themselves are not compared here (OneTrainStepMatchesCpu and LossOnTheDevice do, on
+// their batches): where a 2x2 max-pool window's two largest values are within rounding of each
+// other, the two sides pick different winners and route that gradient to another pixel, which
+// moves one channel of the conv weight before it by a few % (seen on the H200 at step 1 of this
+// test with the cnn: 283 of the second conv's 18432 weights, one output channel, up to 3% of max).
 TEST_P(CudaExecutor, FiveAdamWStepsOnTheDeviceAreTheCpusBits) {
   const double tol = tol_of(GetParam());
   Twins m = make_twins(GetParam());
@@ -344,7 +348,6 @@ TEST_P(CudaExecutor, FiveAdamWStepsOnTheDeviceAreTheCpusBits) {
     }
     EXPECT_NEAR(losses[1], losses[0], tol * losses[0]);
     m.gpu->to_host(lab::kStateGrads);
-    expect_grads_close(*m.gpu, *m.cpu, tol);
     for (size_t i = 0; i < pc.size(); ++i) pc[i]->grad.data = pg[i]->grad.data;
     cpu_opt.step();
     gpu_opt.step();

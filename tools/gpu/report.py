@@ -482,7 +482,7 @@ def stage_sanitizer(s, tool):
     rc = s.rc[tool]
     log = read(s.path(f"{tool}.log"))
     listed = [l for l in read(s.path(f"{tool}.list")).splitlines() if l.startswith("  ")]
-    done = re.findall(r"^\[ +(?:OK|FAILED|SKIPPED) +\] (\S+) \(", log, re.M)
+    done = re.findall(r"^\[ +(?:OK|FAILED|SKIPPED) +\] ([^\s,]+)(?:,.*)? \(\d+ ms\)$", log, re.M)
     summary = re.findall(r"(?:ERROR|RACECHECK) SUMMARY: (\d+) (?:error|hazard)", log)
     reports = [l for l in log.splitlines() if re.match(r"========= (Invalid|Error|Race|Uninitialized|Barrier|"
                                                         r"Program hit|Leaked|Malloc|Out-of-range|Misaligned)", l)]
@@ -498,7 +498,7 @@ def stage_sanitizer(s, tool):
     elif rc != 0 and rc != 86 and summary and s.figures["errors"] == 0 and not reports:
         # the sanitizer finished clean (its own exit code for errors is 86): the test binary's exit
         # code is its failed tests, which op_tests reports; this stage's question is memory / races
-        failed = re.findall(r"^\[  FAILED  \] (\S+) \(", log, re.M)
+        failed = sorted(set(re.findall(r"^\[  FAILED  \] ([^\s,]+)(?:,.*)? \(\d+ ms\)$", log, re.M)))
         s.figures["tests_failed"] = failed
         s.notes.append(f"no error in {len(done)} tests; {len(failed)} of them failed their own checks (op_tests reports them)")
     elif rc != 0:

@@ -196,7 +196,9 @@ def main():
     check("memcheck: out of time, clean so far", stage(work, "memcheck", memcheck=124), "partial", "after 1 of 2 tests",
           tests_completed=1, tests_total=2)
     write(work, "memcheck.log", "[ RUN      ] CudaOps.Gemm\n[       OK ] CudaOps.Gemm (30 ms)\n[ RUN      ] CudaOps.Conv\n"
-                                "[  FAILED  ] CudaOps.Conv (40 ms)\n 1 FAILED TEST\n"
+                                "[  FAILED  ] CudaOps.Conv, where GetParam() = \"cnn\" (40 ms)\n"
+                                "[  FAILED  ] 1 test, listed below:\n[  FAILED  ] CudaOps.Conv, where GetParam() = \"cnn\"\n"
+                                " 1 FAILED TEST\n"
                                 "========= Target application returned an error\n========= ERROR SUMMARY: 0 errors\n")
     check("memcheck: clean, a test failing its own check", stage(work, "memcheck", memcheck=1), "passed",
           "1 of them failed", errors=0, tests_failed=["CudaOps.Conv"])
