@@ -199,6 +199,7 @@ RunConfig bench_run_config(const BenchTrainOptions& opt, long long batch) {
   c.lr = 0.01;
   c.momentum = 0.9;
   c.shuffle = false;
+  c.compute = opt.compute;
   return c;
 }
 
@@ -478,6 +479,7 @@ int bench_train(const BenchTrainOptions& opt) {
   if (opt.threads < 1) throw ConfigError("--threads must be at least 1");
   if (opt.rounds < 1 || !(opt.seconds > 0)) throw ConfigError("--rounds and --seconds must be positive");
   validate_compute_options(opt.compute);
+  if (opt.compute.cuda_graphs) refuse_graphs_where_they_cannot_apply(bench_run_config(opt, opt.batch_size));
   rank_device_map(opt.compute, opt.world_size, "threads");  // --rank-devices: one per rank
   const bool on_cpu = parse_device(opt.compute.device).is_cpu();
   if (opt.per_sample && !on_cpu)
@@ -504,6 +506,7 @@ int bench_train(const BenchTrainOptions& opt) {
   if (!on_cpu && opt.compute.allow_tf32) device_text += " allow_tf32=on";
   if (!on_cpu && opt.compute.cudnn_benchmark) device_text += " cudnn_benchmark=on";
   if (!on_cpu && opt.compute.cudnn_deterministic) device_text += " cudnn_deterministic=on";
+  if (opt.compute.cuda_graphs) device_text += " cuda_graphs=on";
   std::fprintf(out, "# dtlab %s bench train model=%s %s=%s world_size=%d threads=%d sgemm=%s batchnorm=%s%s%s\n",
                kDtlabVersion, opt.model.c_str(), sweep ? "batch_sizes" : "batch_size", size_text.c_str(), world,
                threads, gemm_backend_name(), opt.batchnorm ? "on" : "off", opt.per_sample ? " per_sample=on" : "",

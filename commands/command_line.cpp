@@ -57,6 +57,9 @@ void add_compute_flags(CLI::App& app, lab::ComputeOptions& o, bool has_comm) {
                "--device cuda: time cuDNN's convolution algorithms and take the fastest (torch.backends.cudnn.benchmark)");
   app.add_flag("--cudnn-deterministic", o.cudnn_deterministic,
                "--device cuda: only deterministic cuDNN algorithms (torch.backends.cudnn.deterministic)");
+  app.add_flag("--cuda-graphs", o.cuda_graphs,
+               "--device cuda: capture DDP's training step of one rank (forward, loss, backward, optimizer) once as a "
+               "CUDA Graph and replay it every step (torch.cuda.graphs); --world-size 1, SGD, local BatchNorm");
   app.add_option("--rank-devices", o.rank_devices,
                  has_comm ? "--device cuda: the GPU of each rank, e.g. 0,1 (default: every rank on --device's GPU; with "
                             "--comm nccl, the k-th rank of a machine on its GPU k, as NCCL refuses two ranks on one GPU)"

@@ -2,6 +2,8 @@
 // values named in PyTorch's words, the combinations the modes refuse, TOML the parser mishandles.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include <fstream>
 #include <string>
 #include <tuple>
@@ -129,6 +131,41 @@ TEST(Config, ModesRejectCombinationsPyTorchCannotRun) {
   }
   c.bn = "local";
   EXPECT_NO_THROW(lab::validate(c));
+}
+
+// --cuda-graphs: refused by name wherever the captured step would not be the same work every step
+// with nothing the host decides in the middle of it, and on the CPU, which has no graph.
+TEST(Config, CudaGraphsAreRefusedWhereACapturedStepCannotApply) {
+  const auto refusal = [](const lab::RunConfig& r) -> std::string {
+    try {
+      lab::validate(r);
+      return "";
+    } catch (const lab::ConfigError& e) {
+      return e.what();
+    }
+  };
+  lab::RunConfig c;
+  c.world_size = 1;
+  c.compute.device = "sim";
+  c.compute.cuda_graphs = true;
+  EXPECT_EQ(refusal(c), "");
+  testutil::TempDir tmp;  // the run directory's config.toml keeps it
+  std::ofstream(tmp.file("config.toml")) << lab::to_toml(c, {{"sgemm", "reference"}});
+  EXPECT_TRUE(lab::config_from_toml_file(tmp.file("config.toml")).compute.cuda_graphs);
+  const std::vector<std::pair<std::function<void(lab::RunConfig&)>, std::string>> cases = {
+      {[](lab::RunConfig& r) { r.compute.device = "cpu"; }, "it has no effect with --device cpu"},
+      {[](lab::RunConfig& r) { r.world_size = 2; }, "--cuda-graphs with --world-size 2"},
+      {[](lab::RunConfig& r) { r.mode = "local-sgd"; }, "--cuda-graphs with --mode local-sgd"},
+      {[](lab::RunConfig& r) { r.optimizer = "adamw"; r.momentum = 0; r.lr = 1e-3; }, "Adam's bias corrections"},
+      {[](lab::RunConfig& r) { r.bn = "sync"; }, "--cuda-graphs with --bn sync"},
+      {[](lab::RunConfig& r) { r.bn_momentum.reset(); }, "--cuda-graphs with --bn-momentum none"},
+      {[](lab::RunConfig& r) { r.no_sync_steps = 1; }, "--cuda-graphs with --no-sync-steps"},
+  };
+  for (const auto& [set, want] : cases) {
+    lab::RunConfig r = c;
+    set(r);
+    EXPECT_NE(refusal(r).find(want), std::string::npos) << "want '" << want << "', got '" << refusal(r) << "'";
+  }
 }
 
 // Found by fuzzing (fuzz/fuzz_config.cpp, fuzz_lesson.cpp): TOML that Debian's toml++ 3.3.0 cannot

@@ -417,11 +417,13 @@ void expect_same_files(const std::string& a, const std::string& b, const std::st
 // Runs c (its out_dir the CPU's) on the CPU, then on the resident simulated GPU (SimBackend, set
 // up by the caller) into dev_dir, and checks every file against the CPU run's. Returns the device
 // run, alive: its models own the executors g_sim lists.
-std::unique_ptr<lab::Run> cpu_then_sim(const lab::RunConfig& c, const std::string& dev_dir, const std::string& what) {
+std::unique_ptr<lab::Run> cpu_then_sim(const lab::RunConfig& c, const std::string& dev_dir, const std::string& what,
+                                       bool cuda_graphs = false) {
   lab::Run(c, lab::make_world).run();
   lab::RunConfig d = c;
   d.out_dir = dev_dir;
   d.compute.device = "sim";
+  d.compute.cuda_graphs = cuda_graphs;
   auto run = std::make_unique<lab::Run>(d, lab::make_world);
   run->run();
   expect_same_files(c.out_dir, dev_dir, what);
@@ -573,6 +575,49 @@ TEST(DeviceResidency, ParametersOnTheDeviceGiveTheCpuRunsBits) {
 // the threads transport; staged through the host by the tree). The host's BatchNorm holds poisoned
 // mirrors, brought down only for what reads them: bn_stats.bin's recorded steps, checkpoints, the
 // final weights, DDP's buffer broadcast on rank 0. Every file is the CPU run's.
+// --cuda-graphs on the simulated GPU: DDP's step of one rank goes through Model::graph_step, which
+// the simulated GPU answers call by call (it captures nothing), so what runs here is the host's
+// side of the graphed step: the optimizer's counting, the non-finite check after backward and the
+// skip, the residency flags. Every file is the CPU run's (which has no --cuda-graphs), including
+// a run whose gradients turn infinite (--on-nonfinite skip-step) and one with a --fail-at nan step
+// (a step with a failure planned runs step by step).
+TEST(DeviceResidency, TheGraphedStepGivesTheCpuRunsBits) {
+  DTLAB_REQUIRE_DATASET();
+  struct Case {
+    const char* name;
+    std::function<void(lab::RunConfig&)> set;
+  };
+  const std::vector<Case> cases = {
+      {"momentum, weight decay, checkpoints, periodic eval",
+       [](lab::RunConfig& c) {
+         c.weight_decay = 1e-3;
+         c.checkpoint_every = 3;
+         c.eval_every = 4;
+         c.eval_samples = 32;
+       }},
+      {"gradients that overflow, skipped", [](lab::RunConfig& c) {
+         c.lr = 1e30;
+         c.on_nonfinite = "skip-step";
+       }},
+      {"a NaN put into step 3's backward, skipped", [](lab::RunConfig& c) {
+         c.fail_rank = 0;
+         c.fail_at = "nan";
+         c.fail_step = 3;
+         c.on_nonfinite = "skip-step";
+       }},
+  };
+  for (const Case& k : cases) {
+    testutil::TempDir cpu_dir, dev_dir;
+    lab::RunConfig c = testutil::small_run("mlp", 1, cpu_dir.path(), 9);
+    k.set(c);
+    SimBackend backend(/*resident=*/true);
+    const std::unique_ptr<lab::Run> run = cpu_then_sim(c, dev_dir.path(), k.name, /*cuda_graphs=*/true);
+    if (c.on_nonfinite == "skip-step") {
+      EXPECT_NE(testutil::read_file(cpu_dir.file("metrics.jsonl")).find("\"skipped\":true"), std::string::npos) << k.name;
+    }
+  }
+}
+
 TEST(DeviceResidency, BatchNormLivesOnTheDeviceAndComesDownOnlyWhenRead) {
   DTLAB_REQUIRE_DATASET();
   struct Case {

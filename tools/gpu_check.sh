@@ -27,7 +27,10 @@
 #   training_cuda  the same run on the GPU; its losses beside the CPU's, step by step, and what
 #                  its trace's device track says the GPU did (kernels, copies) in the passes
 #   eval_cpu/cuda  the GPU-trained weights over the whole test set on both: top-1 agreement
-#   timings_dtlab  dtlab bench train --device cuda: cnn and mlp at batch 32, 64, 256
+#   cuda_graphs    one rank's cnn run step by step and with --cuda-graphs: the same weights and
+#                  losses bit for bit, and steps replayed from the graph
+#   timings_dtlab  dtlab bench train --device cuda: cnn and mlp at batch 32, 64, 256, step by step
+#                  and with --cuda-graphs
 #   timings_torch  PyTorch eager and CUDA Graph steps on the same GPU (tools/torch/gpu_train_bench.py)
 #   nccl           --comm nccl with one rank (NCCL's allreduce, the ring over send/recv); two NCCL
 #                  ranks on one GPU refused (exit 9)
@@ -283,13 +286,28 @@ st_eval_cuda() { st_eval cuda; }
 stage eval_cpu 60 st_eval_cpu
 stage eval_cuda 30 st_eval_cuda
 
+# ---- --cuda-graphs: one rank's run step by step, then with its step captured and replayed ----
+st_cuda_graphs() {
+  local t0=$(date +%s) key
+  for key in eager graphs; do
+    run "$key" $((STAGE_S - ($(date +%s) - t0))) "$WORK/run-$key.log" "$DTLAB" run --model cnn --world-size 1 \
+      --limit-train 1280 --limit-test 500 --batch-size 64 --data-dir "$DATA" --timeout 60 --device cuda \
+      $([[ $key == graphs ]] && echo --cuda-graphs) --out "$WORK/run-$key"
+    [[ "${RCS[-1]}" == *=0 ]] || return
+  done
+}
+stage cuda_graphs 60 st_cuda_graphs
+
 # ---- timings: dtlab's step, then PyTorch's on the same GPU ----
 st_timings_dtlab() {
-  local t0=$(date +%s) model
+  local t0=$(date +%s) model graphs key
   for model in cnn mlp; do
-    run "bench-$model" $((STAGE_S - ($(date +%s) - t0))) "$WORK/bench-$model.log" "$DTLAB" bench train --device cuda \
-      --model $model --batch-sizes 32,64,256 --seconds 0.2 --rounds 3 --json "$WORK/bench-$model.json"
-    [[ "${RCS[-1]}" == *=0 ]] || break  # no GPU, or broken: the second model would say the same
+    for graphs in "" --cuda-graphs; do  # step by step, then the step captured as a CUDA Graph
+      key=bench-$model${graphs:+-graphs}
+      run "$key" $((STAGE_S - ($(date +%s) - t0))) "$WORK/$key.log" "$DTLAB" bench train --device cuda $graphs \
+        --model $model --batch-sizes 32,64,256 --seconds 0.2 --rounds 3 --json "$WORK/$key.json"
+      [[ "${RCS[-1]}" == *=0 ]] || return  # no GPU, or broken: the others would say the same
+    done
   done
 }
 st_timings_torch() {

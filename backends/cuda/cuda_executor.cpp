@@ -35,6 +35,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -91,15 +92,20 @@ class DeviceTimer {
   DeviceTimer& operator=(const DeviceTimer&) = delete;
 
   Phase phase = Phase::None;  // of the spans recorded now (the executor's forward or backward)
+  // Off while a CUDA Graph is captured: its work is timed as one span around each replay.
+  bool enabled = true;
+  static constexpr size_t kNone = ~size_t{0};
 
-  // Returns the span's index for end(); op and what: static strings.
+  // Returns the span's index for end() (kNone while off); op and what: static strings.
   size_t begin(const char* op, const char* what, int tag, uint64_t bytes = 0) {
+    if (!enabled) return kNone;
     Span s{event(), nullptr, phase, op, what, tag, bytes};
     DTLAB_CUDA_CHECK(cudaEventRecord(s.start, m_ctx.stream()));
     m_spans.push_back(s);
     return m_spans.size() - 1;
   }
   void end(size_t i) {
+    if (i == kNone) return;
     m_spans[i].end = event();
     DTLAB_CUDA_CHECK(cudaEventRecord(m_spans[i].end, m_ctx.stream()));
   }
@@ -220,6 +226,11 @@ class Staging {
   }
 
   const StagingTraffic& traffic() const { return m_traffic; }
+  // Copies made without upload() and download() (a CUDA Graph's, from and to pinned memory).
+  void count_copies(uint64_t up, uint64_t down) {
+    m_traffic.host_to_device_bytes += up;
+    m_traffic.device_to_host_bytes += down;
+  }
 
  private:
   // A download of `bytes` that copy() queues on the stream: timed as a span, waited for, counted.
@@ -285,6 +296,10 @@ class DeviceLayer {
   // host layer's last_stats() (stats).
   virtual void upload_buffers() {}
   virtual void download_buffers(bool buffers, bool stats) { (void)buffers, (void)stats; }
+  // --cuda-graphs: why this layer's training forward cannot be captured (nullptr: it can), and
+  // the host's side of a replayed one (BatchNorm::begin_forward: num_batches_tracked, the checks).
+  virtual const char* graph_obstacle() const { return nullptr; }
+  virtual void replay_host() {}
 };
 
 // x: (N, d1, d2, ...) -> y: (N, d1*d2*...), the same memory
@@ -576,6 +591,15 @@ class BatchNormLayer : public WeightBiasLayer {
                   m_coef.data() + 2 * c, m_dx.data(), n, c, inner);
     return {m_dx.data(), m_x.shape};
   }
+
+  const char* graph_obstacle() const override {
+    if (m_bn.sync() && m_bn.sync()->world_size() > 1)
+      return "SyncBatchNorm brings every rank's count to the host in the middle of the forward";
+    if (m_bn.options().track_running_stats && !m_bn.options().momentum)
+      return "BatchNorm's cumulative average (momentum=None) weighs each step by 1 / num_batches_tracked";
+    return nullptr;
+  }
+  void replay_host() override { m_bn.begin_forward(m_x.shape, Mode::Train); }
 
   void upload_buffers() override {
     if (!m_bn.options().track_running_stats) return;
@@ -911,47 +935,89 @@ class CudaExecutor final : public ModelExecutor {
 
   bool step_param(size_t index, const OptimizerOptions& opt, int64_t step,
                   const std::vector<Tensor*>& host_state) override {
-    DeviceBuffer<float>* w = device_param(index);
-    if (!w) return false;
-    const bool first = step == 1;
+    if (!device_param(index)) return false;
     m_ctx.make_current();
-    m_stepping = true;
     m_st.timer.phase = Phase::OptimizerStep;
-    if (m_st.params_stale) {  // the host wrote them after the last forward: its values first
-      for (auto& layer : m_layers) layer->upload_params();
-      m_st.params_stale = false;
-    }
-    const Param& p = *m_params[index];
-    const float* grad = m_grad.data();
-    if (float* kept = device_grad(index)) {
-      grad = kept;  // reduced where it lives
-    } else {
-      m_st.upload(m_grad, p.grad.data);  // the host's gradient (averaged, accumulated)
-      grad = m_grad.data();
-    }
-    // the optimizer's state of this parameter (momentum; Adam's moments): zeros at the first step,
-    // the host's after it wrote them (a restored checkpoint); the host's tensors become mirrors
-    std::vector<DeviceBuffer<float>>& st = m_state[index];
-    st.resize(host_state.size());
-    for (size_t s = 0; s < host_state.size(); ++s) {
-      if (st[s].size() != w->size()) {
-        st[s].resize(w->size());
-        st[s].fill_bytes(0, m_ctx.stream());
-      }
-      if (m_state_stale[index] && !first) m_st.upload(st[s], host_state[s]->data);
-    }
-    m_state_stale[index] = 0;
-    m_mirror[index] = host_state;
-    if (!host_state.empty()) m_host_momentum_stale = true;
-    const int64_t count = static_cast<int64_t>(w->size());
-    const size_t span = m_st.timer.begin(opt.is_sgd() ? "sgd" : "adam", "kernels", static_cast<int>(m_owner[index].first));
-    if (opt.is_sgd())
-      sgd_step(m_ctx, w->data(), grad, st.empty() ? nullptr : st[0].data(), count, opt.sgd, first);
-    else
-      adam_step(m_ctx, w->data(), grad, st[0].data(), st[1].data(), count, opt.adam, step);
-    m_st.timer.end(span);
-    m_host_params_stale = true;
+    const ParamStep ps = prepare_step(index, step, host_state, false);
+    launch_step(ps, opt, step, nullptr);
     if (index == m_last_device_param) m_st.timer.close();  // the step's spans, for the optimizer phase
+    return true;
+  }
+
+  // ---- a whole training step (--cuda-graphs; executor.h: graph_step) ----
+  bool can_graph_step(std::string* why) override {
+    const char* obstacle = nullptr;
+    for (size_t i = 0; i < m_params.size() && !obstacle; ++i)
+      if (!device_param(i)) obstacle = "a parameter the GPU does not step";
+    for (const auto& layer : m_layers)
+      if (!obstacle) obstacle = layer->graph_obstacle();
+    if (obstacle && why) *why = obstacle;
+    return !obstacle;
+  }
+
+  // The step's work queued in one order, the same whether it runs at once (the first two times a
+  // step of this shape and these arguments comes), is captured (the second) or replayed (from the
+  // third): the input and the labels up from pinned memory, the layers, the loss, the gradients
+  // zeroed, the layers' backward, a flag per gradient (NaN or infinite) and one for any, SGD of
+  // every parameter unless that one is set, and [loss | hits | flags] down into pinned memory.
+  // Nothing in it waits for the device or allocates: every buffer has its size from the first.
+  bool graph_step(const Tensor& x, const std::vector<int>& labels, const DeviceStepPlan& plan,
+                  GraphStepOutcome& out) override {
+    if (!plan.opt || !plan.opt->is_sgd() || x.ndim() == 0 || x.dim(0) == 0 || !can_graph_step(nullptr)) return false;
+    m_ctx.make_current();
+    if (m_st.timer.pending() > 4096) m_st.timer.drop();
+    keep_grads(true);
+    take_up_grads();
+    m_st.timer.phase = Phase::OptimizerStep;
+    std::vector<ParamStep> steps(m_params.size());
+    for (size_t i = 0; i < m_params.size(); ++i) steps[i] = prepare_step(i, plan.step, plan.state[i], true);
+    if (m_device_buffers_stale) {  // BatchNorm's running statistics, after the host wrote them
+      for (auto& layer : m_layers) layer->upload_buffers();
+      m_device_buffers_stale = false;
+    }
+    const SgdOptions& so = plan.opt->sgd;
+    const GraphKey key{x.shape, so.lr, so.momentum, so.dampening, so.weight_decay, so.nesterov, plan.step == 1};
+    StepGraph& g = m_graphs[key];
+    const size_t nparams = m_params.size();
+    if (g.x.empty()) {  // this shape's pinned staging, which its graph reads and writes
+      g.x.resize(x.data.size());
+      g.labels.resize(labels.size());
+      g.out.resize(2 + nparams);
+    }
+    std::memcpy(g.x.data(), x.ptr(), x.data.size() * sizeof(float));
+    for (size_t i = 0; i < labels.size(); ++i) g.labels.data()[i] = labels[i];
+    if (g.exec && g.allocations != device_buffer_allocations().load()) g.drop();  // a buffer it uses may have moved
+    m_plan_opt = plan.opt;
+    m_plan_step = plan.step;
+    m_st.timer.phase = Phase::Forward;
+    if (g.exec) {
+      for (auto& layer : m_layers) layer->replay_host();
+      launch(g);
+      ++m_graph_replays;
+    } else if (g.seen > 0 && !key.first) {
+      capture(g, x.shape, steps);
+      launch(g);
+      ++m_graph_captures;
+    } else {
+      enqueue_step(g, x.shape, steps);
+      ++m_graph_eager;
+    }
+    ++g.seen;
+    DTLAB_CUDA_CHECK(cudaStreamSynchronize(m_ctx.stream()));
+    m_st.count_copies((x.data.size() + labels.size()) * 4, (2 + nparams) * 4);
+    const int32_t* o = g.out.data();
+    std::memcpy(&out.loss, &o[0], sizeof(float));
+    out.correct = o[1];
+    out.nonfinite = -1;  // the first in backward's ready order (Model::backward's walk)
+    for (size_t i = m_layers.size(); i-- > m_layout.first_with_params && out.nonfinite < 0;)
+      for (int p = m_layout.count[i] - 1; p >= 0 && out.nonfinite < 0; --p)
+        if (o[2 + m_layout.first[i] + p]) out.nonfinite = m_layout.first[i] + p;
+    // what the calls it stands for leave behind (forward_loss, backward_loss, step_param)
+    m_trained = true;
+    m_dlogits_view = {m_dlogits.data(), {x.dim(0), m_classes}};
+    m_host_buffers_stale = m_host_stats_stale = true;
+    m_st.host_grads_stale = true;
+    m_st.timer.close();
     return true;
   }
 
@@ -999,7 +1065,15 @@ class CudaExecutor final : public ModelExecutor {
                        {"math", r.math},
                        {"workspace", r.workspace},
                        {"time_ms", r.time_ms}});
-    return nlohmann::json{{"device", m_spec.str()}, {"name", m_gpu_name}, {"conv_algorithms", algos}}.dump();
+    nlohmann::json j{{"device", m_spec.str()}, {"name", m_gpu_name}, {"conv_algorithms", algos}};
+    if (m_graph_captures + m_graph_replays + m_graph_eager > 0)
+      j["cuda_graphs"] = {{"captured", m_graph_captures},
+                          {"replayed", m_graph_replays},
+                          {"eager", m_graph_eager},
+                          {"what", "--cuda-graphs: training steps captured as a CUDA Graph (a step of a new shape or "
+                                   "new arguments, the second time it comes), replayed, and run kernel by kernel "
+                                   "(the first step, and the first of each new shape or arguments)"}};
+    return j.dump();
   }
 
  private:
@@ -1023,6 +1097,69 @@ class CudaExecutor final : public ModelExecutor {
   bool m_device_buffers_stale = true, m_host_buffers_stale = false, m_host_stats_stale = false;
   bool m_stepping = false;        // step_param has run: the device's parameters are the state
   DeviceBuffer<float> m_grad;     // the gradient being stepped
+  // One parameter's optimizer step on the device: the buffers its kernel takes.
+  struct ParamStep {
+    size_t index = 0;
+    DeviceBuffer<float>* w = nullptr;
+    const float* grad = nullptr;
+    float* s0 = nullptr;  // momentum, or Adam's exp_avg
+    float* s1 = nullptr;  // Adam's exp_avg_sq
+  };
+  // step_param's host side: the host's newer parameters and state taken up, the state sized (zeros
+  // at the first step), the host's tensors made its mirrors, the residency flags set. kept_grad:
+  // the gradient is the device's own (keep_grads) without asking device_grad, which would take
+  // the host's up (graph_step has zeroed them on the device).
+  ParamStep prepare_step(size_t index, int64_t step, const std::vector<Tensor*>& host_state, bool kept_grad) {
+    ParamStep ps;
+    ps.index = index;
+    ps.w = device_param(index);
+    const bool first = step == 1;
+    m_stepping = true;
+    if (m_st.params_stale) {  // the host wrote them after the last forward: its values first
+      for (auto& layer : m_layers) layer->upload_params();
+      m_st.params_stale = false;
+    }
+    if (kept_grad) {
+      ps.grad = m_layers[m_owner[index].first]->device_grad(m_owner[index].second)->data();
+    } else if (float* kept = device_grad(index)) {
+      ps.grad = kept;  // reduced where it lives
+    } else {
+      m_st.upload(m_grad, m_params[index]->grad.data);  // the host's gradient (averaged, accumulated)
+      ps.grad = m_grad.data();
+    }
+    // the optimizer's state of this parameter (momentum; Adam's moments): zeros at the first step,
+    // the host's after it wrote them (a restored checkpoint); the host's tensors become mirrors
+    std::vector<DeviceBuffer<float>>& st = m_state[index];
+    st.resize(host_state.size());
+    for (size_t s = 0; s < host_state.size(); ++s) {
+      if (st[s].size() != ps.w->size()) {
+        st[s].resize(ps.w->size());
+        st[s].fill_bytes(0, m_ctx.stream());
+      }
+      if (m_state_stale[index] && !first) m_st.upload(st[s], host_state[s]->data);
+    }
+    m_state_stale[index] = 0;
+    m_mirror[index] = host_state;
+    if (!host_state.empty()) m_host_momentum_stale = true;
+    ps.s0 = st.size() > 0 ? st[0].data() : nullptr;
+    ps.s1 = st.size() > 1 ? st[1].data() : nullptr;
+    m_host_params_stale = true;
+    return ps;
+  }
+  // step_param's kernel. skip (device, may be null): a captured step's "a gradient is not finite".
+  void launch_step(const ParamStep& ps, const OptimizerOptions& opt, int64_t step, const int32_t* skip) {
+    const int64_t count = static_cast<int64_t>(ps.w->size());
+    const size_t span =
+        m_st.timer.begin(opt.is_sgd() ? "sgd" : "adam", "kernels", static_cast<int>(m_owner[ps.index].first));
+    if (opt.is_sgd()) {
+      sgd_step(m_ctx, ps.w->data(), ps.grad, ps.s0, count, opt.sgd, step == 1, skip);
+    } else {
+      assert(!skip);  // (config.cpp refuses Adam with --cuda-graphs)
+      adam_step(m_ctx, ps.w->data(), ps.grad, ps.s0, ps.s1, count, opt.adam, step);
+    }
+    m_st.timer.end(span);
+  }
+
   // The host wrote the gradients (host_changed): the device takes them up before using its own.
   void take_up_grads() {
     if (!m_st.device_grads_stale) return;
@@ -1032,6 +1169,137 @@ class CudaExecutor final : public ModelExecutor {
   DeviceBuffer<float>* device_param(size_t index) {
     return m_layers[m_owner[index].first]->device_param(m_owner[index].second);
   }
+  // ---- --cuda-graphs ----
+  template <class T>
+  class Pinned {  // page-locked host memory (cudaMallocHost): what a graph's copies read and write
+   public:
+    Pinned() = default;
+    Pinned(const Pinned&) = delete;
+    Pinned& operator=(const Pinned&) = delete;
+    ~Pinned() {
+      if (m_p) static_cast<void>(cudaFreeHost(m_p));
+    }
+    void resize(size_t count) {
+      assert(!m_p);
+      void* p = nullptr;
+      DTLAB_CUDA_CHECK(cudaMallocHost(&p, count * sizeof(T) + 1));
+      m_p = static_cast<T*>(p);
+      m_count = count;
+    }
+    T* data() { return m_p; }
+    bool empty() const { return !m_p; }
+    size_t size() const { return m_count; }
+
+   private:
+    T* m_p = nullptr;
+    size_t m_count = 0;
+  };
+  // A step's shape and the arguments its kernels take by value: a graph replays only its own.
+  struct GraphKey {
+    Shape shape;
+    double lr, momentum, dampening, weight_decay;
+    bool nesterov, first;
+    bool operator<(const GraphKey& o) const {
+      return std::tie(shape, lr, momentum, dampening, weight_decay, nesterov, first) <
+             std::tie(o.shape, o.lr, o.momentum, o.dampening, o.weight_decay, o.nesterov, o.first);
+    }
+  };
+  struct StepGraph {
+    cudaGraphExec_t exec = nullptr;
+    uint64_t allocations = 0;  // device_buffer_allocations() when captured
+    int64_t seen = 0;          // steps of this key so far
+    Pinned<float> x;
+    Pinned<int32_t> labels, out;  // out: [loss (float bits) | hits | one flag per parameter]
+    StepGraph() = default;
+    StepGraph(const StepGraph&) = delete;
+    StepGraph& operator=(const StepGraph&) = delete;
+    ~StepGraph() { drop(); }
+    void drop() {
+      if (exec) static_cast<void>(cudaGraphExecDestroy(exec));
+      exec = nullptr;
+    }
+  };
+  void enqueue_step(StepGraph& g, const Shape& shape, const std::vector<ParamStep>& steps) {
+    const cudaStream_t s = m_ctx.stream();
+    const int64_t n = shape.at(0);
+    m_x.resize(g.x.size());
+    m_labels.resize(g.labels.size());
+    DTLAB_CUDA_CHECK(cudaMemcpyAsync(m_x.data(), g.x.data(), g.x.size() * sizeof(float), cudaMemcpyHostToDevice, s));
+    DTLAB_CUDA_CHECK(
+        cudaMemcpyAsync(m_labels.data(), g.labels.data(), g.labels.size() * sizeof(int32_t), cudaMemcpyHostToDevice, s));
+    DeviceView h{m_x.data(), shape};
+    for (size_t i = 0; i < m_layers.size(); ++i) {
+      const size_t span = m_ops[i] ? m_st.timer.begin(m_ops[i], "kernels", static_cast<int>(i)) : 0;
+      h = m_layers[i]->forward(h, Mode::Train);
+      if (m_ops[i]) m_st.timer.end(span);
+    }
+    m_classes = h.shape.at(1);
+    m_dlogits.resize(static_cast<size_t>(n * m_classes));
+    m_loss.resize(2);
+    const size_t ce = m_st.timer.begin("cross-entropy", "kernels", -1);
+    cross_entropy(m_ctx, h.data, m_labels.data(), n, m_classes, reinterpret_cast<float*>(m_loss.data()),
+                  m_loss.data() + 1, m_dlogits.data());
+    m_st.timer.end(ce);
+    m_st.timer.phase = Phase::Backward;
+    for (auto& layer : m_layers) layer->zero_grads();
+    DeviceView dy{m_dlogits.data(), h.shape};
+    for (size_t i = m_layers.size(); i-- > m_layout.first_with_params;) {
+      const size_t span = m_ops[i] ? m_st.timer.begin(m_ops[i], "kernels", static_cast<int>(i)) : 0;
+      dy = m_layers[i]->backward(dy, i > m_layout.first_with_params);
+      if (m_ops[i]) m_st.timer.end(span);
+    }
+    m_st.timer.phase = Phase::OptimizerStep;
+    const size_t nparams = m_params.size();
+    m_flags.resize(nparams + 1);
+    for (const ParamStep& ps : steps)
+      count_nonfinite(m_ctx, ps.grad, static_cast<int64_t>(ps.w->size()), m_flags.data() + ps.index);
+    any_flag(m_ctx, m_flags.data(), static_cast<int64_t>(nparams), m_flags.data() + nparams);
+    for (const ParamStep& ps : steps) launch_step(ps, *m_plan_opt, m_plan_step, m_flags.data() + nparams);
+    DTLAB_CUDA_CHECK(cudaMemcpyAsync(g.out.data(), m_loss.data(), 2 * sizeof(int32_t), cudaMemcpyDeviceToHost, s));
+    DTLAB_CUDA_CHECK(
+        cudaMemcpyAsync(g.out.data() + 2, m_flags.data(), nparams * sizeof(int32_t), cudaMemcpyDeviceToHost, s));
+  }
+  void capture(StepGraph& g, const Shape& shape, const std::vector<ParamStep>& steps) {
+    const uint64_t before = device_buffer_allocations().load();
+    cudaGraph_t graph = nullptr;
+    m_st.timer.enabled = false;
+    DTLAB_CUDA_CHECK(cudaStreamBeginCapture(m_ctx.stream(), cudaStreamCaptureModeThreadLocal));
+    std::string failed;
+    try {
+      enqueue_step(g, shape, steps);
+    } catch (const std::exception& e) {
+      failed = e.what();
+    }
+    const cudaError_t end = cudaStreamEndCapture(m_ctx.stream(), &graph);
+    m_st.timer.enabled = true;
+    if (failed.empty() && end != cudaSuccess) failed = std::string("cudaStreamEndCapture: ") + cudaGetErrorString(end);
+    if (failed.empty() && device_buffer_allocations().load() != before)
+      failed = "a buffer was allocated during the capture";
+    if (failed.empty()) {
+      const cudaError_t inst = cudaGraphInstantiate(&g.exec, graph, 0);
+      if (inst != cudaSuccess) failed = std::string("cudaGraphInstantiate: ") + cudaGetErrorString(inst);
+    }
+    if (graph) static_cast<void>(cudaGraphDestroy(graph));
+    if (!failed.empty()) {
+      static_cast<void>(cudaGetLastError());
+      g.exec = nullptr;
+      throw DeviceError("--cuda-graphs: capturing the training step failed: " + failed,
+                        "run without --cuda-graphs; the step then runs kernel by kernel, with the same results");
+    }
+    g.allocations = before;
+  }
+  void launch(StepGraph& g) {
+    const size_t span = m_st.timer.begin("cuda graph", "kernels", -1);
+    DTLAB_CUDA_CHECK(cudaGraphLaunch(g.exec, m_ctx.stream()));
+    m_st.timer.end(span);
+  }
+  std::map<GraphKey, StepGraph> m_graphs;
+  DeviceBuffer<int32_t> m_flags;  // (params + 1): a gradient's "NaN or infinite", then "any"
+  const OptimizerOptions* m_plan_opt = nullptr;
+  int64_t m_plan_step = 0;
+  int64_t m_classes = 0;
+  int64_t m_graph_captures = 0, m_graph_replays = 0, m_graph_eager = 0;
+
   DeviceBuffer<float> m_x;        // (N, ...): the staged input
   DeviceBuffer<float> m_dlogits;  // (N, 10): uploaded by backward, or forward_loss's gradient
   DeviceView m_dlogits_view;      // forward_loss's gradient (none after a plain forward)

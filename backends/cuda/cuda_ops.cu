@@ -295,7 +295,8 @@ __global__ void cross_entropy_kernel(const float* logits, const int32_t* labels,
 // ---- SGD ----
 
 template <bool kDecay, bool kMomentum, bool kFirst, bool kNesterov>
-__global__ void sgd_kernel(float* w, const float* g, float* buf, int64_t count, SgdCoeffs k) {
+__global__ void sgd_kernel(float* w, const float* g, float* buf, int64_t count, SgdCoeffs k, const int32_t* skip) {
+  if (skip && *skip) return;
   DTLAB_FOR_EACH(i, count) {
     float unused = 0.0f;  // stands in for the momentum buffer when there is none
     sgd_element<kDecay, kMomentum, kFirst, kNesterov>(w[i], g[i], kMomentum ? buf[i] : unused, k);
@@ -304,18 +305,25 @@ __global__ void sgd_kernel(float* w, const float* g, float* buf, int64_t count, 
 
 template <bool kDecay>
 void sgd_dispatch(cudaStream_t s, bool momentum, bool first, bool nesterov, float* w, const float* g, float* buf,
-                  int64_t count, SgdCoeffs k) {
+                  int64_t count, SgdCoeffs k, const int32_t* skip) {
   const int blocks = blocks_for(count);
   if (!momentum)
-    sgd_kernel<kDecay, false, false, false><<<blocks, kThreads, 0, s>>>(w, g, buf, count, k);
+    sgd_kernel<kDecay, false, false, false><<<blocks, kThreads, 0, s>>>(w, g, buf, count, k, skip);
   else if (first && nesterov)
-    sgd_kernel<kDecay, true, true, true><<<blocks, kThreads, 0, s>>>(w, g, buf, count, k);
+    sgd_kernel<kDecay, true, true, true><<<blocks, kThreads, 0, s>>>(w, g, buf, count, k, skip);
   else if (first)
-    sgd_kernel<kDecay, true, true, false><<<blocks, kThreads, 0, s>>>(w, g, buf, count, k);
+    sgd_kernel<kDecay, true, true, false><<<blocks, kThreads, 0, s>>>(w, g, buf, count, k, skip);
   else if (nesterov)
-    sgd_kernel<kDecay, true, false, true><<<blocks, kThreads, 0, s>>>(w, g, buf, count, k);
+    sgd_kernel<kDecay, true, false, true><<<blocks, kThreads, 0, s>>>(w, g, buf, count, k, skip);
   else
-    sgd_kernel<kDecay, true, false, false><<<blocks, kThreads, 0, s>>>(w, g, buf, count, k);
+    sgd_kernel<kDecay, true, false, false><<<blocks, kThreads, 0, s>>>(w, g, buf, count, k, skip);
+}
+
+// One thread: a handful of flags (one per parameter).
+__global__ void any_flag_kernel(const int32_t* flags, int64_t count, int32_t* any) {
+  int32_t a = 0;
+  for (int64_t i = 0; i < count; ++i) a |= flags[i] != 0;
+  *any = a;
 }
 
 template <bool kDecoupled, bool kDecay>
@@ -366,6 +374,11 @@ void count_nonfinite(CudaContext& ctx, const float* x, int64_t count, int32_t* b
   DTLAB_CUDA_CHECK(cudaMemsetAsync(bad, 0, sizeof(int32_t), ctx.stream()));
   if (count == 0) return;
   nonfinite_kernel<<<blocks_for(count), kThreads, 0, ctx.stream()>>>(x, count, bad);
+  DTLAB_CUDA_CHECK_LAUNCH();
+}
+
+void any_flag(CudaContext& ctx, const int32_t* flags, int64_t count, int32_t* any) {
+  any_flag_kernel<<<1, 1, 0, ctx.stream()>>>(flags, count, any);
   DTLAB_CUDA_CHECK_LAUNCH();
 }
 
@@ -490,16 +503,16 @@ void cross_entropy(CudaContext& ctx, const float* logits, const int32_t* labels,
 }
 
 void sgd_step(CudaContext& ctx, float* w, const float* g, float* buf, int64_t count, const SgdOptions& opt,
-              bool first) {
+              bool first, const int32_t* skip) {
   if (count == 0) return;
   const SgdCoeffs k = sgd_coeffs(opt.lr, opt.momentum, opt.dampening, opt.weight_decay);
   const bool momentum = opt.momentum != 0.0;
   assert(!momentum || buf != nullptr);
   // weight_decay == 0 skips the add entirely (as PyTorch does), so an inf weight stays inf.
   if (opt.weight_decay != 0.0)
-    sgd_dispatch<true>(ctx.stream(), momentum, first, opt.nesterov, w, g, buf, count, k);
+    sgd_dispatch<true>(ctx.stream(), momentum, first, opt.nesterov, w, g, buf, count, k, skip);
   else
-    sgd_dispatch<false>(ctx.stream(), momentum, first, opt.nesterov, w, g, buf, count, k);
+    sgd_dispatch<false>(ctx.stream(), momentum, first, opt.nesterov, w, g, buf, count, k, skip);
   DTLAB_CUDA_CHECK_LAUNCH();
 }
 

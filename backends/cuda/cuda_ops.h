@@ -103,11 +103,16 @@ void divide_inplace(CudaContext& ctx, float* x, float d, int64_t count);
 // *bad (device) = whether any of x (count,) is NaN or infinite: zeroed, then set by an integer
 // atomic (no float atomics: the answer does not depend on the order).
 void count_nonfinite(CudaContext& ctx, const float* x, int64_t count, int32_t* bad);
+// *any (device) = whether any of flags (count,) is nonzero: the "skip" of a captured step's
+// optimizer kernels (--cuda-graphs), which cannot ask the host.
+void any_flag(CudaContext& ctx, const int32_t* flags, int64_t count, int32_t* any);
 
 // ---- SGD (torch.optim.SGD) over one flat buffer of count values ----
 // w, g, buf: (count,) parameters, gradients, momentum buffers (buf unused without momentum).
-// first: the first step (buf = d, no dampening).
-void sgd_step(CudaContext& ctx, float* w, const float* g, float* buf, int64_t count, const SgdOptions& opt, bool first);
+// first: the first step (buf = d, no dampening). skip (device, may be null): when *skip is nonzero
+// nothing changes (a captured step whose gradients are not all finite).
+void sgd_step(CudaContext& ctx, float* w, const float* g, float* buf, int64_t count, const SgdOptions& opt, bool first,
+              const int32_t* skip = nullptr);
 
 // ---- Adam and AdamW (torch.optim.Adam / AdamW) over one flat buffer ----
 // w, g, m, v: (count,) parameters, gradients, exp_avg, exp_avg_sq; step: 1 for the first. The

@@ -9,14 +9,24 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cassert>
 #include <cstddef>
+#include <cstdint>
 #include <utility>
 #include <vector>
 
 #include "cuda_error.h"
 
 namespace lab::cuda {
+
+// Every new allocation of a DeviceBuffer (its first, or a growth, which frees the old one), in the
+// process: a captured CUDA Graph holds the addresses it was captured with, so one captured before
+// the count moved may point at freed memory (cuda_executor.cpp: --cuda-graphs recaptures then).
+inline std::atomic<uint64_t>& device_buffer_allocations() {
+  static std::atomic<uint64_t> count{0};
+  return count;
+}
 
 template <class T>
 class DeviceBuffer {
@@ -47,6 +57,7 @@ class DeviceBuffer {
       DTLAB_CUDA_CHECK(cudaMalloc(&p, count * sizeof(T)));
       m_data = static_cast<T*>(p);
       m_capacity = count;
+      device_buffer_allocations().fetch_add(1, std::memory_order_relaxed);
     }
     m_size = count;
   }

@@ -172,6 +172,7 @@ void validate_values(const RunConfig& c) {
     throw ConfigError("--nondeterministic adds in arrival order between emulated ranks and compute threads",
                       "use --comm threads (the default)");
   validate_compute_options(c.compute);
+  if (c.compute.cuda_graphs) refuse_graphs_where_they_cannot_apply(c);
   const std::vector<int> devices = rank_device_map(c.compute, c.world_size, c.comm);  // checks --rank-devices' length
   if (c.comm == "nccl") check_one_rank_per_gpu(devices, c.compute.rank_nodes);
   if (!parse_device(c.compute.device).is_cpu() && c.nondeterministic)
@@ -181,6 +182,33 @@ void validate_values(const RunConfig& c) {
 }
 
 }  // namespace
+
+// --cuda-graphs: the step a CUDA Graph captures must be the same work every step, with nothing the
+// host decides in the middle of it (executor.h: graph_step).
+void refuse_graphs_where_they_cannot_apply(const RunConfig& c) {
+  const std::string why = "--cuda-graphs captures DDP's training step of one rank (forward, loss, backward, SGD) once and "
+                          "replays it: ";
+  if (c.mode != "ddp")
+    throw ConfigError("--cuda-graphs with --mode " + c.mode + ": " + why + "not " + c.mode + "'s step", "use --mode ddp");
+  if (c.world_size != 1)
+    throw ConfigError("--cuda-graphs with --world-size " + std::to_string(c.world_size) + ": " + why +
+                          "the ranks' collectives are driven by the host (the threads transport, MPI), which a graph "
+                          "cannot capture",
+                      "use --world-size 1; NCCL's collectives could be captured, one rank per GPU, which dtlab does not do yet");
+  if (c.optimizer != "sgd")
+    throw ConfigError("--cuda-graphs with --optimizer " + c.optimizer + ": " + why + "Adam's bias corrections change every "
+                          "step, and its kernel takes them as arguments, so every step would be a new capture",
+                      "use --optimizer sgd");
+  if (c.bn == "sync")
+    throw ConfigError("--cuda-graphs with --bn sync: " + why + "SyncBatchNorm brings every rank's count to the host "
+                          "in the middle of the forward", "use --bn local");
+  if (!c.bn_momentum)
+    throw ConfigError("--cuda-graphs with --bn-momentum none: " + why + "the cumulative average's factor, 1 / "
+                          "num_batches_tracked, changes every step", "give --bn-momentum a number (0.1: PyTorch's default)");
+  if (c.no_sync_steps > 0)
+    throw ConfigError("--cuda-graphs with --no-sync-steps: " + why + "no_sync's steps accumulate gradients and take no "
+                          "optimizer step, a different step", "leave --no-sync-steps at 0");
+}
 
 void validate(const RunConfig& c) {
   validate_values(c);
@@ -273,6 +301,7 @@ std::string to_toml(const RunConfig& c, const std::vector<std::pair<std::string,
   o << "allow_tf32 = " << b(c.compute.allow_tf32) << "\n";
   o << "cudnn_benchmark = " << b(c.compute.cudnn_benchmark) << "\n";
   o << "cudnn_deterministic = " << b(c.compute.cudnn_deterministic) << "\n";
+  o << "cuda_graphs = " << b(c.compute.cuda_graphs) << "\n";
   o << "rank_devices = [";
   for (size_t i = 0; i < c.compute.rank_devices.size(); ++i) o << (i ? ", " : "") << c.compute.rank_devices[i];
   o << "]\n";
@@ -424,6 +453,7 @@ RunConfig config_from_table(const toml::table& t, const std::string& path) {
       else if (key == "compute.allow_tf32") bln(c.compute.allow_tf32);
       else if (key == "compute.cudnn_benchmark") bln(c.compute.cudnn_benchmark);
       else if (key == "compute.cudnn_deterministic") bln(c.compute.cudnn_deterministic);
+      else if (key == "compute.cuda_graphs") bln(c.compute.cuda_graphs);
       else if (key == "compute.rank_devices") {
         const toml::array* a = node.as_array();
         if (!a) fail(key, "an array of GPU indices");

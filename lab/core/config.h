@@ -123,6 +123,10 @@ struct RunConfig {
 // where one is clearly expected (config_effects.h: --nondeterministic that reorders nothing,
 // failure injection that cannot fire).
 void validate(const RunConfig& cfg);
+// --cuda-graphs (compute.cuda_graphs): throws ConfigError, naming the setting, where the captured
+// step cannot apply: a mode other than ddp, several ranks, Adam or AdamW, SyncBN, BatchNorm's
+// cumulative average, no_sync. validate() asks it; so does bench train.
+void refuse_graphs_where_they_cannot_apply(const RunConfig& c);
 
 // TOML text of the resolved configuration, with a header naming the format version, dtlab's
 // version and the backends used.

@@ -69,6 +69,9 @@ void validate_compute_options(const ComputeOptions& opt) {
   if (!d.is_cuda() && !opt.rank_devices.empty())
     throw ConfigError("--rank-devices places ranks on GPUs: it has no effect with --device " + d.kind,
                       "add --device cuda");
+  if (opt.cuda_graphs && d.is_cpu())
+    throw ConfigError("--cuda-graphs captures the training step on a GPU: it has no effect with --device cpu",
+                      "add --device cuda (or --device sim, which runs the same step call by call)");
   if (d.is_cuda()) return;
   const char* flag = opt.allow_tf32 ? "--allow-tf32"
                      : opt.cudnn_benchmark ? "--cudnn-benchmark"

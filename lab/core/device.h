@@ -13,6 +13,9 @@ struct ComputeOptions {
   bool allow_tf32 = false;           // torch.backends.cuda.matmul.allow_tf32 and cudnn.allow_tf32
   bool cudnn_benchmark = false;      // torch.backends.cudnn.benchmark
   bool cudnn_deterministic = false;  // torch.backends.cudnn.deterministic
+  // --cuda-graphs: DDP's training step of one rank captured once as a CUDA Graph and replayed
+  // (torch.cuda.graphs' whole-step capture); lab/nn/executor.h: graph_step
+  bool cuda_graphs = false;
   // --rank-devices: the GPU index of each rank (empty: the default of rank_device_map)
   std::vector<int> rank_devices;
   // Not a setting: the machine each rank runs on (the lowest rank on the same machine), filled by
@@ -47,7 +50,9 @@ std::vector<int> rank_device_map(const ComputeOptions& opt, int world_size, cons
 void check_one_rank_per_gpu(const std::vector<int>& map, const std::vector<int>& nodes = {});
 
 // Checks the switches against the device: the cuDNN and TF32 switches mean nothing on the CPU or
-// the simulated GPU, so asking for them there is refused (ConfigError naming the flag), as is a malformed device.
+// the simulated GPU, so asking for them there is refused (ConfigError naming the flag), as is a
+// malformed device. --cuda-graphs needs a device (cuda, or sim, which runs the graphed step's
+// calls one by one).
 void validate_compute_options(const ComputeOptions& opt);
 
 }  // namespace lab

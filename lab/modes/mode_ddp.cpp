@@ -38,6 +38,17 @@ std::string nonfinite_kind(const Tensor& t) {
   return "infinite";
 }
 
+// --on-nonfinite stop: the parameter `name` has a NaN or infinite gradient (grad, on the host).
+TrainingError nonfinite_error(const StepInput& in, const std::string& name, const Tensor& grad, float loss) {
+  return TrainingError(
+      "iteration " + std::to_string(in.step) + " (epoch " + std::to_string(in.epoch) + ", batch " +
+          std::to_string(in.batch) + "): the gradient of " + name + " is " + nonfinite_kind(grad) +
+          " before the allreduce (loss " +
+          (std::isfinite(loss) ? std::to_string(loss) : std::string(std::isnan(loss) ? "NaN" : "inf")) + ")",
+      "the allreduce would have spread it to every rank. Lower --lr, or pass --on-nonfinite skip-step to "
+      "skip such steps as AMP's GradScaler does");
+}
+
 }  // namespace
 
 DdpRank::DdpRank(RankEnv& env)
@@ -52,7 +63,8 @@ DdpRank::DdpRank(RankEnv& env)
       m_no_sync_broadcasts(mutated("ddp-no-sync-broadcasts")),
       m_grad_overwrites(mutated("grad-accumulation-overwrites")),
       m_bn_update_on_sync_only(mutated("bn-updates-on-sync-only")),
-      m_pnames(param_names(env.model)) {}
+      m_pnames(param_names(env.model)),
+      m_graphs(env.cfg.compute.cuda_graphs) {}
 
 void DdpRank::start() { broadcast_state(m_env.model, m_env.comm); }  // DDP construction: rank 0's state everywhere
 
@@ -71,7 +83,44 @@ void DdpRank::before_step(const StepInput& in) {
     broadcast_buffers(m_env.model, m_env.comm);
 }
 
+// --cuda-graphs (one rank, synchronized, SGD: config.cpp refuses the rest): the forward, the loss,
+// backward, the finiteness check and the optimizer step in one call, which a GPU replays as one
+// CUDA Graph. The same record as step()'s; a non-finite gradient is found after the step (no
+// parameter moved: the device skips the update), with the same message and the same skip.
+StepCount DdpRank::graph_step(const StepInput& in, StepRecord& rec) {
+  const RunConfig& c = m_env.cfg;
+  Model& model = m_env.model;
+  const GraphStepOutcome r = m_env.comm.timed(Phase::Forward, "training step (graph)", in.step,
+                                              [&] { return model.graph_step(*in.x, *in.labels, m_env.opt); });
+  std::string nonfinite;
+  bool skipped = false;
+  if (r.nonfinite >= 0) {
+    const size_t i = static_cast<size_t>(r.nonfinite);
+    nonfinite = m_pnames[i];
+    model.to_host(kStateGrads);
+    if (c.on_nonfinite == "stop") throw nonfinite_error(in, nonfinite, model.params()[i]->grad, r.loss);
+    skipped = true;
+    model.zero_grad();
+  }
+  const double drift = after_optimizer_step();
+  m_require_forward_param_sync = true;
+  const int64_t n = static_cast<int64_t>(in.indices->size());
+  rec.batch_size = n;
+  rec.loss = r.loss;
+  rec.correct = r.correct;
+  rec.param_drift = drift;
+  rec.grad_sync = true;
+  rec.skipped = skipped;
+  rec.nonfinite = nonfinite;
+  StepCount count;
+  count.samples = n;
+  count.trained = n;
+  return count;
+}
+
 StepCount DdpRank::step(const StepInput& in, StepRecord& rec) {
+  // --cuda-graphs: every step but one a failure is injected into (--fail-at: those stay step by step)
+  if (m_graphs && !(m_env.faults.rank == m_env.rank && m_env.faults.step == in.step)) return graph_step(in, rec);
   const RunConfig& c = m_env.cfg;
   Model& model = m_env.model;
   Communicator& comm = m_env.comm;
@@ -119,14 +168,7 @@ StepCount DdpRank::step(const StepInput& in, StepRecord& rec) {
       if (nonfinite.empty() && !model.grad_finite(static_cast<size_t>(i))) {
         nonfinite = m_pnames[static_cast<size_t>(i)];
         model.to_host(kStateGrads);  // for the message: a device's gradients (executor.h)
-        if (c.on_nonfinite == "stop")
-          throw TrainingError(
-              "iteration " + std::to_string(step) + " (epoch " + std::to_string(in.epoch) + ", batch " +
-                  std::to_string(in.batch) + "): the gradient of " + nonfinite + " is " +
-                  nonfinite_kind(params[static_cast<size_t>(i)]->grad) + " before the allreduce (loss " +
-                  (std::isfinite(loss) ? std::to_string(loss) : std::string(std::isnan(loss) ? "NaN" : "inf")) + ")",
-              "the allreduce would have spread it to every rank. Lower --lr, or pass --on-nonfinite skip-step to "
-              "skip such steps as AMP's GradScaler does");
+        if (c.on_nonfinite == "stop") throw nonfinite_error(in, nonfinite, params[static_cast<size_t>(i)]->grad, loss);
       }
       if (grad_allreduce) m_reducer.mark_param_ready(i);
     });

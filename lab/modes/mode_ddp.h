@@ -48,6 +48,8 @@ class DdpRank : public RankMode {
   const bool m_eval_no_broadcast, m_no_sync_allreduces, m_no_sync_broadcasts, m_grad_overwrites,
       m_bn_update_on_sync_only;
   std::vector<std::string> m_pnames;   // parameter names, for a non-finite gradient's message
+  const bool m_graphs;                 // --cuda-graphs: the whole step in one call (Model::graph_step)
+  StepCount graph_step(const StepInput& in, StepRecord& rec);
 };
 
 // summary.json's "ddp": the gradient buckets of the last step (several ranks).

@@ -74,6 +74,23 @@ class DeviceMemory;
 class Model;
 struct OptimizerOptions;
 
+// The optimizer's step as graph_step takes it (Optimizer::begin_device_step): step_param's
+// arguments for every parameter.
+struct DeviceStepPlan {
+  const OptimizerOptions* opt = nullptr;
+  int64_t step = 0;                         // 1: the first
+  std::vector<std::vector<Tensor*>> state;  // per parameter (Model::params() order): step_param's host_state
+};
+
+// What a whole training step (Model::graph_step) reports to the host.
+struct GraphStepOutcome {
+  float loss = 0.0f;
+  int correct = 0;
+  // The first parameter, in backward's ready order (on_param_ready's), whose gradient is NaN or
+  // infinite: then no parameter was stepped. -1: every gradient finite, every parameter stepped.
+  int nonfinite = -1;
+};
+
 // What a device can keep between steps (ModelExecutor::resident, Model::to_host, host_changed).
 enum StateSet : unsigned {
   kStateParams = 1u,    // parameter values
@@ -171,6 +188,25 @@ class ModelExecutor {
   virtual void backward_loss(const std::function<void(int)>& on_param_ready) { (void)on_param_ready; }
   // --fail-at nan: the first value of that gradient becomes NaN.
   virtual void poison_loss_grad() {}
+
+  // ---- a whole training step in one call (--cuda-graphs) ----
+  // Model::graph_step's work on a device that captures it: forward_loss, the gradients zeroed,
+  // backward_loss (kept on the device), a finiteness check of every gradient, and step_param of
+  // every parameter with plan's arguments unless a gradient is NaN or infinite, queued as one
+  // piece of work (the GPU: a CUDA Graph, captured the second time a step of this shape and these
+  // arguments comes, replayed from the third on). The host's side of each piece is the calls':
+  // BatchNorm::begin_forward, the residency bookkeeping. Returns false where the device has no
+  // such step: the model then makes those calls one by one. can_graph_step says beforehand whether
+  // it will take the step (false with the reason in why).
+  virtual bool can_graph_step(std::string* why) {
+    if (why) *why = "this device has no captured step";
+    return false;
+  }
+  virtual bool graph_step(const Tensor& x, const std::vector<int>& labels, const DeviceStepPlan& plan,
+                          GraphStepOutcome& out) {
+    (void)x, (void)labels, (void)plan, (void)out;
+    return false;
+  }
 };
 
 // A module's kernels on a device's timeline (Event::op of its EventKind::Device spans): "linear",

@@ -119,6 +119,31 @@ void Model::poison_loss_grad() {
   if (m_dloss.numel() > 0) m_dloss.data[0] = std::numeric_limits<float>::quiet_NaN();
 }
 
+GraphStepOutcome Model::graph_step(const Tensor& x, const std::vector<int>& labels, Optimizer& opt) {
+  GraphStepOutcome out;
+  if (m_exec && x.ndim() > 0 && x.dim(0) > 0 && m_exec->can_graph_step(nullptr)) {
+    for (Param* p : params()) p->grad.zero();  // zero_grad's host half; the device zeroes its own in the step
+    const DeviceStepPlan plan = opt.begin_device_step();
+    if (m_exec->graph_step(x, labels, plan, out)) {
+      m_loss_on_device = true;
+      if (out.nonfinite >= 0) opt.undo_device_step();
+      return out;
+    }
+    opt.undo_device_step();
+  }
+  out.loss = forward_loss(x, labels, &out.correct);
+  zero_grad();
+  std::vector<int> order;
+  backward_from_loss([&](int i) { order.push_back(i); });
+  for (int i : order)
+    if (!grad_finite(static_cast<size_t>(i))) {
+      out.nonfinite = i;
+      break;
+    }
+  if (out.nonfinite < 0) opt.step();
+  return out;
+}
+
 void Model::backward(const Tensor& dlogits, const std::function<void(int)>& on_param_ready) {
   if (m_exec) return m_exec->backward(dlogits, on_param_ready);
   const size_t count = m_modules.size();

@@ -22,6 +22,8 @@ struct StateEntry {
   Buffer* buffer = nullptr;
 };
 
+class Optimizer;
+
 class Model {
  public:
   Model() = default;
@@ -52,6 +54,13 @@ class Model {
   void backward_from_loss(const std::function<void(int)>& on_param_ready = {});
   // --fail-at nan: the first value of that gradient becomes NaN, so a NaN enters backward.
   void poison_loss_grad();
+  // --cuda-graphs: DDP's training step of one rank in one call: forward_loss on x and labels, the
+  // gradients zeroed, backward_from_loss, every gradient checked for NaN and infinity in
+  // on_param_ready's order, and opt.step() unless one is not finite (outcome.nonfinite names it).
+  // On a device that captures the step (executor.h: graph_step) it is queued there as one piece of
+  // work; elsewhere (the CPU, the simulated GPU, an empty batch) the calls are made one by one: the
+  // reference the captured step is tested against, bit for bit.
+  GraphStepOutcome graph_step(const Tensor& x, const std::vector<int>& labels, Optimizer& opt);
 
   std::vector<Param*> params();          // registration order
   // Where each module's parameters sit in params(): first[i] the index of module i's first, count[i]

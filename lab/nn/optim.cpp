@@ -157,6 +157,30 @@ void Optimizer::step() {
   }
 }
 
+DeviceStepPlan Optimizer::begin_device_step() {
+  const bool first = m_steps == 0;
+  ++m_steps;
+  DeviceStepPlan plan;
+  plan.opt = &m_opt;
+  plan.step = m_steps;
+  plan.state.resize(m_params.size());
+  const bool momentum = m_opt.is_sgd() && m_opt.sgd.momentum != 0.0;
+  if (first && !m_opt.is_sgd()) {  // as step(): exp_avg and exp_avg_sq, zeros like the parameter
+    m_m.resize(m_params.size());
+    m_v.resize(m_params.size());
+  }
+  for (size_t i = 0; i < m_params.size(); ++i) {
+    if (!m_opt.is_sgd()) {
+      if (first) m_m[i] = Tensor(m_params[i]->value.shape, 0.0f), m_v[i] = Tensor(m_params[i]->value.shape, 0.0f);
+      plan.state[i] = {&m_m[i], &m_v[i]};
+    } else if (momentum) {
+      if (first) m_buf[i].resize(m_params[i]->value.shape);
+      plan.state[i] = {&m_buf[i]};
+    }
+  }
+  return plan;
+}
+
 std::vector<std::string> Optimizer::state_names_of(const OptimizerOptions& opt) {
   if (!opt.is_sgd()) return {"exp_avg", "exp_avg_sq"};
   if (opt.sgd.momentum != 0.0) return {"momentum"};

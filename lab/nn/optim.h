@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "executor.h"
 #include "module.h"
 
 namespace lab {
@@ -90,6 +91,12 @@ class Optimizer {
   void restore_state(std::map<std::string, std::vector<Tensor>> state, int64_t steps);
   // SGD's momentum buffers: state("momentum").
   std::vector<Tensor>& momentum_buffers() { return state("momentum"); }
+  // --cuda-graphs (Model::graph_step): the host's half of step() for a device that steps every
+  // parameter in its own captured step: the step counted and the state sized as step() does it;
+  // returns step_param's arguments (executor.h). undo_device_step: the device stepped nothing (a
+  // gradient was not finite), so the step does not count, as step() is then not called.
+  DeviceStepPlan begin_device_step();
+  void undo_device_step() { --m_steps; }
 
  private:
   std::vector<Param*> m_params;

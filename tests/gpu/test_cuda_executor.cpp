@@ -23,6 +23,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -32,10 +34,10 @@
 #include <vector>
 
 #include "cuda_device.h"
-#include "gpu_test_util.h"
-#include "float_compare.h"
 #include "cuda_executor.h"
 #include "errors.h"
+#include "float_compare.h"
+#include "gpu_test_util.h"
 #include "maxpool2d.h"
 #include "model.h"
 #include "optim.h"
@@ -364,6 +366,98 @@ TEST_P(CudaExecutor, FiveAdamWStepsOnTheDeviceAreTheCpusBits) {
     ASSERT_EQ(a.size(), b.size());
     for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(same_bits(b[i].data, a[i].data)) << s << " " << i;
   }
+}
+
+// ---- --cuda-graphs ----
+
+// DDP's step of one rank call by call (mode_ddp.cpp): Model::graph_step's reference.
+lab::GraphStepOutcome eager_step(lab::Model& m, lab::Optimizer& opt, const lab::Tensor& x, const std::vector<int>& y) {
+  lab::GraphStepOutcome out;
+  out.loss = m.forward_loss(x, y, &out.correct);
+  m.zero_grad();
+  std::vector<int> order;
+  m.backward_from_loss([&](int i) { order.push_back(i); });
+  for (int i : order)
+    if (!m.grad_finite(static_cast<size_t>(i))) {
+      out.nonfinite = i;
+      break;
+    }
+  if (out.nonfinite < 0) opt.step();
+  return out;
+}
+
+uint32_t bits_of(float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, sizeof u);
+  return u;
+}
+
+// Ten SGD steps through Model::graph_step against the same steps call by call: batches of 32 (the
+// first two run kernel by kernel, the third is captured, the rest replayed), one of 48 (a new
+// shape, whose buffers grow, so the 32's graph is captured anew after it), and a last one whose
+// first weight the host made NaN (the replayed graph finds the gradients not finite and steps
+// nothing). Every loss, hit count, weight, momentum buffer and running statistic is the same bits.
+TEST_P(CudaExecutor, GraphedStepsAreTheEagerStepsBits) {
+  lab::ModelOptions o;
+  o.name = GetParam();
+  std::unique_ptr<lab::Model> a = lab::build_model(o, 7), b = lab::build_model(o, 7);
+  lab::ComputeOptions graphs = on_gpu();
+  graphs.cuda_graphs = true;
+  a->set_executor(lab::cuda::make_cuda_executor(*a, on_gpu(), 0));
+  b->set_executor(lab::cuda::make_cuda_executor(*b, graphs, 0));
+  a->executor()->keep_grads(true);  // as DDP's reducer asks
+  lab::SgdOptions so;
+  so.lr = 0.05;
+  so.momentum = 0.9;
+  so.weight_decay = 1e-3;
+  lab::Optimizer oa(a->params(), so), ob(b->params(), so);
+  oa.set_device(a->executor());
+  ob.set_device(b->executor());
+  std::string why;
+  ASSERT_TRUE(b->executor()->can_graph_step(&why)) << why;
+  const std::vector<int64_t> sizes = {32, 32, 32, 32, 32, 32, 48, 32, 32, 32};
+  for (size_t s = 0; s < sizes.size(); ++s) {
+    SCOPED_TRACE("step " + std::to_string(s + 1) + ", batch " + std::to_string(sizes[s]));
+    const bool poisoned = s + 1 == sizes.size();
+    if (poisoned)
+      for (lab::Model* m : {a.get(), b.get()}) {
+        m->to_host(lab::kStateParams);
+        m->params()[0]->value.data[0] = std::numeric_limits<float>::quiet_NaN();
+        m->host_changed(lab::kStateParams);
+      }
+    const lab::Tensor x = batch(sizes[s], 600 + static_cast<uint32_t>(s));
+    const std::vector<int> y = labels(sizes[s], 700 + static_cast<uint32_t>(s));
+    const lab::GraphStepOutcome want = eager_step(*a, oa, x, y);
+    const lab::GraphStepOutcome got = b->graph_step(x, y, ob);
+    EXPECT_EQ(bits_of(got.loss), bits_of(want.loss)) << got.loss << " vs " << want.loss;
+    EXPECT_EQ(got.correct, want.correct);
+    EXPECT_EQ(got.nonfinite, want.nonfinite);
+    EXPECT_EQ(want.nonfinite >= 0, poisoned);
+  }
+  EXPECT_EQ(ob.steps(), oa.steps());
+  EXPECT_EQ(ob.steps(), static_cast<int64_t>(sizes.size()) - 1);
+  a->to_host(lab::kStateAll);
+  b->to_host(lab::kStateAll);
+  const std::vector<lab::StateEntry> ea = a->state_dict(), eb = b->state_dict();
+  ASSERT_EQ(ea.size(), eb.size());
+  for (size_t i = 0; i < ea.size(); ++i) {
+    SCOPED_TRACE(ea[i].name);
+    if (ea[i].param) {
+      EXPECT_TRUE(same_bits(eb[i].param->value.data, ea[i].param->value.data));
+    } else if (ea[i].buffer->is_int64) {
+      EXPECT_EQ(eb[i].buffer->i64, ea[i].buffer->i64);
+    } else {
+      EXPECT_TRUE(same_bits(eb[i].buffer->value.data, ea[i].buffer->value.data));
+    }
+  }
+  for (size_t i = 0; i < oa.momentum_buffers().size(); ++i)
+    EXPECT_TRUE(same_bits(ob.momentum_buffers()[i].data, oa.momentum_buffers()[i].data)) << "momentum " << i;
+  const nlohmann::json r = nlohmann::json::parse(b->executor()->report_json());
+  ASSERT_TRUE(r.contains("cuda_graphs")) << r.dump();
+  EXPECT_EQ(r["cuda_graphs"]["eager"], 3) << r.dump();     // steps 1 (the first), 2, 7 (48)
+  EXPECT_EQ(r["cuda_graphs"]["captured"], 2) << r.dump();  // steps 3 and 8
+  EXPECT_EQ(r["cuda_graphs"]["replayed"], 5) << r.dump();  // 4, 5, 6, 9, 10
+  RecordProperty("cuda_graphs", r["cuda_graphs"].dump());
 }
 
 // ---- on_param_ready ----

@@ -39,7 +39,8 @@ STAGES = [
     ("training_cuda", True, "the same run on the GPU (2 emulated ranks, SyncBN): losses beside the CPU's, and the device's own timeline"),
     ("eval_cpu", False, "the trained weights evaluated on the CPU over the whole test set"),
     ("eval_cuda", True, "the same weights on the GPU: accuracy and top-1 agreement with the CPU"),
-    ("timings_dtlab", True, "dtlab bench train --device cuda, cnn and mlp at batch 32, 64, 256"),
+    ("cuda_graphs", True, "one rank's cnn run step by step and with --cuda-graphs on the GPU: the same bits (weights, losses), steps replayed"),
+    ("timings_dtlab", True, "dtlab bench train --device cuda, cnn and mlp at batch 32, 64, 256, step by step and with --cuda-graphs"),
     ("timings_torch", True, "PyTorch eager and CUDA Graph steps on the same GPU (tools/torch/gpu_train_bench.py)"),
     ("nccl", True, "--comm nccl with one rank (NCCL's allreduce and the ring); two ranks on one GPU refused"),
     ("memcheck", True, "compute-sanitizer memcheck over the op tests (partial coverage recorded)"),
@@ -397,16 +398,50 @@ def stage_eval(s, device):
             s.figures["cpu_accuracy"] = cpu.get("accuracy")
 
 
+def stage_cuda_graphs(s):
+    parts = []
+    for key in ("eager", "graphs"):  # (the second runs only when the first passed)
+        if key not in s.rc:
+            continue
+        status, note = s.outcome(s.rc[key], s.path(f"run-{key}.log"))
+        s.set(status, f"{key}: {note}" if note else "")
+        parts.append(status)
+    if parts != ["passed", "passed"]:
+        return
+
+    def data(f):
+        try:
+            with open(s.path(f), "rb") as fh:
+                return fh.read()
+        except OSError:
+            return b""
+    eager, graphs = data("run-eager/final.safetensors"), data("run-graphs/final.safetensors")
+    le, lg = losses(s.path("run-eager")), losses(s.path("run-graphs"))
+    summary = load_json(s.path("run-graphs", "summary.json")) or {}
+    counters = ((summary.get("device") or {}).get("rank0") or {}).get("cuda_graphs")
+    s.figures.update({"steps": len(lg), "final_weights_identical": bool(eager) and eager == graphs,
+                      "losses_identical": bool(lg) and le == lg, "cuda_graphs": counters,
+                      "samples_per_s": {"eager": run_summary(s.path("run-eager")).get("samples_per_s"),
+                                        "graphs": run_summary(s.path("run-graphs")).get("samples_per_s")}})
+    if not s.figures["final_weights_identical"]:
+        s.set("failed", "the --cuda-graphs run's final.safetensors is not the step-by-step run's")
+    if not s.figures["losses_identical"]:
+        s.set("failed", "the --cuda-graphs run's losses are not the step-by-step run's")
+    if not counters or counters.get("replayed", 0) < 1:
+        s.set("failed", f"no step was replayed from a CUDA Graph (summary.json device.rank0.cuda_graphs: {counters})")
+
+
 def stage_timings_dtlab(s):
     for model in ("cnn", "mlp"):
-        if f"bench-{model}" not in s.rc:
-            continue
-        status, note = s.outcome(s.rc[f"bench-{model}"], s.path(f"bench-{model}.log"))
-        s.set(status, f"{model}: {note}" if note else "")
-        bench = load_json(s.path(f"bench-{model}.json"))
-        if bench:
-            s.figures[model] = [{k: r.get(k) for k in ("batch_size", "step_ms", "samples_per_s")}
-                                for r in bench.get("sweep", [])]
+        for key, name in ((f"bench-{model}", model), (f"bench-{model}-graphs", f"{model}_graphs")):
+            if key not in s.rc:
+                continue
+            status, note = s.outcome(s.rc[key], s.path(f"{key}.log"))
+            s.set(status, f"{name}: {note}" if note else "")
+            bench = load_json(s.path(f"{key}.json"))
+            if bench:
+                s.figures[name] = [{k: r.get(k) for k in ("batch_size", "step_ms", "samples_per_s")}
+                                   for r in bench.get("sweep", [])]
 
 
 def torch_rows(s):
@@ -440,12 +475,16 @@ def stage_timings_torch(s):
     dtlab = previous(s.work, "timings_dtlab") or {}
     table = []
     for row in rows:
-        mine = next((r["step_ms"] for r in dtlab.get("figures", {}).get(row["model"], [])
-                     if r["batch_size"] == row["batch_size"]), None)
+        def step_ms(name):
+            return next((r["step_ms"] for r in dtlab.get("figures", {}).get(name, [])
+                         if r["batch_size"] == row["batch_size"]), None)
+        mine, graphed = step_ms(row["model"]), step_ms(row["model"] + "_graphs")
         best = min(v for v in (row["eager_ms"], row["cuda_graph_ms"], row["compile_ms"]) if v is not None)
-        table.append({**row, "dtlab_ms": mine,
+        torch_graph = row["cuda_graph_ms"]
+        table.append({**row, "dtlab_ms": mine, "dtlab_graph_ms": graphed,
                       "dtlab_over_torch_eager": mine / row["eager_ms"] if mine else None,
-                      "dtlab_over_torch_best": mine / best if mine else None})
+                      "dtlab_over_torch_best": mine / best if mine else None,
+                      "dtlab_graph_over_torch_graph": graphed / torch_graph if graphed and torch_graph else None})
     s.figures["table"] = table
 
 
@@ -509,6 +548,7 @@ DECIDE = {
     "pack": stage_pack, "gpu": stage_gpu, "op_tests": stage_op_tests,
     "training_cpu": lambda s: stage_training(s, "cpu"), "training_cuda": lambda s: stage_training(s, "cuda"),
     "eval_cpu": lambda s: stage_eval(s, "cpu"), "eval_cuda": lambda s: stage_eval(s, "cuda"),
+    "cuda_graphs": stage_cuda_graphs,
     "timings_dtlab": stage_timings_dtlab, "timings_torch": stage_timings_torch, "nccl": stage_nccl,
     "memcheck": lambda s: stage_sanitizer(s, "memcheck"), "racecheck": lambda s: stage_sanitizer(s, "racecheck"),
 }

@@ -168,16 +168,33 @@ def main():
     write(work, "eval-cuda.log", "")
     check("eval_cuda: top-1 agreement", stage(work, "eval_cuda", eval=0), "passed", top1_agreement=0.75)
 
+    for key in ("eager", "graphs"):
+        run_dir(work, f"run-{key}", {(0, 0): 2.30, (0, 1): 2.10})
+        write(work, f"run-{key}.log", "")
+        write(work, f"run-{key}/final.safetensors", "same bytes")
+    write(work, "run-graphs/summary.json", {"device": {"rank0": {"cuda_graphs": {"captured": 1, "replayed": 18, "eager": 2}}}})
+    check("cuda_graphs: the same bits, steps replayed", stage(work, "cuda_graphs", eager=0, graphs=0), "passed",
+          final_weights_identical=True, losses_identical=True)
+    write(work, "run-graphs/final.safetensors", "other bytes")
+    check("cuda_graphs: other weights", stage(work, "cuda_graphs", eager=0, graphs=0), "failed", "final.safetensors")
+    write(work, "run-graphs/final.safetensors", "same bytes")
+    write(work, "run-graphs/summary.json", {"device": {"rank0": {}}})
+    check("cuda_graphs: nothing replayed", stage(work, "cuda_graphs", eager=0, graphs=0), "failed", "no step was replayed")
+
     for model in ("cnn", "mlp"):
         write(work, f"bench-{model}.json", {"sweep": [{"batch_size": 32, "step_ms": 2.0, "samples_per_s": 16000}]})
         write(work, f"bench-{model}.log", "")
-    check("timings_dtlab", stage(work, "timings_dtlab", **{"bench-cnn": 0, "bench-mlp": 0}), "passed")
+        write(work, f"bench-{model}-graphs.json", {"sweep": [{"batch_size": 32, "step_ms": 0.5, "samples_per_s": 64000}]})
+        write(work, f"bench-{model}-graphs.log", "")
+    check("timings_dtlab", stage(work, "timings_dtlab", **{"bench-cnn": 0, "bench-mlp": 0, "bench-cnn-graphs": 0,
+                                                           "bench-mlp-graphs": 0}), "passed")
     write(work, "torch-bench.log", "# torch 2.11\n model  batch  eager_ms  graph_ms compile_ms\n"
                                    "   cnn     32     4.000     1.000          -\n")
     rec = stage(work, "timings_torch", torch=124)
     check("timings_torch: cut short, the printed rows kept", rec, "timeout")
     table = rec["figures"].get("table", [])
-    if not (len(table) == 1 and table[0]["dtlab_over_torch_eager"] == 0.5 and table[0]["dtlab_over_torch_best"] == 2.0):
+    if not (len(table) == 1 and table[0]["dtlab_over_torch_eager"] == 0.5 and table[0]["dtlab_over_torch_best"] == 2.0
+            and table[0]["dtlab_graph_ms"] == 0.5 and table[0]["dtlab_graph_over_torch_graph"] == 0.5):
         FAILED.append(f"timings_torch: table {table}")
 
     for algo in ("nccl", "ring"):
