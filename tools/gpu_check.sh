@@ -27,8 +27,9 @@
 #   training_cuda  the same run on the GPU; its losses beside the CPU's, step by step, and what
 #                  its trace's device track says the GPU did (kernels, copies) in the passes
 #   eval_cpu/cuda  the GPU-trained weights over the whole test set on both: top-1 agreement
-#   cuda_graphs    one rank's cnn run step by step and with --cuda-graphs: the same weights and
-#                  losses bit for bit, and steps replayed from the graph
+#   cuda_graphs    one rank's cnn run step by step and with --cuda-graphs (--cudnn-deterministic:
+#                  cuDNN's default backward adds with atomics): the same weights and losses bit for
+#                  bit, and steps replayed from the graph
 #   timings_dtlab  dtlab bench train --device cuda: cnn and mlp at batch 32, 64, 256, step by step
 #                  and with --cuda-graphs
 #   timings_torch  PyTorch eager and CUDA Graph steps on the same GPU (tools/torch/gpu_train_bench.py)
@@ -292,7 +293,7 @@ st_cuda_graphs() {
   for key in eager graphs; do
     run "$key" $((STAGE_S - ($(date +%s) - t0))) "$WORK/run-$key.log" "$DTLAB" run --model cnn --world-size 1 \
       --limit-train 1280 --limit-test 500 --batch-size 64 --data-dir "$DATA" --timeout 60 --device cuda \
-      $([[ $key == graphs ]] && echo --cuda-graphs) --out "$WORK/run-$key"
+      --cudnn-deterministic $([[ $key == graphs ]] && echo --cuda-graphs) --out "$WORK/run-$key"
     [[ "${RCS[-1]}" == *=0 ]] || return
   done
 }

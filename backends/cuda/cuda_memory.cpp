@@ -63,6 +63,20 @@ bool CudaDeviceMemory::all_finite(const float* x, size_t count) {
   return bad == 0;
 }
 
+int CudaDeviceMemory::first_nonfinite(const std::vector<const float*>& xs, const std::vector<size_t>& counts) {
+  if (xs.empty()) return -1;
+  m_ctx.make_current();
+  m_flags.resize(xs.size());
+  for (size_t i = 0; i < xs.size(); ++i) count_nonfinite(m_ctx, xs[i], static_cast<int64_t>(counts[i]), m_flags.data() + i);
+  m_flags_host.resize(xs.size());
+  DTLAB_CUDA_CHECK(cudaMemcpyAsync(m_flags_host.data(), m_flags.data(), xs.size() * sizeof(int32_t),
+                                   cudaMemcpyDeviceToHost, m_ctx.stream()));
+  m_ctx.synchronize();
+  for (size_t i = 0; i < xs.size(); ++i)
+    if (m_flags_host[i]) return static_cast<int>(i);
+  return -1;
+}
+
 void* CudaDeviceMemory::allocate(size_t bytes) {
   m_ctx.make_current();
   void* p = nullptr;

@@ -8,8 +8,10 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "cuda_context.h"
+#include "device_buffer.h"
 #include "device_memory.h"
 
 namespace lab::cuda {
@@ -28,12 +30,16 @@ class CudaDeviceMemory final : public DeviceMemory {
   void scale(float* x, float k, size_t count) override;
   void divide(float* x, float d, size_t count) override;
   bool all_finite(const float* x, size_t count) override;
+  // a flag per buffer on the device, one download of them all
+  int first_nonfinite(const std::vector<const float*>& xs, const std::vector<size_t>& counts) override;
   void* allocate(size_t bytes) override;
   void release(void* p) override;
 
  private:
   CudaContext& m_ctx;
   int32_t* m_flag = nullptr;  // all_finite's answer on the device (allocated on first use)
+  DeviceBuffer<int32_t> m_flags;  // first_nonfinite's, one per buffer
+  std::vector<int32_t> m_flags_host;
 };
 
 }  // namespace lab::cuda

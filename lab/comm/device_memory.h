@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 namespace lab {
 
@@ -38,6 +39,14 @@ class DeviceMemory {
   // Whether every one of the count values is finite (no NaN, no infinity): a gradient's test
   // before it is reduced. The answer comes to the host.
   virtual bool all_finite(const float* x, size_t count) = 0;
+  // all_finite of several buffers (xs[i], counts[i] values each) with one answer to the host: the
+  // index of the first that is not, -1 when every one is. The default asks all_finite of each in
+  // turn.
+  virtual int first_nonfinite(const std::vector<const float*>& xs, const std::vector<size_t>& counts) {
+    for (size_t i = 0; i < xs.size(); ++i)
+      if (!all_finite(xs[i], counts[i])) return static_cast<int>(i);
+    return -1;
+  }
   // `bytes` of this device's memory (a bucket), and its release.
   virtual void* allocate(size_t bytes) = 0;
   virtual void release(void* p) = 0;

@@ -281,7 +281,8 @@ void unpack_buffers(Model& model, const std::vector<uint8_t>& in) {
 // On a device that keeps BatchNorm's buffers (executor.h: residency) they are staged: the root's
 // come down, the others' go up (a few bytes per channel).
 void broadcast_buffers(Model& model, Communicator& comm, int root) {
-  if (comm.rank() == root) model.to_host(kStateBuffers);
+  // (one rank sends to nobody: a device's buffers need not come down for it)
+  if (comm.rank() == root && comm.world_size() > 1) model.to_host(kStateBuffers);
   std::vector<uint8_t> bytes = pack_buffers(model);
   if (bytes.empty()) return;
   comm.broadcast(bytes.data(), bytes.size(), root, CollectiveInfo{"buffers", -1});

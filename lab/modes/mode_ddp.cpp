@@ -161,17 +161,24 @@ StepCount DdpRank::step(const StepInput& in, StepRecord& rec) {
     else
       m_reducer.place();
     bool first_grad = true;
+    std::vector<int> order;  // without an allreduce, the gradients are checked after backward, in one piece
+    const auto found = [&](int i) {
+      nonfinite = m_pnames[static_cast<size_t>(i)];
+      model.to_host(kStateGrads);  // for the message: a device's gradients (executor.h)
+      if (c.on_nonfinite == "stop") throw nonfinite_error(in, nonfinite, params[static_cast<size_t>(i)]->grad, loss);
+    };
     model.backward_from_loss([&](int i) {
       if (first_grad) m_env.faults.check(rank, step, "backward");
       first_grad = false;
+      if (!grad_allreduce) return order.push_back(i);
       // Before DDP copies it into a bucket: a non-finite gradient is caught on the rank it comes from.
-      if (nonfinite.empty() && !model.grad_finite(static_cast<size_t>(i))) {
-        nonfinite = m_pnames[static_cast<size_t>(i)];
-        model.to_host(kStateGrads);  // for the message: a device's gradients (executor.h)
-        if (c.on_nonfinite == "stop") throw nonfinite_error(in, nonfinite, params[static_cast<size_t>(i)]->grad, loss);
-      }
-      if (grad_allreduce) m_reducer.mark_param_ready(i);
+      if (nonfinite.empty() && !model.grad_finite(static_cast<size_t>(i))) found(i);
+      m_reducer.mark_param_ready(i);
     });
+    if (!grad_allreduce) {
+      const int bad = model.first_nonfinite_grad(order);
+      if (bad >= 0) found(bad);
+    }
   });
   if (grad_allreduce) m_reducer.finalize_backward();
   // --on-nonfinite skip-step: the averaged gradient is the same on every rank, so every rank skips

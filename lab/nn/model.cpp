@@ -1,5 +1,6 @@
 #include "model.h"
 
+#include <algorithm>
 #include <cassert>
 #include <map>
 #include <cstdint>
@@ -122,7 +123,8 @@ void Model::poison_loss_grad() {
 GraphStepOutcome Model::graph_step(const Tensor& x, const std::vector<int>& labels, Optimizer& opt) {
   GraphStepOutcome out;
   if (m_exec && x.ndim() > 0 && x.dim(0) > 0 && m_exec->can_graph_step(nullptr)) {
-    for (Param* p : params()) p->grad.zero();  // zero_grad's host half; the device zeroes its own in the step
+    // (zero_grad's: the device zeroes the gradients in the step and keeps them; the host's are
+    // mirrors from then on, brought up to date by to_host(kStateGrads))
     const DeviceStepPlan plan = opt.begin_device_step();
     if (m_exec->graph_step(x, labels, plan, out)) {
       m_loss_on_device = true;
@@ -135,11 +137,7 @@ GraphStepOutcome Model::graph_step(const Tensor& x, const std::vector<int>& labe
   zero_grad();
   std::vector<int> order;
   backward_from_loss([&](int i) { order.push_back(i); });
-  for (int i : order)
-    if (!grad_finite(static_cast<size_t>(i))) {
-      out.nonfinite = i;
-      break;
-    }
+  out.nonfinite = first_nonfinite_grad(order);
   if (out.nonfinite < 0) opt.step();
   return out;
 }
@@ -242,6 +240,27 @@ bool Model::grad_finite(size_t i) {
     return m_exec->device_memory()->all_finite(g, p.value.data.size());
   }
   return all_finite(params()[i]->grad);
+}
+
+int Model::first_nonfinite_grad(const std::vector<int>& order) {
+  const std::vector<Param*> ps = params();
+  std::vector<const float*> xs;
+  std::vector<size_t> counts;
+  std::vector<int> on_device;
+  for (int i : order)
+    if (const float* g = device_grad(static_cast<size_t>(i))) {
+      xs.push_back(g);
+      counts.push_back(ps[static_cast<size_t>(i)]->value.data.size());
+      on_device.push_back(i);
+    }
+  const int k = xs.empty() ? -1 : m_exec->device_memory()->first_nonfinite(xs, counts);
+  const int device_first = k < 0 ? -1 : on_device[static_cast<size_t>(k)];
+  for (int i : order) {
+    if (i == device_first) return i;
+    const bool on_dev = std::find(on_device.begin(), on_device.end(), i) != on_device.end();
+    if (!on_dev && !all_finite(ps[static_cast<size_t>(i)]->grad)) return i;
+  }
+  return -1;
 }
 
 std::string Model::describe() const {

@@ -127,6 +127,10 @@ class Model {
   float* device_grad(size_t i) { return m_exec ? m_exec->device_grad(i) : nullptr; }
   // Whether parameter i's gradient is finite, wherever it lives.
   bool grad_finite(size_t i);
+  // The first of `order` (parameter indices) whose gradient is NaN or infinite, wherever they
+  // live, those on the device answered in one piece (DeviceMemory::first_nonfinite); -1 when
+  // every one is finite.
+  int first_nonfinite_grad(const std::vector<int>& order);
 
  private:
   std::vector<std::unique_ptr<Module>> m_modules;

@@ -39,7 +39,7 @@ STAGES = [
     ("training_cuda", True, "the same run on the GPU (2 emulated ranks, SyncBN): losses beside the CPU's, and the device's own timeline"),
     ("eval_cpu", False, "the trained weights evaluated on the CPU over the whole test set"),
     ("eval_cuda", True, "the same weights on the GPU: accuracy and top-1 agreement with the CPU"),
-    ("cuda_graphs", True, "one rank's cnn run step by step and with --cuda-graphs on the GPU: the same bits (weights, losses), steps replayed"),
+    ("cuda_graphs", True, "one rank's cnn run step by step and with --cuda-graphs on the GPU (--cudnn-deterministic): the same bits (weights, losses), steps replayed"),
     ("timings_dtlab", True, "dtlab bench train --device cuda, cnn and mlp at batch 32, 64, 256, step by step and with --cuda-graphs"),
     ("timings_torch", True, "PyTorch eager and CUDA Graph steps on the same GPU (tools/torch/gpu_train_bench.py)"),
     ("nccl", True, "--comm nccl with one rank (NCCL's allreduce and the ring); two ranks on one GPU refused"),
