@@ -939,7 +939,7 @@ class CudaExecutor final : public ModelExecutor {
     m_ctx.make_current();
     m_st.timer.phase = Phase::OptimizerStep;
     const ParamStep ps = prepare_step(index, step, host_state, false);
-    launch_step(ps, opt, step, nullptr);
+    launch_step(ps, opt, step);
     if (index == m_last_device_param) m_st.timer.close();  // the step's spans, for the optimizer phase
     return true;
   }
@@ -1146,17 +1146,15 @@ class CudaExecutor final : public ModelExecutor {
     m_host_params_stale = true;
     return ps;
   }
-  // step_param's kernel. skip (device, may be null): a captured step's "a gradient is not finite".
-  void launch_step(const ParamStep& ps, const OptimizerOptions& opt, int64_t step, const int32_t* skip) {
+  // step_param's kernel.
+  void launch_step(const ParamStep& ps, const OptimizerOptions& opt, int64_t step) {
     const int64_t count = static_cast<int64_t>(ps.w->size());
     const size_t span =
         m_st.timer.begin(opt.is_sgd() ? "sgd" : "adam", "kernels", static_cast<int>(m_owner[ps.index].first));
-    if (opt.is_sgd()) {
-      sgd_step(m_ctx, ps.w->data(), ps.grad, ps.s0, count, opt.sgd, step == 1, skip);
-    } else {
-      assert(!skip);  // (config.cpp refuses Adam with --cuda-graphs)
+    if (opt.is_sgd())
+      sgd_step(m_ctx, ps.w->data(), ps.grad, ps.s0, count, opt.sgd, step == 1);
+    else
       adam_step(m_ctx, ps.w->data(), ps.grad, ps.s0, ps.s1, count, opt.adam, step);
-    }
     m_st.timer.end(span);
   }
 
@@ -1251,10 +1249,21 @@ class CudaExecutor final : public ModelExecutor {
     m_st.timer.phase = Phase::OptimizerStep;
     const size_t nparams = m_params.size();
     m_flags.resize(nparams + 1);
-    for (const ParamStep& ps : steps)
-      count_nonfinite(m_ctx, ps.grad, static_cast<int64_t>(ps.w->size()), m_flags.data() + ps.index);
+    std::vector<const float*> grads;
+    std::vector<float*> weights, momentum;
+    std::vector<int64_t> counts;
+    for (const ParamStep& ps : steps) {  // (params() order: steps[i].index == i)
+      grads.push_back(ps.grad);
+      weights.push_back(ps.w->data());
+      if (ps.s0) momentum.push_back(ps.s0);
+      counts.push_back(static_cast<int64_t>(ps.w->size()));
+    }
+    // one kernel for every gradient's flag, one for "any", one SGD for every parameter (foreach)
+    const size_t span = m_st.timer.begin("sgd", "kernels", -1);
+    nonfinite_flags(m_ctx, grads, counts, m_flags.data());
     any_flag(m_ctx, m_flags.data(), static_cast<int64_t>(nparams), m_flags.data() + nparams);
-    for (const ParamStep& ps : steps) launch_step(ps, *m_plan_opt, m_plan_step, m_flags.data() + nparams);
+    sgd_step_multi(m_ctx, weights, grads, momentum, counts, m_plan_opt->sgd, m_plan_step == 1, m_flags.data() + nparams);
+    m_st.timer.end(span);
     DTLAB_CUDA_CHECK(cudaMemcpyAsync(g.out.data(), m_loss.data(), 2 * sizeof(int32_t), cudaMemcpyDeviceToHost, s));
     DTLAB_CUDA_CHECK(
         cudaMemcpyAsync(g.out.data() + 2, m_flags.data(), nparams * sizeof(int32_t), cudaMemcpyDeviceToHost, s));

@@ -67,7 +67,7 @@ int CudaDeviceMemory::first_nonfinite(const std::vector<const float*>& xs, const
   if (xs.empty()) return -1;
   m_ctx.make_current();
   m_flags.resize(xs.size());
-  for (size_t i = 0; i < xs.size(); ++i) count_nonfinite(m_ctx, xs[i], static_cast<int64_t>(counts[i]), m_flags.data() + i);
+  nonfinite_flags(m_ctx, xs, std::vector<int64_t>(counts.begin(), counts.end()), m_flags.data());
   m_flags_host.resize(xs.size());
   DTLAB_CUDA_CHECK(cudaMemcpyAsync(m_flags_host.data(), m_flags.data(), xs.size() * sizeof(int32_t),
                                    cudaMemcpyDeviceToHost, m_ctx.stream()));

@@ -3,6 +3,7 @@
 //
 // Sections: launch helpers and the block sum | bias | ReLU | max-pool | BatchNorm | cross-entropy |
 // SGD
+#include <algorithm>
 #include <cassert>
 
 #include "cuda_error.h"
@@ -295,8 +296,7 @@ __global__ void cross_entropy_kernel(const float* logits, const int32_t* labels,
 // ---- SGD ----
 
 template <bool kDecay, bool kMomentum, bool kFirst, bool kNesterov>
-__global__ void sgd_kernel(float* w, const float* g, float* buf, int64_t count, SgdCoeffs k, const int32_t* skip) {
-  if (skip && *skip) return;
+__global__ void sgd_kernel(float* w, const float* g, float* buf, int64_t count, SgdCoeffs k) {
   DTLAB_FOR_EACH(i, count) {
     float unused = 0.0f;  // stands in for the momentum buffer when there is none
     sgd_element<kDecay, kMomentum, kFirst, kNesterov>(w[i], g[i], kMomentum ? buf[i] : unused, k);
@@ -305,18 +305,67 @@ __global__ void sgd_kernel(float* w, const float* g, float* buf, int64_t count, 
 
 template <bool kDecay>
 void sgd_dispatch(cudaStream_t s, bool momentum, bool first, bool nesterov, float* w, const float* g, float* buf,
-                  int64_t count, SgdCoeffs k, const int32_t* skip) {
+                  int64_t count, SgdCoeffs k) {
   const int blocks = blocks_for(count);
   if (!momentum)
-    sgd_kernel<kDecay, false, false, false><<<blocks, kThreads, 0, s>>>(w, g, buf, count, k, skip);
+    sgd_kernel<kDecay, false, false, false><<<blocks, kThreads, 0, s>>>(w, g, buf, count, k);
   else if (first && nesterov)
-    sgd_kernel<kDecay, true, true, true><<<blocks, kThreads, 0, s>>>(w, g, buf, count, k, skip);
+    sgd_kernel<kDecay, true, true, true><<<blocks, kThreads, 0, s>>>(w, g, buf, count, k);
   else if (first)
-    sgd_kernel<kDecay, true, true, false><<<blocks, kThreads, 0, s>>>(w, g, buf, count, k, skip);
+    sgd_kernel<kDecay, true, true, false><<<blocks, kThreads, 0, s>>>(w, g, buf, count, k);
   else if (nesterov)
-    sgd_kernel<kDecay, true, false, true><<<blocks, kThreads, 0, s>>>(w, g, buf, count, k, skip);
+    sgd_kernel<kDecay, true, false, true><<<blocks, kThreads, 0, s>>>(w, g, buf, count, k);
   else
-    sgd_kernel<kDecay, true, false, false><<<blocks, kThreads, 0, s>>>(w, g, buf, count, k, skip);
+    sgd_kernel<kDecay, true, false, false><<<blocks, kThreads, 0, s>>>(w, g, buf, count, k);
+}
+
+// ---- several tensors per kernel: blockIdx.y picks the tensor, the x blocks stride over it ----
+constexpr int kMaxTensors = 48;  // a kernel's parameters stay under 4 KB
+struct FlagList {
+  const float* x[kMaxTensors];
+  int64_t count[kMaxTensors];
+};
+struct SgdList {
+  float* w[kMaxTensors];
+  const float* g[kMaxTensors];
+  float* buf[kMaxTensors];
+  int64_t count[kMaxTensors];
+};
+
+__global__ void nonfinite_multi_kernel(FlagList l, int32_t* flags) {
+  const int t = blockIdx.y;
+  const float* x = l.x[t];
+  int found = 0;
+  DTLAB_FOR_EACH(i, l.count[t]) found |= !isfinite(x[i]);
+  if (found) atomicOr(flags + t, 1);
+}
+
+template <bool kDecay, bool kMomentum, bool kFirst, bool kNesterov>
+__global__ void sgd_multi_kernel(SgdList l, SgdCoeffs k, const int32_t* skip) {
+  if (skip && *skip) return;
+  const int t = blockIdx.y;
+  float* w = l.w[t];
+  const float* g = l.g[t];
+  float* buf = l.buf[t];
+  DTLAB_FOR_EACH(i, l.count[t]) {
+    float unused = 0.0f;
+    sgd_element<kDecay, kMomentum, kFirst, kNesterov>(w[i], g[i], kMomentum ? buf[i] : unused, k);
+  }
+}
+
+template <bool kDecay>
+void sgd_multi_dispatch(cudaStream_t s, bool momentum, bool first, bool nesterov, dim3 grid, const SgdList& l,
+                        SgdCoeffs k, const int32_t* skip) {
+  if (!momentum)
+    sgd_multi_kernel<kDecay, false, false, false><<<grid, kThreads, 0, s>>>(l, k, skip);
+  else if (first && nesterov)
+    sgd_multi_kernel<kDecay, true, true, true><<<grid, kThreads, 0, s>>>(l, k, skip);
+  else if (first)
+    sgd_multi_kernel<kDecay, true, true, false><<<grid, kThreads, 0, s>>>(l, k, skip);
+  else if (nesterov)
+    sgd_multi_kernel<kDecay, true, false, true><<<grid, kThreads, 0, s>>>(l, k, skip);
+  else
+    sgd_multi_kernel<kDecay, true, false, false><<<grid, kThreads, 0, s>>>(l, k, skip);
 }
 
 // One thread: a handful of flags (one per parameter).
@@ -375,6 +424,52 @@ void count_nonfinite(CudaContext& ctx, const float* x, int64_t count, int32_t* b
   if (count == 0) return;
   nonfinite_kernel<<<blocks_for(count), kThreads, 0, ctx.stream()>>>(x, count, bad);
   DTLAB_CUDA_CHECK_LAUNCH();
+}
+
+void nonfinite_flags(CudaContext& ctx, const std::vector<const float*>& xs, const std::vector<int64_t>& counts,
+                     int32_t* flags) {
+  if (xs.empty()) return;
+  DTLAB_CUDA_CHECK(cudaMemsetAsync(flags, 0, xs.size() * sizeof(int32_t), ctx.stream()));
+  for (size_t first = 0; first < xs.size(); first += kMaxTensors) {
+    const size_t n = std::min(xs.size() - first, static_cast<size_t>(kMaxTensors));
+    FlagList l{};
+    int64_t most = 1;
+    for (size_t t = 0; t < n; ++t) {
+      l.x[t] = xs[first + t];
+      l.count[t] = counts[first + t];
+      most = std::max(most, counts[first + t]);
+    }
+    const dim3 grid(static_cast<unsigned>(blocks_for(most)), static_cast<unsigned>(n));
+    nonfinite_multi_kernel<<<grid, kThreads, 0, ctx.stream()>>>(l, flags + first);
+    DTLAB_CUDA_CHECK_LAUNCH();
+  }
+}
+
+void sgd_step_multi(CudaContext& ctx, const std::vector<float*>& w, const std::vector<const float*>& g,
+                    const std::vector<float*>& buf, const std::vector<int64_t>& counts, const SgdOptions& opt, bool first,
+                    const int32_t* skip) {
+  const SgdCoeffs k = sgd_coeffs(opt.lr, opt.momentum, opt.dampening, opt.weight_decay);
+  const bool momentum = opt.momentum != 0.0;
+  assert(!momentum || buf.size() == w.size());
+  for (size_t first_t = 0; first_t < w.size(); first_t += kMaxTensors) {
+    const size_t n = std::min(w.size() - first_t, static_cast<size_t>(kMaxTensors));
+    SgdList l{};
+    int64_t most = 1;
+    for (size_t t = 0; t < n; ++t) {
+      l.w[t] = w[first_t + t];
+      l.g[t] = g[first_t + t];
+      l.buf[t] = momentum ? buf[first_t + t] : nullptr;
+      l.count[t] = counts[first_t + t];
+      most = std::max(most, counts[first_t + t]);
+    }
+    const dim3 grid(static_cast<unsigned>(blocks_for(most)), static_cast<unsigned>(n));
+    // weight_decay == 0 skips the add entirely (as PyTorch does), so an inf weight stays inf.
+    if (opt.weight_decay != 0.0)
+      sgd_multi_dispatch<true>(ctx.stream(), momentum, first, opt.nesterov, grid, l, k, skip);
+    else
+      sgd_multi_dispatch<false>(ctx.stream(), momentum, first, opt.nesterov, grid, l, k, skip);
+    DTLAB_CUDA_CHECK_LAUNCH();
+  }
 }
 
 void any_flag(CudaContext& ctx, const int32_t* flags, int64_t count, int32_t* any) {
@@ -503,16 +598,16 @@ void cross_entropy(CudaContext& ctx, const float* logits, const int32_t* labels,
 }
 
 void sgd_step(CudaContext& ctx, float* w, const float* g, float* buf, int64_t count, const SgdOptions& opt,
-              bool first, const int32_t* skip) {
+              bool first) {
   if (count == 0) return;
   const SgdCoeffs k = sgd_coeffs(opt.lr, opt.momentum, opt.dampening, opt.weight_decay);
   const bool momentum = opt.momentum != 0.0;
   assert(!momentum || buf != nullptr);
   // weight_decay == 0 skips the add entirely (as PyTorch does), so an inf weight stays inf.
   if (opt.weight_decay != 0.0)
-    sgd_dispatch<true>(ctx.stream(), momentum, first, opt.nesterov, w, g, buf, count, k, skip);
+    sgd_dispatch<true>(ctx.stream(), momentum, first, opt.nesterov, w, g, buf, count, k);
   else
-    sgd_dispatch<false>(ctx.stream(), momentum, first, opt.nesterov, w, g, buf, count, k, skip);
+    sgd_dispatch<false>(ctx.stream(), momentum, first, opt.nesterov, w, g, buf, count, k);
   DTLAB_CUDA_CHECK_LAUNCH();
 }
 

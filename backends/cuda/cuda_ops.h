@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "cuda_context.h"
 #include "optim.h"
@@ -109,10 +110,21 @@ void any_flag(CudaContext& ctx, const int32_t* flags, int64_t count, int32_t* an
 
 // ---- SGD (torch.optim.SGD) over one flat buffer of count values ----
 // w, g, buf: (count,) parameters, gradients, momentum buffers (buf unused without momentum).
-// first: the first step (buf = d, no dampening). skip (device, may be null): when *skip is nonzero
-// nothing changes (a captured step whose gradients are not all finite).
-void sgd_step(CudaContext& ctx, float* w, const float* g, float* buf, int64_t count, const SgdOptions& opt, bool first,
-              const int32_t* skip = nullptr);
+// first: the first step (buf = d, no dampening).
+void sgd_step(CudaContext& ctx, float* w, const float* g, float* buf, int64_t count, const SgdOptions& opt, bool first);
+
+// ---- several tensors in one kernel (a captured step's: PyTorch's foreach kernels) ----
+// flags (device, xs.size()) [i] = whether xs[i] (counts[i] values) holds a NaN or an infinity:
+// zeroed, then set by integer atomics, kMaxTensors tensors per kernel.
+void nonfinite_flags(CudaContext& ctx, const std::vector<const float*>& xs, const std::vector<int64_t>& counts,
+                     int32_t* flags);
+// sgd_step of every tensor i (w[i], g[i], buf[i], counts[i] values), the same element function,
+// so the same bits, kMaxTensors tensors per kernel. buf: empty without momentum. skip (device, may
+// be null): when *skip is nonzero nothing changes (a captured step whose gradients are not all
+// finite, which cannot ask the host).
+void sgd_step_multi(CudaContext& ctx, const std::vector<float*>& w, const std::vector<const float*>& g,
+                    const std::vector<float*>& buf, const std::vector<int64_t>& counts, const SgdOptions& opt, bool first,
+                    const int32_t* skip = nullptr);
 
 // ---- Adam and AdamW (torch.optim.Adam / AdamW) over one flat buffer ----
 // w, g, m, v: (count,) parameters, gradients, exp_avg, exp_avg_sq; step: 1 for the first. The

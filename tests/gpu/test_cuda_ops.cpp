@@ -682,6 +682,71 @@ TEST_F(CudaOps, SgdIsBitwiseTheCpuOptimizer) {
       }
 }
 
+// ---- several tensors per kernel (a captured step's) ----
+
+// 60 tensors (more than one kernel's 48) of sizes from 1 to 100000: the flags of nonfinite_flags
+// are the host's test of each (a NaN in one, an infinity in another, the rest finite), and
+// sgd_step_multi gives every tensor the bits of the CPU optimizer, or leaves all unchanged when
+// its skip flag is set.
+TEST_F(CudaOps, MultiTensorFlagsAndSgdAreThePerTensorOnes) {
+  const size_t n = 60;
+  std::vector<lab::Param> ps(n);
+  std::vector<std::unique_ptr<DeviceBuffer<float>>> w, g, buf;
+  std::vector<const float*> gs;
+  std::vector<float*> ws, bufs;
+  std::vector<int64_t> counts;
+  for (size_t t = 0; t < n; ++t) {
+    const size_t count = t % 7 == 0 ? 1 : t % 5 == 0 ? 100000 : 37 * t + 3;
+    ps[t] = lab::Param{"p" + std::to_string(t), lab::Tensor({static_cast<int64_t>(count)}),
+                       lab::Tensor({static_cast<int64_t>(count)})};
+    ps[t].value.data = randn(count, 300 + static_cast<uint32_t>(t));
+    ps[t].grad.data = randn(count, 400 + static_cast<uint32_t>(t));
+    w.push_back(std::make_unique<DeviceBuffer<float>>(on_device(*ctx, ps[t].value.data)));
+    g.push_back(std::make_unique<DeviceBuffer<float>>(on_device(*ctx, ps[t].grad.data)));
+    buf.push_back(std::make_unique<DeviceBuffer<float>>(count));
+    buf.back()->fill_bytes(0xFF, ctx->stream());  // the first step must not read it
+    gs.push_back(g.back()->data());
+    ws.push_back(w.back()->data());
+    bufs.push_back(buf.back()->data());
+    counts.push_back(static_cast<int64_t>(count));
+  }
+  DeviceBuffer<int32_t> flags(n + 1);
+  lab::cuda::nonfinite_flags(*ctx, gs, counts, flags.data());
+  lab::cuda::any_flag(*ctx, flags.data(), static_cast<int64_t>(n), flags.data() + n);
+  std::vector<int32_t> f = flags.download(ctx->stream());
+  for (size_t t = 0; t < n; ++t) EXPECT_EQ(f[t], 0) << "tensor " << t;
+  EXPECT_EQ(f[n], 0);
+  lab::SgdOptions opt;
+  opt.lr = 0.05;
+  opt.momentum = 0.9;
+  opt.weight_decay = 5e-4;
+  std::vector<lab::Param*> pp;
+  for (auto& p : ps) pp.push_back(&p);
+  lab::Optimizer sgd(pp, opt);
+  for (int step = 0; step < 2; ++step) {
+    sgd.step();
+    lab::cuda::sgd_step_multi(*ctx, ws, gs, bufs, counts, opt, step == 0, flags.data() + n);
+    for (size_t t = 0; t < n; ++t) {
+      EXPECT_TRUE(same_bits(w[t]->download(ctx->stream()), ps[t].value.data)) << "step " << step << " tensor " << t;
+      EXPECT_TRUE(same_bits(buf[t]->download(ctx->stream()), sgd.momentum_buffers()[t].data)) << "tensor " << t;
+    }
+  }
+  // a NaN in tensor 5 (100000 values, at the end), an infinity in tensor 52 (beyond the first kernel)
+  ps[5].grad.data.back() = std::numeric_limits<float>::quiet_NaN();
+  ps[52].grad.data[3] = -std::numeric_limits<float>::infinity();
+  g[5]->upload(ps[5].grad.data.data(), ps[5].grad.data.size(), ctx->stream());
+  g[52]->upload(ps[52].grad.data.data(), ps[52].grad.data.size(), ctx->stream());
+  lab::cuda::nonfinite_flags(*ctx, gs, counts, flags.data());
+  lab::cuda::any_flag(*ctx, flags.data(), static_cast<int64_t>(n), flags.data() + n);
+  f = flags.download(ctx->stream());
+  for (size_t t = 0; t < n; ++t) EXPECT_EQ(f[t], t == 5 || t == 52 ? 1 : 0) << "tensor " << t;
+  EXPECT_EQ(f[n], 1);
+  const std::vector<float> before = w[0]->download(ctx->stream());
+  lab::cuda::sgd_step_multi(*ctx, ws, gs, bufs, counts, opt, false, flags.data() + n);  // skipped
+  EXPECT_TRUE(same_bits(w[0]->download(ctx->stream()), before));
+  EXPECT_TRUE(same_bits(w[5]->download(ctx->stream()), ps[5].value.data));
+}
+
 // ---- Adam / AdamW ----
 
 // The moments start at zero on both (PyTorch's lazy state); five steps with fresh gradients, the
