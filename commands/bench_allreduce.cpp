@@ -26,6 +26,10 @@
 
 #include "command_line.h"
 #include "config.h"
+#include "device.h"
+#include "device_memory.h"
+#include "executor.h"
+#include "model.h"
 #include "errors.h"
 #include "events.h"
 #include "mutation.h"
@@ -175,7 +179,8 @@ void print_row(std::FILE* out, int n, const std::vector<AllreduceAlgorithm>& alg
 }  // namespace
 
 std::vector<AllreduceBenchRow> bench_allreduce_rank(Transport& t, int world_size, const AllreduceBenchPlan& plan,
-                                                    const std::function<void(const AllreduceBenchRow&)>& on_row) {
+                                                    const std::function<void(const AllreduceBenchRow&)>& on_row,
+                                                    DeviceMemory* mem) {
   const int n = world_size;
   const int r = t.rank();
   Communicator comm(t, nullptr);  // no EventLog: bookkeeping would distort the timing
@@ -183,9 +188,29 @@ std::vector<AllreduceBenchRow> bench_allreduce_rank(Transport& t, int world_size
   uint64_t max_bytes = 0;
   for (uint64_t b : plan.sizes) max_bytes = std::max(max_bytes, b);
   const size_t max_count = max_bytes / sizeof(float);
-  FloatBuffer data = aligned_floats(max_count);
+  FloatBuffer host = aligned_floats(max_count);  // the buffer, or on a device the pattern's way there and back
   FloatBuffer copy = aligned_floats(max_count);  // the copy floor's destination
   std::memset(copy.get(), 0, max_count * sizeof(float));
+  // On a device: the rank's buffer and the floor's destination there (freed on every path out)
+  std::unique_ptr<void, std::function<void(void*)>> dev_data(nullptr, [mem](void* p) { mem->release(p); });
+  std::unique_ptr<void, std::function<void(void*)>> dev_copy(nullptr, [mem](void* p) { mem->release(p); });
+  if (mem) {
+    dev_data.reset(mem->allocate(max_bytes));
+    dev_copy.reset(mem->allocate(max_bytes));
+  }
+  float* data = mem ? static_cast<float*>(dev_data.get()) : host.get();
+  const auto set_pattern = [&](size_t count) {
+    fill_pattern(host.get(), count, r);
+    if (mem) mem->upload(data, host.get(), count * sizeof(float));
+  };
+  const auto set_zero = [&](size_t count) {
+    std::memset(host.get(), 0, count * sizeof(float));
+    if (mem) mem->upload(data, host.get(), count * sizeof(float));
+  };
+  const auto wrong_of = [&](size_t count) {
+    if (mem) mem->download(host.get(), data, count * sizeof(float));
+    return count_wrong(host.get(), count, n);
+  };
 
   std::vector<AllreduceBenchRow> rows;
   for (uint64_t bytes : plan.sizes) {
@@ -195,22 +220,23 @@ std::vector<AllreduceBenchRow> bench_allreduce_rank(Transport& t, int world_size
     for (AllreduceAlgorithm algo : plan.algorithms) {
       comm.set_allreduce_algorithm(algo);
       uint64_t wrong = 0;
-      fill_pattern(data.get(), count, r);
-      comm.allreduce_sum(data.get(), count, CollectiveInfo{"bench check", 0});
-      wrong += count_wrong(data.get(), count, n);
-      std::memset(data.get(), 0, count * sizeof(float));
+      set_pattern(count);
+      comm.allreduce_sum(data, count, CollectiveInfo{"bench check", 0}, mem);
+      wrong += wrong_of(count);
+      set_zero(count);
       const double secs = time_calls(sync, comm, plan, [&] {
-        comm.allreduce_sum(data.get(), count, CollectiveInfo{"bench", -1});
+        comm.allreduce_sum(data, count, CollectiveInfo{"bench", -1}, mem);
       });
-      fill_pattern(data.get(), count, r);
-      comm.allreduce_sum(data.get(), count, CollectiveInfo{"bench check", 1});
-      wrong += count_wrong(data.get(), count, n);
+      set_pattern(count);
+      comm.allreduce_sum(data, count, CollectiveInfo{"bench check", 1}, mem);
+      wrong += wrong_of(count);
       row.seconds.push_back(secs);
       row.wrong.push_back(sync.sum_to_root(wrong));
     }
-    float* src = data.get();
-    float* dst = copy.get();
+    float* src = data;
+    float* dst = mem ? static_cast<float*>(dev_copy.get()) : copy.get();
     row.floor_seconds = time_calls(sync, comm, plan, [&] {
+      if (mem) return mem->copy(dst, src, bytes);  // device to device, complete when it returns
       std::memcpy(dst, src, bytes);
       asm volatile("" : : "r"(dst) : "memory");  // the copy is the point: keep it
     });
@@ -233,6 +259,9 @@ int bench_allreduce(const BenchAllreduceOptions& opt) {
       throw ConfigError("--world-sizes: each must be in 2.." + std::to_string(kMaxWorldSize) + ", got " +
                         std::to_string(n));
   }
+  const DeviceSpec device = parse_device(opt.device);
+  ComputeOptions compute;
+  compute.device = opt.device;
   AllreduceBenchPlan plan;
   std::vector<std::string> names;
   for (const std::string& a : opt.algorithms) {
@@ -274,8 +303,14 @@ int bench_allreduce(const BenchAllreduceOptions& opt) {
   std::fprintf(out, "#   #wrong: elements that differ from the exact sum (rank r's element i = (i mod %d) + %g r), "
               "over all ranks, checked before and after timing\n",
               kPatternPeriod, kRankStride);
-  std::fprintf(out, "#   copy floor: every rank memcpy's its buffer once (same buffers, threads and timing); "
-              "eff = floor time / best algorithm's time\n");
+  if (device.is_cpu())
+    std::fprintf(out, "#   copy floor: every rank memcpy's its buffer once (same buffers, threads and timing); "
+                "eff = floor time / best algorithm's time\n");
+  else
+    std::fprintf(out, "#   buffers: on %s, every rank's; the ring's copies device-to-device and its adds the device's, "
+                "naive and tree staged through host memory (one download, one upload per call); copy floor: a "
+                "device-to-device copy of the buffer per rank; eff = floor time / best algorithm's time\n",
+                opt.device.c_str());
   std::fprintf(out, "#   events: not recorded | sgemm: not used (irrelevant) | timeout %g s\n", opt.timeout_s);
   std::fflush(out);
 
@@ -303,6 +338,19 @@ int bench_allreduce(const BenchAllreduceOptions& opt) {
           {{"bytes", row.bytes}, {"time_us", row.floor_seconds * 1e6}, {"algbw_gbps", s / row.floor_seconds / 1e9}});
       per_n["best"].push_back(names[best]);
     };
+    // On a device: every rank's memory there, through its executor (a model each, as in a run)
+    std::vector<std::unique_ptr<Model>> models;
+    std::vector<DeviceMemory*> mems(static_cast<size_t>(n), nullptr);
+    if (!device.is_cpu())
+      for (int rank = 0; rank < n; ++rank) {
+        ModelOptions mo;
+        mo.name = "mlp";
+        models.push_back(build_model(mo, 0));
+        attach_executor(*models.back(), compute, rank, n, "threads");
+        mems[static_cast<size_t>(rank)] = models.back()->executor()->device_memory();
+        if (!mems[static_cast<size_t>(rank)])
+          throw ConfigError("--device " + opt.device + ": this device has no memory the collectives can work in");
+      }
     ThreadsWorld world(n);
     std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
     std::vector<std::thread> threads;
@@ -310,7 +358,7 @@ int bench_allreduce(const BenchAllreduceOptions& opt) {
       world.transport(rank).set_timeout(opt.timeout_s);
       threads.emplace_back([&, rank] {
         try {
-          bench_allreduce_rank(world.transport(rank), n, plan, on_row);
+          bench_allreduce_rank(world.transport(rank), n, plan, on_row, mems[static_cast<size_t>(rank)]);
         } catch (...) {
           errors[static_cast<size_t>(rank)] = std::current_exception();
           try {
@@ -335,6 +383,7 @@ int bench_allreduce(const BenchAllreduceOptions& opt) {
                                      {"algorithms", names},
                                      {"sizes", sizes_bytes},
                                      {"transport", opt.comm},
+                                     {"device", opt.device},
                                      {"cores", std::max(1u, std::thread::hardware_concurrency())},
                                      {"results", results},
                                      {"what", "time_us: median seconds per call x 1e6; algbw = bytes / time; busbw = "

@@ -22,6 +22,10 @@ struct BenchAllreduceOptions {
   std::vector<int> world_sizes = {2, 4, 8};
   std::vector<std::string> algorithms = {"ring", "naive", "tree"};
   std::string comm = "threads";       // the transport; threads: N emulated ranks, one thread each
+  // where the buffers live: cpu (host memory), sim or cuda[:N] (every rank's buffer on that
+  // device, the ring's copies device-to-device and its adds the device's, the copy floor a
+  // device-to-device copy; naive and tree are staged through the host, as in a run)
+  std::string device = "cpu";
   uint64_t min_bytes = 4096;
   uint64_t max_bytes = uint64_t{64} << 20;
   uint64_t step_factor = 4;
@@ -57,8 +61,10 @@ struct AllreduceBenchRow {
 // The per-rank body: times every size and algorithm on this rank's transport; rank 0 calls
 // on_row (if set) as each size is done and returns every row. Throws what the collectives throw.
 // world_size is t.world_size(), passed for clarity at the call site.
+// mem: the rank's device (its buffers there, DeviceMemory's copies and adds); nullptr: host memory.
 std::vector<AllreduceBenchRow> bench_allreduce_rank(Transport& t, int world_size, const AllreduceBenchPlan& plan,
-                                                    const std::function<void(const AllreduceBenchRow&)>& on_row = {});
+                                                    const std::function<void(const AllreduceBenchRow&)>& on_row = {},
+                                                    DeviceMemory* mem = nullptr);
 
 // The command: runs the plan for every world size and prints the tables. Returns an exit code.
 int bench_allreduce(const BenchAllreduceOptions& opt);

@@ -257,6 +257,11 @@ void add_bench_allreduce_flags(CLI::App& app, lab::BenchAllreduceOptions& o) {
   app.add_option("--batches", o.batches, "timed batches (the median is reported)")->capture_default_str();
   app.add_option("--batch-seconds", o.batch_seconds, "target seconds per batch")->capture_default_str();
   app.add_option("--max-calls", o.max_calls, "calls per batch at most")->capture_default_str();
+  app.add_option("--device", o.device,
+                 "where the buffers live: cpu (host memory), sim or cuda[:N] (every rank's buffer on that device: the "
+                 "ring's copies device-to-device and its adds there, naive and tree staged through the host; the copy "
+                 "floor a device-to-device copy)")
+      ->capture_default_str();
   app.add_option("--timeout", o.timeout_s, "seconds a rank may wait before the benchmark fails")->capture_default_str();
   app.add_option("--json", o.json_out, "also write every figure to this file as JSON");
 }

@@ -11,15 +11,21 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <random>
+#include <thread>
 #include <vector>
 
+#include "bench_allreduce.h"
 #include "communicator.h"
 #include "device_memory.h"
 #include "link_model.h"
 #include "rank_threads.h"
+#include "sim_backend.h"
+#include "test_util.h"
 #include "sim/sim_executor.h"
 #include "threads/transport_threads.h"
 
@@ -206,4 +212,54 @@ TEST(DeviceCollectives, TheSimulatedGpusMemoryGivesTheHostsBits) {
   EXPECT_EQ(mem.downloaded(), uint64_t{4} * count * 4);
   // each rank: (N-1)/N of the buffer added in, (N-1)/N copied in by the allgather
   EXPECT_EQ(mem.device_bytes(), uint64_t{4} * count * 4 * 2 * 3 / 4);
+}
+
+// dtlab bench allreduce --device: every rank's buffer in the device's memory. The ring adds and
+// copies there (the simulated GPU's counters), naive and tree are staged through the host, every
+// result is the exact sum (#wrong 0), and the copy floor is a copy on the device. The command
+// reaches the same memory through the device's executors (--device sim).
+TEST(DeviceCollectives, BenchAllreduceWorksInTheDevicesMemory) {
+  lab::AllreduceBenchPlan plan;
+  plan.sizes = {4096, 65536};
+  plan.algorithms = {AllreduceAlgorithm::Ring, AllreduceAlgorithm::Naive, AllreduceAlgorithm::Tree};
+  plan.warmup = 1;
+  plan.batches = 2;
+  plan.batch_seconds = 0.001;
+  plan.max_calls = 4;
+  const int n = 3;
+  lab::SimDeviceMemory mem;
+  lab::ThreadsWorld world(n);
+  std::vector<lab::AllreduceBenchRow> rows;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      std::vector<lab::AllreduceBenchRow> mine = lab::bench_allreduce_rank(world.transport(r), n, plan, {}, &mem);
+      if (r == 0) rows = mine;
+    });
+  for (auto& t : threads) t.join();
+  ASSERT_EQ(rows.size(), 2u);
+  for (const lab::AllreduceBenchRow& row : rows) {
+    for (uint64_t w : row.wrong) EXPECT_EQ(w, 0u) << row.bytes;
+    EXPECT_GT(row.floor_seconds, 0.0);
+  }
+  EXPECT_GT(mem.device_bytes(), uint64_t{2} * 65536) << "the ring's adds and copies, and the floor's copies";
+  EXPECT_GT(mem.downloaded(), 0u);
+
+  testutil::SimBackend backend(/*resident=*/true);
+  testutil::TempDir dir;
+  lab::BenchAllreduceOptions opt;
+  opt.device = "sim";
+  opt.world_sizes = {2};
+  opt.min_bytes = opt.max_bytes = 4096;
+  opt.warmup = 1;
+  opt.batches = 2;
+  opt.batch_seconds = 0.001;
+  opt.json_out = dir.file("result.json");
+  std::FILE* out = std::tmpfile();
+  opt.out = out;
+  EXPECT_EQ(lab::bench_allreduce(opt), 0);
+  std::fclose(out);
+  const nlohmann::json j = nlohmann::json::parse(testutil::read_file(dir.file("result.json")));
+  EXPECT_EQ(j["device"], "sim");
+  for (const char* a : {"ring", "naive", "tree"}) EXPECT_EQ(j["results"]["2"][a][0]["wrong"], 0) << a;
 }

@@ -355,6 +355,11 @@ TEST(RunFormat, ASummaryOfANewerFormatIsRefusedByName) {
   EXPECT_EQ(s.train_samples, 256);
   EXPECT_EQ(s.eval_mode.acc, 0.5);
   EXPECT_EQ(s.eval_mode.samples, 64);
+  EXPECT_EQ(s.cuda_graphs, "");
+  // a GPU run with --cuda-graphs: what its executor reports (cuda_executor.cpp: report_json)
+  testutil::write_file(path, "{\"format_version\": 1, \"device\": {\"name\": \"cuda:0 (NVIDIA H200)\", \"rank0\": "
+                             "{\"cuda_graphs\": {\"captured\": 1, \"replayed\": 17, \"eager\": 2}}}}");
+  EXPECT_EQ(lab::read_summary_fields(path).cuda_graphs, "1 captured, 17 replayed, 2 eager");
   testutil::write_file(path, "{\"format_version\": 2, \"producer\": \"dtlab 9.0\"}");
   try {
     lab::read_summary_fields(path);

@@ -35,6 +35,8 @@
 #   timings_torch  PyTorch eager and CUDA Graph steps on the same GPU (tools/torch/gpu_train_bench.py)
 #   nccl           --comm nccl with one rank (NCCL's allreduce, the ring over send/recv); two NCCL
 #                  ranks on one GPU refused (exit 9)
+#   allreduce      dtlab bench allreduce --device cuda: 2 and 4 emulated ranks' ring on device buffers
+#                  (copies device-to-device, adds a kernel) beside a device-to-device copy, 4 KB to 64 MB
 #   memcheck       compute-sanitizer memcheck over the op tests
 #   racecheck      compute-sanitizer racecheck over the hand-written kernels
 # Results: OUT_DIR/gpu_check.json (every stage's status, seconds, figures; rewritten after each
@@ -333,6 +335,13 @@ st_nccl() {
   fi
 }
 stage nccl 45 st_nccl
+
+# ---- the emulated ranks' ring on device buffers, beside a device-to-device copy ----
+st_allreduce() {
+  run allreduce "$STAGE_S" "$WORK/allreduce.log" "$DTLAB" bench allreduce --device cuda --world-sizes 2,4 \
+    --algorithms ring --min-bytes 4096 --max-bytes 67108864 --step-factor 16 --batches 5 --json "$WORK/allreduce.json"
+}
+stage allreduce 45 st_allreduce
 
 # ---- compute-sanitizer, last: memcheck over every op test, racecheck over the hand-written kernels ----
 # (shared-memory races: the block sums of our kernels; cuBLAS's and cuDNN's kernels are not ours, and

@@ -455,6 +455,14 @@ void draw_controls_panel(const RunData& d, ControlsState& st, bool compare_bn, d
     why += ".";
     for (const std::string& a : d.summary.conv_algorithms) why += "\n" + a;
     labeled_value("device", d.summary.device_name.empty() ? d.cfg.compute.device : d.summary.device_name, why);
+    if (d.cfg.compute.cuda_graphs)
+      labeled_value("CUDA Graphs", d.summary.cuda_graphs.empty() ? "on" : d.summary.cuda_graphs,
+                    "--cuda-graphs: the training step (forward, loss, backward, SGD) was captured once as a CUDA Graph "
+                    "and replayed: one launch a step instead of one per kernel. The first step, and the first of a "
+                    "new batch shape or learning rate, run kernel by kernel; the second is captured. The weights are "
+                    "the step-by-step run's, bit for bit. The timeline's device band shows each replay as one span"
+                    + std::string(d.cfg.compute.device == "sim" ? " (the simulated GPU captures nothing: it runs the "
+                                                                  "step's calls one by one)" : "") + ".");
   }
   if (d.summary.valid) {
     labeled_value("final test acc", fmt("%.4f eval / %.4f train mode", d.summary.eval_mode.acc, d.summary.train_mode.acc),

@@ -491,6 +491,12 @@ SummaryFields summary_fields(const nlohmann::json& j, const std::string& path) {
       if (dev.contains("staging"))
         s.staged_bytes = dev["staging"].value("host_to_device_bytes", uint64_t{0}) +
                          dev["staging"].value("device_to_host_bytes", uint64_t{0});
+      if (dev.contains("rank0") && dev["rank0"].contains("cuda_graphs")) {
+        const nlohmann::json& g = dev["rank0"]["cuda_graphs"];
+        s.cuda_graphs = std::to_string(g.value("captured", int64_t{0})) + " captured, " +
+                        std::to_string(g.value("replayed", int64_t{0})) + " replayed, " +
+                        std::to_string(g.value("eager", int64_t{0})) + " eager";
+      }
       if (dev.contains("rank0") && dev["rank0"].contains("conv_algorithms"))
         for (const nlohmann::json& a : dev["rank0"]["conv_algorithms"])
           s.conv_algorithms.push_back(a.value("pass", "") + " " + a.value("layer", "") + ": " + a.value("algo", "") +

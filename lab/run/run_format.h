@@ -110,6 +110,7 @@ struct SummaryFields {
   std::string device_name;           // "" on the CPU
   uint64_t staged_bytes = 0;         // host-to-device plus device-to-host bytes of --device staging
   std::vector<std::string> conv_algorithms;  // rank 0's cuDNN algorithm per convolution pass
+  std::string cuda_graphs;           // --cuda-graphs: "1 captured, 17 replayed, 2 eager" (steps; "" without)
 };
 // The fields of a summary.json document; `where` names it in errors. Throws IoError when a field
 // has the wrong type or its format_version is newer than kRunDirFormatVersion.

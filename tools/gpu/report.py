@@ -43,6 +43,7 @@ STAGES = [
     ("timings_dtlab", True, "dtlab bench train --device cuda, cnn and mlp at batch 32, 64, 256, step by step and with --cuda-graphs"),
     ("timings_torch", True, "PyTorch eager and CUDA Graph steps on the same GPU (tools/torch/gpu_train_bench.py)"),
     ("nccl", True, "--comm nccl with one rank (NCCL's allreduce and the ring); two ranks on one GPU refused"),
+    ("allreduce", True, "dtlab bench allreduce --device cuda: emulated ranks' ring on device buffers beside a device-to-device copy of the same bytes"),
     ("memcheck", True, "compute-sanitizer memcheck over the op tests (partial coverage recorded)"),
     ("racecheck", True, "compute-sanitizer racecheck over the hand-written kernels (partial coverage recorded)"),
 ]
@@ -488,6 +489,26 @@ def stage_timings_torch(s):
     s.figures["table"] = table
 
 
+def stage_allreduce(s):
+    if "allreduce" not in s.rc:
+        s.set("not-run", "not run")
+        return
+    status, note = s.outcome(s.rc["allreduce"], s.path("allreduce.log"))
+    s.set(status, note)
+    bench = load_json(s.path("allreduce.json"))
+    if status != "passed" or not bench:
+        return
+    table = []
+    for n, per_n in sorted(bench.get("results", {}).items(), key=lambda kv: int(kv[0])):
+        for ring, floor in zip(per_n.get("ring", []), per_n.get("copy_floor", [])):
+            table.append({"ranks": int(n), "bytes": ring["bytes"], "ring_us": ring["time_us"],
+                          "ring_busbw_gbps": ring["busbw_gbps"], "copy_us": floor["time_us"],
+                          "copy_over_ring": floor["time_us"] / ring["time_us"], "wrong": ring["wrong"]})
+            if ring["wrong"]:
+                s.set("failed", f"{n} ranks, {ring['bytes']} bytes: {ring['wrong']} elements off the exact sum")
+    s.figures["table"] = table
+
+
 def stage_nccl(s):
     parts = []
     for algo in ("nccl", "ring"):
@@ -550,6 +571,7 @@ DECIDE = {
     "eval_cpu": lambda s: stage_eval(s, "cpu"), "eval_cuda": lambda s: stage_eval(s, "cuda"),
     "cuda_graphs": stage_cuda_graphs,
     "timings_dtlab": stage_timings_dtlab, "timings_torch": stage_timings_torch, "nccl": stage_nccl,
+    "allreduce": stage_allreduce,
     "memcheck": lambda s: stage_sanitizer(s, "memcheck"), "racecheck": lambda s: stage_sanitizer(s, "racecheck"),
 }
 

@@ -208,6 +208,17 @@ def main():
     check("nccl: two ranks on one GPU not refused", stage(work, "nccl", **{"nccl-nccl": 0, "nccl-ring": 0, "two-on-one": 0}),
           "failed", "expected exit 9")
 
+    write(work, "allreduce.log", "")
+    write(work, "allreduce.json", {"results": {"2": {"ring": [{"bytes": 4096, "time_us": 20.0, "busbw_gbps": 0.2, "wrong": 0}],
+                                                     "copy_floor": [{"bytes": 4096, "time_us": 5.0, "algbw_gbps": 0.8}]}}})
+    rec = stage(work, "allreduce", allreduce=0)
+    check("allreduce: the ring beside the copy", rec, "passed")
+    if rec["figures"].get("table", [{}])[0].get("copy_over_ring") != 0.25:
+        FAILED.append(f"allreduce: table {rec['figures'].get('table')}")
+    write(work, "allreduce.json", {"results": {"2": {"ring": [{"bytes": 4096, "time_us": 20.0, "busbw_gbps": 0.2, "wrong": 3}],
+                                                     "copy_floor": [{"bytes": 4096, "time_us": 5.0, "algbw_gbps": 0.8}]}}})
+    check("allreduce: a wrong sum", stage(work, "allreduce", allreduce=0), "failed", "3 elements off the exact sum")
+
     write(work, "memcheck.list", "CudaOps.\n  Gemm\n  Conv\n")
     write(work, "memcheck.log", "[ RUN      ] CudaOps.Gemm\n[       OK ] CudaOps.Gemm (30 ms)\n[ RUN      ] CudaOps.Conv\n")
     check("memcheck: out of time, clean so far", stage(work, "memcheck", memcheck=124), "partial", "after 1 of 2 tests",
