@@ -426,23 +426,32 @@ void count_nonfinite(CudaContext& ctx, const float* x, int64_t count, int32_t* b
   DTLAB_CUDA_CHECK_LAUNCH();
 }
 
+namespace {
+
+// The tensors in runs of at most kMaxTensors, one kernel each: f(first, n, grid), grid's y the run's
+// tensors and its x enough blocks for the largest.
+template <class F>
+void for_each_run(const std::vector<int64_t>& counts, F&& f) {
+  for (size_t first = 0; first < counts.size(); first += kMaxTensors) {
+    const size_t n = std::min(counts.size() - first, static_cast<size_t>(kMaxTensors));
+    const auto run = counts.begin() + static_cast<std::ptrdiff_t>(first);
+    const int64_t most = std::max<int64_t>(1, *std::max_element(run, run + static_cast<std::ptrdiff_t>(n)));
+    f(first, n, dim3(static_cast<unsigned>(blocks_for(most)), static_cast<unsigned>(n)));
+  }
+}
+
+}  // namespace
+
 void nonfinite_flags(CudaContext& ctx, const std::vector<const float*>& xs, const std::vector<int64_t>& counts,
                      int32_t* flags) {
   if (xs.empty()) return;
   DTLAB_CUDA_CHECK(cudaMemsetAsync(flags, 0, xs.size() * sizeof(int32_t), ctx.stream()));
-  for (size_t first = 0; first < xs.size(); first += kMaxTensors) {
-    const size_t n = std::min(xs.size() - first, static_cast<size_t>(kMaxTensors));
+  for_each_run(counts, [&](size_t first, size_t n, dim3 grid) {
     FlagList l{};
-    int64_t most = 1;
-    for (size_t t = 0; t < n; ++t) {
-      l.x[t] = xs[first + t];
-      l.count[t] = counts[first + t];
-      most = std::max(most, counts[first + t]);
-    }
-    const dim3 grid(static_cast<unsigned>(blocks_for(most)), static_cast<unsigned>(n));
+    for (size_t t = 0; t < n; ++t) l.x[t] = xs[first + t], l.count[t] = counts[first + t];
     nonfinite_multi_kernel<<<grid, kThreads, 0, ctx.stream()>>>(l, flags + first);
     DTLAB_CUDA_CHECK_LAUNCH();
-  }
+  });
 }
 
 void sgd_step_multi(CudaContext& ctx, const std::vector<float*>& w, const std::vector<const float*>& g,
@@ -451,25 +460,21 @@ void sgd_step_multi(CudaContext& ctx, const std::vector<float*>& w, const std::v
   const SgdCoeffs k = sgd_coeffs(opt.lr, opt.momentum, opt.dampening, opt.weight_decay);
   const bool momentum = opt.momentum != 0.0;
   assert(!momentum || buf.size() == w.size());
-  for (size_t first_t = 0; first_t < w.size(); first_t += kMaxTensors) {
-    const size_t n = std::min(w.size() - first_t, static_cast<size_t>(kMaxTensors));
+  for_each_run(counts, [&](size_t first_t, size_t n, dim3 grid) {
     SgdList l{};
-    int64_t most = 1;
     for (size_t t = 0; t < n; ++t) {
       l.w[t] = w[first_t + t];
       l.g[t] = g[first_t + t];
       l.buf[t] = momentum ? buf[first_t + t] : nullptr;
       l.count[t] = counts[first_t + t];
-      most = std::max(most, counts[first_t + t]);
     }
-    const dim3 grid(static_cast<unsigned>(blocks_for(most)), static_cast<unsigned>(n));
     // weight_decay == 0 skips the add entirely (as PyTorch does), so an inf weight stays inf.
     if (opt.weight_decay != 0.0)
       sgd_multi_dispatch<true>(ctx.stream(), momentum, first, opt.nesterov, grid, l, k, skip);
     else
       sgd_multi_dispatch<false>(ctx.stream(), momentum, first, opt.nesterov, grid, l, k, skip);
     DTLAB_CUDA_CHECK_LAUNCH();
-  }
+  });
 }
 
 void any_flag(CudaContext& ctx, const int32_t* flags, int64_t count, int32_t* any) {

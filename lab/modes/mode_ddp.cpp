@@ -38,6 +38,23 @@ std::string nonfinite_kind(const Tensor& t) {
   return "infinite";
 }
 
+// A step's record (the whole batch trained) and its count.
+StepCount record(const StepInput& in, StepRecord& rec, float loss, int correct, double drift, bool synced, bool skipped,
+                 const std::string& nonfinite) {
+  const int64_t n = static_cast<int64_t>(in.indices->size());
+  rec.batch_size = n;
+  rec.loss = loss;
+  rec.correct = correct;
+  rec.param_drift = drift;
+  rec.grad_sync = synced;
+  rec.skipped = skipped;
+  rec.nonfinite = nonfinite;
+  StepCount count;
+  count.samples = n;
+  count.trained = n;
+  return count;
+}
+
 // --on-nonfinite stop: the parameter `name` has a NaN or infinite gradient (grad, on the host).
 TrainingError nonfinite_error(const StepInput& in, const std::string& name, const Tensor& grad, float loss) {
   return TrainingError(
@@ -104,18 +121,7 @@ StepCount DdpRank::graph_step(const StepInput& in, StepRecord& rec) {
   }
   const double drift = after_optimizer_step();
   m_require_forward_param_sync = true;
-  const int64_t n = static_cast<int64_t>(in.indices->size());
-  rec.batch_size = n;
-  rec.loss = r.loss;
-  rec.correct = r.correct;
-  rec.param_drift = drift;
-  rec.grad_sync = true;
-  rec.skipped = skipped;
-  rec.nonfinite = nonfinite;
-  StepCount count;
-  count.samples = n;
-  count.trained = n;
-  return count;
+  return record(in, rec, r.loss, r.correct, drift, true, skipped, nonfinite);
 }
 
 StepCount DdpRank::step(const StepInput& in, StepRecord& rec) {
@@ -126,7 +132,6 @@ StepCount DdpRank::step(const StepInput& in, StepRecord& rec) {
   Communicator& comm = m_env.comm;
   const int64_t step = in.step;
   const int rank = m_env.rank;
-  const int64_t n = static_cast<int64_t>(in.indices->size());
   // no_sync cycles (--no-sync-steps K): K local backward passes, then a synchronized one that
   // averages the accumulated sums and steps.
   const bool synced = c.no_sync_steps == 0 || step % (c.no_sync_steps + 1) == c.no_sync_steps;
@@ -193,18 +198,7 @@ StepCount DdpRank::step(const StepInput& in, StepRecord& rec) {
   if (synced && !skipped) comm.timed(Phase::OptimizerStep, "optimizer-step", step, [&] { m_env.opt.step(); });
   const double drift = after_optimizer_step();
   m_require_forward_param_sync = synced || m_no_sync_broadcasts;  // DDP: a no_sync forward leaves the next one unsynced
-
-  rec.batch_size = n;
-  rec.loss = loss;
-  rec.correct = correct;
-  rec.param_drift = drift;
-  rec.grad_sync = synced;
-  rec.skipped = skipped;
-  rec.nonfinite = nonfinite;
-  StepCount count;
-  count.samples = n;
-  count.trained = n;
-  return count;
+  return record(in, rec, loss, correct, drift, synced, skipped, nonfinite);
 }
 
 void DdpRank::after_batches(int64_t epoch, int64_t& step, int64_t batches_done) {
