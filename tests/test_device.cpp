@@ -184,6 +184,31 @@ TEST(DeviceCli, CudaWithoutAGpuFailsAtOnceWithItsExitCode) {
 // --device sim through the dtlab executable (backends/devices.h's factory, the resident protocol):
 // the mlp trains to the CPU's bits, the summary names the device and counts its copies, eval and
 // bench train run on it too.
+// --cuda-graphs from the command line: kept in config.toml, so a --resume continues with it and
+// still gives the CPU run's bits; bench train says it in its header; a refusal names the flag.
+TEST(DeviceCli, CudaGraphsResumeAndBenchOnTheSimulatedGpu) {
+  DTLAB_REQUIRE_DATASET();
+  testutil::TempDir d;
+  const std::string common = "run --model mlp --world-size 1 --batch-size 16 --steps 6 --limit-train 256 "
+                             "--limit-test 64 --checkpoint-every 2 --out ";
+  ASSERT_EQ(testutil::run_cli(common + d.file("cpu")).exit_code, 0);
+  const testutil::CliResult r = testutil::run_cli(common + d.file("sim") + " --device sim --cuda-graphs");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_EQ(testutil::read_file(d.file("cpu") + "/final.safetensors"), testutil::read_file(d.file("sim") + "/final.safetensors"));
+  EXPECT_NE(testutil::read_file(d.file("sim") + "/config.toml").find("cuda_graphs = true"), std::string::npos);
+  const testutil::CliResult re = testutil::run_cli("run --resume " + d.file("sim") + " --out " + d.file("resumed"));
+  ASSERT_EQ(re.exit_code, 0) << re.out;
+  EXPECT_EQ(testutil::read_file(d.file("cpu") + "/final.safetensors"), testutil::read_file(d.file("resumed") + "/final.safetensors"));
+  EXPECT_NE(testutil::read_file(d.file("resumed") + "/config.toml").find("cuda_graphs = true"), std::string::npos);
+  const testutil::CliResult b =
+      testutil::run_cli("bench train --device sim --cuda-graphs --batch-size 8 --seconds 0.01 --rounds 1");
+  EXPECT_EQ(b.exit_code, 0) << b.out;
+  EXPECT_NE(b.out.find("cuda_graphs=on"), std::string::npos) << b.out;
+  const testutil::CliResult no = testutil::run_cli(common + d.file("no") + " --device sim --cuda-graphs --bn sync");
+  EXPECT_EQ(no.exit_code, 2) << no.out;
+  EXPECT_NE(no.out.find("--cuda-graphs with --bn sync"), std::string::npos) << no.out;
+}
+
 TEST(DeviceCli, SimTrainsToTheCpusBitsAndSaysWhatItCopied) {
   DTLAB_REQUIRE_DATASET();
   testutil::TempDir d;
