@@ -643,6 +643,33 @@ TEST(DeviceResidency, TheGraphedStepGivesTheCpuRunsBits) {
   }
 }
 
+// How often a step waits for the device to say whether its gradients are finite: once per step
+// where nothing is allreduced (one rank; the graphed step too), checked in one piece after
+// backward; once per parameter where DDP's hook must check each gradient before its bucket's
+// allreduce can spread it. (On a GPU each answer is a synchronizing download.)
+TEST(DeviceResidency, GradientsAreCheckedInOnePieceWhereNothingIsAllreduced) {
+  DTLAB_REQUIRE_DATASET();
+  struct Case {
+    int world;
+    bool graphs;
+    uint64_t answers_per_step;
+  };
+  for (const Case& k : {Case{1, false, 1}, Case{1, true, 1}, Case{2, false, 10}}) {
+    testutil::TempDir cpu_dir, dev_dir;
+    const int64_t steps = 6;
+    lab::RunConfig c = testutil::small_run("mlp", k.world, cpu_dir.path(), steps);
+    SimBackend backend(/*resident=*/true);
+    const std::unique_ptr<lab::Run> run = cpu_then_sim(c, dev_dir.path(), "world " + std::to_string(k.world), k.graphs);
+    for (int r = 0; r < k.world; ++r) {
+      ASSERT_NE(g_sim[static_cast<size_t>(r)], nullptr);
+      auto* mem = dynamic_cast<lab::SimDeviceMemory*>(g_sim[static_cast<size_t>(r)]->device_memory());
+      ASSERT_NE(mem, nullptr);
+      EXPECT_EQ(mem->finite_answers(), k.answers_per_step * steps)
+          << "world " << k.world << (k.graphs ? ", graphs" : "") << ", rank " << r;
+    }
+  }
+}
+
 TEST(DeviceResidency, BatchNormLivesOnTheDeviceAndComesDownOnlyWhenRead) {
   DTLAB_REQUIRE_DATASET();
   struct Case {

@@ -134,9 +134,23 @@ void SimDeviceMemory::divide(float* x, float d, size_t count) {
 bool SimDeviceMemory::all_finite(const float* x, size_t count) {
   m_device += count * sizeof(float);
   m_down += sizeof(int32_t);  // the answer
+  ++m_answers;
   for (size_t i = 0; i < count; ++i)
     if (!std::isfinite(x[i])) return false;
   return true;
+}
+
+int SimDeviceMemory::first_nonfinite(const std::vector<const float*>& xs, const std::vector<size_t>& counts) {
+  if (xs.empty()) return -1;
+  m_down += xs.size() * sizeof(int32_t);  // a flag per buffer, in one answer
+  ++m_answers;
+  int first = -1;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    m_device += counts[i] * sizeof(float);
+    for (size_t k = 0; k < counts[i] && first < 0; ++k)
+      if (!std::isfinite(xs[i][k])) first = static_cast<int>(i);
+  }
+  return first;
 }
 
 void* SimDeviceMemory::allocate(size_t bytes) { return ::operator new(bytes > 0 ? bytes : 1); }

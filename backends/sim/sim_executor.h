@@ -55,14 +55,18 @@ class SimDeviceMemory final : public DeviceMemory {
   void scale(float* x, float k, size_t count) override;
   void divide(float* x, float d, size_t count) override;
   bool all_finite(const float* x, size_t count) override;
+  // a flag per buffer, one answer (as the GPU's: one download of them all)
+  int first_nonfinite(const std::vector<const float*>& xs, const std::vector<size_t>& counts) override;
   void* allocate(size_t bytes) override;
   void release(void* p) override;
   uint64_t device_bytes() const { return m_device.load(); }  // copied or added on the device
   uint64_t downloaded() const { return m_down.load(); }
   uint64_t uploaded() const { return m_up.load(); }
+  // Finiteness answers brought to the host: each one a wait for the device on a GPU.
+  uint64_t finite_answers() const { return m_answers.load(); }
 
  private:
-  std::atomic<uint64_t> m_device{0}, m_down{0}, m_up{0};
+  std::atomic<uint64_t> m_device{0}, m_down{0}, m_up{0}, m_answers{0};
 };
 
 struct SimCounters {

@@ -133,6 +133,7 @@ GraphStepOutcome Model::graph_step(const Tensor& x, const std::vector<int>& labe
     }
     opt.undo_device_step();
   }
+  if (m_exec) m_exec->keep_grads(true);  // as DDP's reducer asks: the gradients stay where they are computed
   out.loss = forward_loss(x, labels, &out.correct);
   zero_grad();
   std::vector<int> order;
