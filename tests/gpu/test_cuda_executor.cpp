@@ -370,18 +370,24 @@ TEST_P(CudaExecutor, FiveAdamWStepsOnTheDeviceAreTheCpusBits) {
 
 // ---- --cuda-graphs ----
 
-// DDP's step of one rank call by call (mode_ddp.cpp): Model::graph_step's reference.
+// DDP's step of one rank call by call (mode_ddp.cpp): Model::graph_step's reference. The
+// gradients are checked as DDP checks them without an allreduce: in one piece after backward
+// (DeviceMemory::first_nonfinite on the GPU), and, as its hook does with an allreduce, one by one;
+// both must name the same parameter.
 lab::GraphStepOutcome eager_step(lab::Model& m, lab::Optimizer& opt, const lab::Tensor& x, const std::vector<int>& y) {
   lab::GraphStepOutcome out;
   out.loss = m.forward_loss(x, y, &out.correct);
   m.zero_grad();
   std::vector<int> order;
   m.backward_from_loss([&](int i) { order.push_back(i); });
+  out.nonfinite = m.first_nonfinite_grad(order);
+  int one_by_one = -1;
   for (int i : order)
     if (!m.grad_finite(static_cast<size_t>(i))) {
-      out.nonfinite = i;
+      one_by_one = i;
       break;
     }
+  EXPECT_EQ(out.nonfinite, one_by_one);
   if (out.nonfinite < 0) opt.step();
   return out;
 }
