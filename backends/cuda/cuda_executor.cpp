@@ -987,19 +987,17 @@ class CudaExecutor final : public ModelExecutor {
     std::memcpy(g.x.data(), x.ptr(), x.data.size() * sizeof(float));
     for (size_t i = 0; i < labels.size(); ++i) g.labels.data()[i] = labels[i];
     if (g.exec && g.allocations != device_buffer_allocations().load()) g.drop();  // a buffer it uses may have moved
-    m_plan_opt = plan.opt;
-    m_plan_step = plan.step;
     m_st.timer.phase = Phase::Forward;
     if (g.exec) {
       for (auto& layer : m_layers) layer->replay_host();
       launch(g);
       ++m_graph_replays;
     } else if (g.seen > 0 && !key.first) {
-      capture(g, x.shape, steps);
+      capture(g, x.shape, steps, plan);
       launch(g);
       ++m_graph_captures;
     } else {
-      enqueue_step(g, x.shape, steps);
+      enqueue_step(g, x.shape, steps, plan);
       ++m_graph_eager;
     }
     ++g.seen;
@@ -1217,7 +1215,7 @@ class CudaExecutor final : public ModelExecutor {
       exec = nullptr;
     }
   };
-  void enqueue_step(StepGraph& g, const Shape& shape, const std::vector<ParamStep>& steps) {
+  void enqueue_step(StepGraph& g, const Shape& shape, const std::vector<ParamStep>& steps, const DeviceStepPlan& plan) {
     const cudaStream_t s = m_ctx.stream();
     const int64_t n = shape.at(0);
     m_x.resize(g.x.size());
@@ -1262,20 +1260,20 @@ class CudaExecutor final : public ModelExecutor {
     const size_t span = m_st.timer.begin("sgd", "kernels", -1);
     nonfinite_flags(m_ctx, grads, counts, m_flags.data());
     any_flag(m_ctx, m_flags.data(), static_cast<int64_t>(nparams), m_flags.data() + nparams);
-    sgd_step_multi(m_ctx, weights, grads, momentum, counts, m_plan_opt->sgd, m_plan_step == 1, m_flags.data() + nparams);
+    sgd_step_multi(m_ctx, weights, grads, momentum, counts, plan.opt->sgd, plan.step == 1, m_flags.data() + nparams);
     m_st.timer.end(span);
     DTLAB_CUDA_CHECK(cudaMemcpyAsync(g.out.data(), m_loss.data(), 2 * sizeof(int32_t), cudaMemcpyDeviceToHost, s));
     DTLAB_CUDA_CHECK(
         cudaMemcpyAsync(g.out.data() + 2, m_flags.data(), nparams * sizeof(int32_t), cudaMemcpyDeviceToHost, s));
   }
-  void capture(StepGraph& g, const Shape& shape, const std::vector<ParamStep>& steps) {
+  void capture(StepGraph& g, const Shape& shape, const std::vector<ParamStep>& steps, const DeviceStepPlan& plan) {
     const uint64_t before = device_buffer_allocations().load();
     cudaGraph_t graph = nullptr;
     m_st.timer.enabled = false;
     DTLAB_CUDA_CHECK(cudaStreamBeginCapture(m_ctx.stream(), cudaStreamCaptureModeThreadLocal));
     std::string failed;
     try {
-      enqueue_step(g, shape, steps);
+      enqueue_step(g, shape, steps, plan);
     } catch (const std::exception& e) {
       failed = e.what();
     }
@@ -1304,8 +1302,6 @@ class CudaExecutor final : public ModelExecutor {
   }
   std::map<GraphKey, StepGraph> m_graphs;
   DeviceBuffer<int32_t> m_flags;  // (params + 1): a gradient's "NaN or infinite", then "any"
-  const OptimizerOptions* m_plan_opt = nullptr;
-  int64_t m_plan_step = 0;
   int64_t m_classes = 0;
   int64_t m_graph_captures = 0, m_graph_replays = 0, m_graph_eager = 0;
 

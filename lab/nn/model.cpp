@@ -1,6 +1,5 @@
 #include "model.h"
 
-#include <algorithm>
 #include <cassert>
 #include <map>
 #include <cstdint>
@@ -247,19 +246,20 @@ int Model::first_nonfinite_grad(const std::vector<int>& order) {
   const std::vector<Param*> ps = params();
   std::vector<const float*> xs;
   std::vector<size_t> counts;
-  std::vector<int> on_device;
+  std::vector<int> on_device;                 // the indices xs holds, in order
+  std::vector<char> device_held(ps.size(), 0);  // per parameter: its gradient is in xs
   for (int i : order)
     if (const float* g = device_grad(static_cast<size_t>(i))) {
       xs.push_back(g);
       counts.push_back(ps[static_cast<size_t>(i)]->value.data.size());
       on_device.push_back(i);
+      device_held[static_cast<size_t>(i)] = 1;
     }
   const int k = xs.empty() ? -1 : m_exec->device_memory()->first_nonfinite(xs, counts);
   const int device_first = k < 0 ? -1 : on_device[static_cast<size_t>(k)];
   for (int i : order) {
     if (i == device_first) return i;
-    const bool on_dev = std::find(on_device.begin(), on_device.end(), i) != on_device.end();
-    if (!on_dev && !all_finite(ps[static_cast<size_t>(i)]->grad)) return i;
+    if (!device_held[static_cast<size_t>(i)] && !all_finite(ps[static_cast<size_t>(i)]->grad)) return i;
   }
   return -1;
 }
