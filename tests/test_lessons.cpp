@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "bn_stats.h"
 #include "catalog.h"
@@ -739,6 +741,43 @@ breaks = ["drop_last_steps"]
   EXPECT_TRUE(contains(r.out, "has no [[mutation]]")) << r.out;
 }
 
+// A timing mutation (its fault shows only in wall-clock time) is judged only on a quiet machine:
+// with a thread of this test keeping a core busy, `lesson mutate` says NOT JUDGED with the CPU
+// time other programs took, and skips (exit 77) since no mutation of the lesson could be judged.
+TEST(LessonMutation, ATimingMutationIsNotJudgedOnABusyMachine) {
+  DTLAB_REQUIRE_DATASET();
+  testutil::TempDir d;
+  std::string text = std::string(kGood) + R"TOML(
+[[check]]
+id = "trained_for_a_while"
+that = "secs > 0"
+timing = false
+why = "a run takes time"
+
+[[mutation]]
+id = "other_seed"
+what = "another seed (it cannot make training take no time)"
+args = "--seed 3"
+runs = ["dropped"]
+breaks = ["trained_for_a_while"]
+timing = true
+)TOML";
+  const std::string q = "[quantities]\n";
+  text.replace(text.find(q), q.size(), q + "secs = { run = \"dropped\", summary = \"/train_seconds\", unit = \"s\" }\n");
+  std::atomic<bool> stop{false};
+  std::thread hog([&] {
+    while (!stop.load(std::memory_order_relaxed)) {
+    }
+  });
+  const auto r = testutil::run_cli("lesson mutate " + write_lesson(d, text));
+  stop = true;
+  hog.join();
+  EXPECT_EQ(r.exit_code, 77) << r.out;
+  EXPECT_TRUE(contains(r.out, "NOT JUDGED: a timing mutation, and other programs took ")) << r.out;
+  EXPECT_TRUE(contains(r.out, "1 timing mutation not judged: the machine was busy")) << r.out;
+  EXPECT_FALSE(contains(r.out, "STILL PASSES")) << r.out;
+}
+
 // `dtlab lesson mutate` runs only what the checks it names read: through their quantities (expr
 // quantities followed, a variation's view of the main part's included) and the runs those runs read.
 TEST(LessonMutation, OnlyTheRunsTheNamedChecksReadRun) {
@@ -811,6 +850,13 @@ what = "x"
 lab = "no-such-mutation"
 breaks = ["no_such_check"]
 
+[[mutation]]
+id = "clocked"
+what = "y"
+args = "--seed 3"
+breaks = ["drop_last_steps"]
+timing = true
+
 [[torch_check]]
 id = "t"
 claim = "PyTorch does x"
@@ -820,6 +866,7 @@ claim = "PyTorch does x"
   EXPECT_TRUE(contains(all, "unknown lab mutation 'no-such-mutation' (known: ddp-broadcast-once")) << all;
   EXPECT_TRUE(contains(all, "no check 'no_such_check'")) << all;
   EXPECT_TRUE(contains(all, "give either script")) << all;
+  EXPECT_TRUE(contains(all, "mutation 'clocked': no check it breaks reads a measured time: drop timing = true")) << all;
 }
 
 TEST(LessonTorchCheck, ScriptsPassFailOrSkipAndCitationsAreShown) {

@@ -885,7 +885,7 @@ void read_torch_checks_and_mutations(Reader& rd, const toml::table& t, Lesson& l
   for (const toml::table* m : rd.tables(t, "mutation", "the top level")) {
     Mutation mu;
     mu.pos = pos_of(m->source());
-    rd.known_keys(*m, "[[mutation]]", {"id", "what", "lab", "args", "runs", "breaks"});
+    rd.known_keys(*m, "[[mutation]]", {"id", "what", "lab", "args", "runs", "breaks", "timing"});
     mu.id = rd.str(*m, "id", "[[mutation]]", true).value_or("");
     const std::string w = "mutation '" + mu.id + "'";
     if (!mu.id.empty() && !std::regex_match(mu.id, kNamePattern))
@@ -920,6 +920,21 @@ void read_torch_checks_and_mutations(Reader& rd, const toml::table& t, Lesson& l
       for (const Part* p : l.parts())
         for (const Check& c : p->checks) found = found || c.id == b;
       if (!found) rd.error(rd.pos(*m, "breaks"), w + ": no check '" + b + "'");
+    }
+    mu.timing = rd.boolean(*m, "timing", w).value_or(false);
+    if (mu.timing) {  // only a check that reads a measured time can fail by the clock alone
+      bool reads_time = false;
+      for (const Part* p : l.parts())
+        for (const Check& c : p->checks) {
+          if (std::find(mu.breaks.begin(), mu.breaks.end(), c.id) == mu.breaks.end()) continue;
+          for (const auto& [name, off] : c.that.names()) {
+            const QuantitySpec* q = l.visible_quantity(*p, name);
+            reads_time = reads_time || (q && is_timing_quantity(l, *p, *q));
+          }
+        }
+      if (!reads_time)
+        rd.error(rd.pos(*m, "timing"), w + ": no check it breaks reads a measured time: drop timing = true (it is "
+                                           "judged on every machine)");
     }
     l.mutations.push_back(std::move(mu));
   }

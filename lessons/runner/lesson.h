@@ -180,8 +180,14 @@ struct Mutation {
   std::vector<std::string> args;   // flags appended to the runs
   std::vector<std::string> runs;   // the runs they apply to (empty: every `run` command)
   std::vector<std::string> breaks; // ids of checks (in any part) that must fail
+  // timing = true: the fault shows only in wall-clock time (a check of a bound that a slow
+  // machine's own overhead also meets cannot tell it apart), so `lesson mutate` judges it only
+  // when other programs took less than kMutationQuietCores while its runs ran.
+  bool timing = false;
   SourcePos pos;
 };
+// Cores' worth of CPU time other programs may take while a timing mutation runs for it to be judged.
+constexpr double kMutationQuietCores = 0.25;
 
 struct Lesson {
   std::string file;                // the path it was read from
