@@ -263,3 +263,55 @@ TEST(DeviceCollectives, BenchAllreduceWorksInTheDevicesMemory) {
   EXPECT_EQ(j["device"], "sim");
   for (const char* a : {"ring", "naive", "tree"}) EXPECT_EQ(j["results"]["2"][a][0]["wrong"], 0) << a;
 }
+
+// Reduce-scatter then allgather, in place (sharded_collectives.h), on the device's buffers: the
+// ring moves and adds there with the host's bits and nothing staged; the naive and tree versions
+// stage each collective's whole buffer down and up, with their own bits.
+TEST(DeviceCollectives, ReduceScatterAndAllgatherOnTheDeviceGiveTheHostsBits) {
+  const int n = 4;
+  const size_t count = 30011;  // per block
+  const size_t all = n * count;
+  for (AllreduceAlgorithm algo : {AllreduceAlgorithm::Ring, AllreduceAlgorithm::Naive, AllreduceAlgorithm::Tree}) {
+    ScrambledMemory mem;
+    std::vector<std::vector<uint32_t>> host(n), dev(n), host_rs(n), dev_rs(n);
+    for (const bool on_device : {false, true}) {
+      labtest::RankWorld w(n);
+      auto errors = w.run([&](int r, lab::Communicator& comm) {
+        comm.set_allreduce_algorithm(algo);
+        std::vector<float> v = input_of(r, all);
+        float* data = v.data();
+        std::vector<float> d(all);
+        if (on_device) {
+          mem.upload(d.data(), v.data(), all * 4);
+          data = d.data();
+        }
+        auto bits = [&] {
+          std::vector<float> back(all);
+          if (on_device) mem.download(back.data(), d.data(), all * 4);
+          else back = v;
+          return bits_of(back);
+        };
+        comm.reduce_scatter_sum(data, count, {"shard", 0}, on_device ? &mem : nullptr);
+        const std::vector<uint32_t> b = bits();
+        (on_device ? dev_rs : host_rs)[r].assign(b.begin() + r * count, b.begin() + (r + 1) * count);
+        comm.allgather_in_place(data, count, {"shard", 0}, on_device ? &mem : nullptr);
+        (on_device ? dev : host)[r] = bits();
+      });
+      for (int r = 0; r < n; ++r) EXPECT_EQ(labtest::message_of(errors[r]), "") << "rank " << r;
+    }
+    const std::string name = lab::allreduce_algorithm_name(algo);
+    for (int r = 0; r < n; ++r) {
+      EXPECT_EQ(dev_rs[r], host_rs[r]) << name << " rank " << r << "'s block";
+      EXPECT_EQ(dev[r], host[r]) << name << " rank " << r;
+      EXPECT_EQ(dev[r], dev[0]) << name << ": every rank holds the same buffer";
+    }
+    const uint64_t test_io = uint64_t{4} * all * n * 2;  // the test's two downloads per rank
+    if (algo == AllreduceAlgorithm::Ring) {
+      EXPECT_EQ(mem.downloaded.load(), test_io) << "nothing staged";
+      EXPECT_EQ(mem.added.load(), uint64_t{4} * count * (n - 1) * n) << "each rank adds N-1 blocks in";
+    } else {
+      EXPECT_EQ(mem.downloaded.load(), test_io + uint64_t{4} * all * n * 2) << name << ": each collective staged";
+      EXPECT_EQ(mem.added.load(), 0u) << name;
+    }
+  }
+}

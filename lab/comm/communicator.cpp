@@ -19,6 +19,7 @@
 #include "errors.h"
 #include "naive_allreduce.h"
 #include "ring_allreduce.h"
+#include "sharded_collectives.h"
 #include "tree_allreduce.h"
 
 namespace lab {
@@ -238,6 +239,60 @@ void Communicator::allgather(const float* mine, size_t count, float* all, Collec
     }
     whole.t_end = now_seconds();
     record(whole);
+  });
+}
+
+namespace {
+
+// The refusals of reduce_scatter_sum and allgather_in_place: the same on every rank, before
+// anything is sent.
+void check_sharded_algorithm(AllreduceAlgorithm a, int n, const char* op) {
+  if (a == AllreduceAlgorithm::Native)
+    throw ConfigError(std::string(op) + ": the transport's own (--allreduce mpi or nccl) is not available for it",
+                      "use --allreduce ring, naive or tree");
+  if (a == AllreduceAlgorithm::Tree && !tree_collectives_fit(n))
+    throw ConfigError(std::string(op) + " with --allreduce tree needs a power-of-two world size, not " + std::to_string(n),
+                      "recursive halving/doubling would leave the ranks beyond the largest power of two without a "
+                      "block of their own: use --allreduce ring or naive");
+}
+
+}  // namespace
+
+void Communicator::reduce_scatter_sum(float* data, size_t count, CollectiveInfo info, DeviceMemory* mem) {
+  check_sharded_algorithm(m_algorithm, world_size(), "reduce_scatter");
+  const size_t all = static_cast<size_t>(world_size()) * count;
+  if (mem && !(m_algorithm == AllreduceAlgorithm::Ring && m_t.device_aware())) {  // staged through host memory
+    m_staged.resize(all);
+    if (all > 0) mem->download(m_staged.data(), data, all * sizeof(float));
+    reduce_scatter_sum(m_staged.data(), count, info);
+    if (all > 0) mem->upload(data, m_staged.data(), all * sizeof(float));
+    return;
+  }
+  guarded(*this, "reduce_scatter", m_seq, info, [&] {
+    switch (m_algorithm) {
+      case AllreduceAlgorithm::Naive: naive_reduce_scatter(*this, data, count, info); break;
+      case AllreduceAlgorithm::Tree: tree_reduce_scatter(*this, data, count, info); break;
+      default: ring_reduce_scatter(*this, data, count, info, kShardSegmentBytes, mem); break;
+    }
+  });
+}
+
+void Communicator::allgather_in_place(float* data, size_t count, CollectiveInfo info, DeviceMemory* mem) {
+  check_sharded_algorithm(m_algorithm, world_size(), "allgather");
+  const size_t all = static_cast<size_t>(world_size()) * count;
+  if (mem && !(m_algorithm == AllreduceAlgorithm::Ring && m_t.device_aware())) {  // staged through host memory
+    m_staged.resize(all);
+    if (all > 0) mem->download(m_staged.data(), data, all * sizeof(float));
+    allgather_in_place(m_staged.data(), count, info);
+    if (all > 0) mem->upload(data, m_staged.data(), all * sizeof(float));
+    return;
+  }
+  guarded(*this, "allgather", m_seq, info, [&] {
+    switch (m_algorithm) {
+      case AllreduceAlgorithm::Naive: naive_allgather(*this, data, count, info); break;
+      case AllreduceAlgorithm::Tree: tree_allgather(*this, data, count, info); break;
+      default: ring_allgather(*this, data, count, info, kShardSegmentBytes, mem); break;
+    }
   });
 }
 

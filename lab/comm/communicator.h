@@ -82,6 +82,18 @@ class Communicator {
   // is staged through the host otherwise (as allreduce_sum's).
   void allgather(const float* mine, size_t count, float* all, CollectiveInfo info, DeviceMemory* mem = nullptr);
 
+  // The halves of an allreduce as collectives of their own (sharded_collectives.h), in place on N
+  // blocks of `count` floats, block b at data + b count, with the algorithm set above: ring
+  // (default), naive, or tree where the world size is a power of two; the transport's own and a
+  // tree over another world size are refused (ConfigError). mem: as allreduce_sum's (the ring
+  // works on the device on a device-aware transport; anything else is staged through the host).
+  // reduce_scatter_sum: afterwards block r holds the sum over ranks of everyone's block r (the
+  // other blocks: partial sums).
+  void reduce_scatter_sum(float* data, size_t count, CollectiveInfo info, DeviceMemory* mem = nullptr);
+  // allgather_in_place: block r is this rank's input; afterwards every rank holds every block.
+  // (allgather above, which SyncBatchNorm uses, is always the plain ring.)
+  void allgather_in_place(float* data, size_t count, CollectiveInfo info, DeviceMemory* mem = nullptr);
+
   // Bytes this rank has sent so far.
   uint64_t bytes_sent() const { return m_bytes_sent; }
   // From a checkpoint: the bytes sent and collectives started before it (the event sequence).
