@@ -33,6 +33,7 @@
 #include "errors.h"
 #include "events.h"
 #include "mutation.h"
+#include "sharded_collectives.h"
 #include "threads/transport_threads.h"
 
 namespace lab {
@@ -104,13 +105,27 @@ void fill_pattern(float* data, size_t count, int rank) {
   }
 }
 
-uint64_t count_wrong(const float* data, size_t count, int n) {
+// Elements [begin, end) of the sum over n ranks of fill_pattern's buffers that differ from it.
+uint64_t count_wrong(const float* data, size_t begin, size_t end, int n) {
   const float base = kRankStride * static_cast<float>(n * (n - 1) / 2);
   uint64_t wrong = 0;
-  int j = 0;
-  for (size_t i = 0; i < count; ++i) {
+  int j = static_cast<int>(begin % kPatternPeriod);
+  for (size_t i = begin; i < end; ++i) {
     wrong += data[i] != static_cast<float>(n * j) + base;
     if (++j == kPatternPeriod) j = 0;
+  }
+  return wrong;
+}
+
+// Elements of an allgathered buffer of n blocks that differ from block b = rank b's pattern.
+uint64_t count_wrong_gathered(const float* data, size_t block, int n) {
+  uint64_t wrong = 0;
+  for (int b = 0; b < n; ++b) {
+    const float base = kRankStride * static_cast<float>(b);
+    for (size_t i = b * block, j = i % kPatternPeriod; i < (b + 1) * block; ++i) {
+      wrong += data[i] != static_cast<float>(j) + base;
+      if (++j == kPatternPeriod) j = 0;
+    }
   }
   return wrong;
 }
@@ -141,6 +156,11 @@ double time_calls(BenchSync& sync, Communicator& comm, const AllreduceBenchPlan&
   return per_call[per_call.size() / 2];
 }
 
+double bus_factor_of(BenchCollective c, int n) {
+  if (n <= 1) return 0.0;
+  return c == BenchCollective::Allreduce ? 2.0 * (n - 1) / n : 1.0 * (n - 1) / n;
+}
+
 std::string join(const std::vector<std::string>& v, const char* sep) {
   std::string s;
   for (size_t i = 0; i < v.size(); ++i) s += (i ? sep : "") + v[i];
@@ -158,11 +178,13 @@ void print_table_header(std::FILE* out, int n, const std::vector<AllreduceAlgori
   std::fflush(out);
 }
 
-void print_row(std::FILE* out, int n, const std::vector<AllreduceAlgorithm>& algos, const AllreduceBenchRow& row) {
+void print_row(std::FILE* out, int n, BenchCollective c, const std::vector<AllreduceAlgorithm>& algos,
+               const AllreduceBenchRow& row) {
   const double s = static_cast<double>(row.bytes);
-  const double bus_factor = n > 1 ? 2.0 * (n - 1) / n : 0.0;
+  const double bus_factor = bus_factor_of(c, n);
   std::fprintf(out, "  %10llu %10llu %5s %5s", static_cast<unsigned long long>(row.bytes),
-              static_cast<unsigned long long>(row.bytes / sizeof(float)), "float", "sum");
+              static_cast<unsigned long long>(row.bytes / sizeof(float)), "float",
+              c == BenchCollective::Allgather ? "none" : "sum");
   size_t best = 0;
   for (size_t i = 0; i < algos.size(); ++i) {
     const double t = row.seconds[i];
@@ -209,27 +231,52 @@ std::vector<AllreduceBenchRow> bench_allreduce_rank(Transport& t, int world_size
   };
   const auto wrong_of = [&](size_t count) {
     if (mem) mem->download(host.get(), data, count * sizeof(float));
-    return count_wrong(host.get(), count, n);
+    return count_wrong(host.get(), 0, count, n);
   };
 
+  const auto download = [&](size_t count) {
+    if (mem) mem->download(host.get(), data, count * sizeof(float));
+  };
   std::vector<AllreduceBenchRow> rows;
   for (uint64_t bytes : plan.sizes) {
     const size_t count = bytes / sizeof(float);
+    const size_t block = count / n;  // reduce_scatter and allgather: the plan's sizes hold n whole blocks
     AllreduceBenchRow row;
     row.bytes = bytes;
+    // One call of the collective on the whole buffer, and the check of what it leaves: every
+    // element of the allreduce, this rank's block of the reduce-scatter, every block gathered.
+    const auto call = [&](CollectiveInfo info) {
+      switch (plan.collective) {
+        case BenchCollective::Allreduce: return comm.allreduce_sum(data, count, info, mem);
+        case BenchCollective::ReduceScatter: return comm.reduce_scatter_sum(data, block, info, mem);
+        case BenchCollective::Allgather: return comm.allgather_in_place(data, block, info, mem);
+      }
+    };
+    const auto checked_call = [&](int k) {
+      if (plan.collective == BenchCollective::Allgather) {  // rank r's block, garbage elsewhere
+        for (size_t i = 0; i < count; ++i) host[i] = -1.0f;
+        // the pattern counts from the buffer's start, as count_wrong_gathered does
+        for (size_t i = r * block, j = i % kPatternPeriod; i < (r + 1) * block; ++i) {
+          host[i] = static_cast<float>(j) + kRankStride * static_cast<float>(r);
+          if (++j == kPatternPeriod) j = 0;
+        }
+        if (mem) mem->upload(data, host.get(), count * sizeof(float));
+        call(CollectiveInfo{"bench check", k});
+        download(count);
+        return count_wrong_gathered(host.get(), block, n);
+      }
+      set_pattern(count);
+      call(CollectiveInfo{"bench check", k});
+      if (plan.collective == BenchCollective::Allreduce) return wrong_of(count);
+      download(count);
+      return count_wrong(host.get(), r * block, (r + 1) * block, n);
+    };
     for (AllreduceAlgorithm algo : plan.algorithms) {
       comm.set_allreduce_algorithm(algo);
-      uint64_t wrong = 0;
-      set_pattern(count);
-      comm.allreduce_sum(data, count, CollectiveInfo{"bench check", 0}, mem);
-      wrong += wrong_of(count);
+      uint64_t wrong = checked_call(0);
       set_zero(count);
-      const double secs = time_calls(sync, comm, plan, [&] {
-        comm.allreduce_sum(data, count, CollectiveInfo{"bench", -1}, mem);
-      });
-      set_pattern(count);
-      comm.allreduce_sum(data, count, CollectiveInfo{"bench check", 1}, mem);
-      wrong += wrong_of(count);
+      const double secs = time_calls(sync, comm, plan, [&] { call(CollectiveInfo{"bench", -1}); });
+      wrong += checked_call(1);
       row.seconds.push_back(secs);
       row.wrong.push_back(sync.sum_to_root(wrong));
     }
@@ -246,8 +293,27 @@ std::vector<AllreduceBenchRow> bench_allreduce_rank(Transport& t, int world_size
   return rows;
 }
 
+const char* bench_collective_name(BenchCollective c) {
+  switch (c) {
+    case BenchCollective::Allreduce: return "allreduce";
+    case BenchCollective::ReduceScatter: return "reduce_scatter";
+    case BenchCollective::Allgather: return "allgather";
+  }
+  return "?";
+}
+
+BenchCollective parse_bench_collective(const std::string& name) {
+  for (BenchCollective c : {BenchCollective::Allreduce, BenchCollective::ReduceScatter, BenchCollective::Allgather})
+    if (name == bench_collective_name(c)) return c;
+  throw ConfigError("--collective: unknown collective '" + name + "'",
+                    "choose allreduce, reduce_scatter (block r summed onto rank r) or allgather (every rank's block "
+                    "to every rank)");
+}
+
 int bench_allreduce(const BenchAllreduceOptions& opt) {
   std::FILE* out = opt.out ? opt.out : stdout;
+  const BenchCollective collective = parse_bench_collective(opt.collective);
+  const bool blocks = collective != BenchCollective::Allreduce;
   if (opt.comm != "threads")
     throw ConfigError("--comm: bench allreduce supports the threads transport in this build, got '" + opt.comm + "'");
   if (opt.world_sizes.empty()) throw ConfigError("--world-sizes: give at least one world size");
@@ -268,6 +334,13 @@ int bench_allreduce(const BenchAllreduceOptions& opt) {
     const AllreduceAlgorithm algo = parse_allreduce_algorithm(a);
     if (algo == AllreduceAlgorithm::Native)
       throw ConfigError("--algorithms: mpi needs --comm mpi (a transport with its own allreduce)");
+    if (algo == AllreduceAlgorithm::Tree && blocks)
+      for (int n : opt.world_sizes)
+        if (!tree_collectives_fit(n))
+          throw ConfigError("--algorithms tree with --collective " + opt.collective +
+                                " needs power-of-two world sizes, got " + std::to_string(n),
+                            "recursive halving/doubling gives a block to each rank of a power-of-two world only: "
+                            "drop tree or the world size " + std::to_string(n));
     plan.algorithms.push_back(algo);
     names.push_back(allreduce_algorithm_name(algo));
   }
@@ -282,6 +355,14 @@ int bench_allreduce(const BenchAllreduceOptions& opt) {
     plan.sizes.push_back(b);
     if (b > opt.max_bytes / opt.step_factor) break;
   }
+  plan.collective = collective;
+  if (blocks) {  // N whole blocks: each world size's sizes rounded down to a multiple of 4N (nccl-tests)
+    for (int n : opt.world_sizes)
+      if (opt.min_bytes < sizeof(float) * static_cast<uint64_t>(n))
+        throw ConfigError("--min-bytes " + std::to_string(opt.min_bytes) + ": a " + opt.collective + " over " +
+                          std::to_string(n) + " ranks needs at least one float per rank (" +
+                          std::to_string(4 * n) + " bytes)");
+  }
   plan.warmup = opt.warmup;
   plan.batches = opt.batches;
   plan.batch_seconds = opt.batch_seconds;
@@ -289,9 +370,17 @@ int bench_allreduce(const BenchAllreduceOptions& opt) {
 
   std::vector<std::string> sizes;
   for (int n : opt.world_sizes) sizes.push_back(std::to_string(n));
-  std::fprintf(out, "# dtlab %s bench allreduce: float32 sum, in place; time in us, algbw and busbw in GB/s\n",
-              kDtlabVersion);
-  std::fprintf(out, "#   algbw = S / time, busbw = algbw x 2(N-1)/N (nccl-tests)\n");
+  if (!blocks) {
+    std::fprintf(out, "# dtlab %s bench allreduce: float32 sum, in place; time in us, algbw and busbw in GB/s\n",
+                kDtlabVersion);
+    std::fprintf(out, "#   algbw = S / time, busbw = algbw x 2(N-1)/N (nccl-tests)\n");
+  } else {
+    std::fprintf(out, "# dtlab %s bench allreduce --collective %s: float32%s, in place (N blocks of S/N); time in us, "
+                "algbw and busbw in GB/s\n",
+                kDtlabVersion, opt.collective.c_str(), collective == BenchCollective::ReduceScatter ? " sum" : "");
+    std::fprintf(out, "#   S = every rank's whole buffer (rounded down to N whole floats per block); algbw = S / time, "
+                "busbw = algbw x (N-1)/N (nccl-tests)\n");
+  }
   std::fprintf(out, "#   world sizes: %s | algorithms: %s | transport: %s (emulated ranks, one thread each; %u cores)\n",
               join(sizes, " ").c_str(), join(names, " ").c_str(), opt.comm.c_str(),
               std::max(1u, std::thread::hardware_concurrency()));
@@ -300,9 +389,14 @@ int bench_allreduce(const BenchAllreduceOptions& opt) {
               static_cast<unsigned long long>(plan.sizes.front()), static_cast<unsigned long long>(plan.sizes.back()),
               static_cast<unsigned long long>(opt.step_factor), opt.warmup, opt.batches, opt.batch_seconds * 1e3,
               opt.max_calls);
-  std::fprintf(out, "#   #wrong: elements that differ from the exact sum (rank r's element i = (i mod %d) + %g r), "
-              "over all ranks, checked before and after timing\n",
-              kPatternPeriod, kRankStride);
+  if (collective == BenchCollective::Allgather)
+    std::fprintf(out, "#   #wrong: elements of block b that differ from rank b's (element i = (i mod %d) + %g b), "
+                "over all ranks, checked before and after timing\n",
+                kPatternPeriod, kRankStride);
+  else
+    std::fprintf(out, "#   #wrong: elements %sthat differ from the exact sum (rank r's element i = (i mod %d) + %g r), "
+                "over all ranks, checked before and after timing\n",
+                blocks ? "of each rank's own block " : "", kPatternPeriod, kRankStride);
   if (device.is_cpu())
     std::fprintf(out, "#   copy floor: every rank memcpy's its buffer once (same buffers, threads and timing); "
                 "eff = floor time / best algorithm's time\n");
@@ -319,12 +413,15 @@ int bench_allreduce(const BenchAllreduceOptions& opt) {
   nlohmann::json results = nlohmann::json::object();
   const bool own_traffic = lab::mutated("bench-busbw-own-traffic");  // a lesson's mutation test
   for (int n : opt.world_sizes) {
+    AllreduceBenchPlan plan_n = plan;
+    if (blocks)
+      for (uint64_t& b : plan_n.sizes) b = b / (sizeof(float) * n) * (sizeof(float) * n);
     print_table_header(out, n, plan.algorithms);
     nlohmann::json& per_n = results[std::to_string(n)];
     auto on_row = [&](const AllreduceBenchRow& row) {
-      print_row(out, n, plan.algorithms, row);
+      print_row(out, n, collective, plan.algorithms, row);
       const double s = static_cast<double>(row.bytes);
-      const double bus_factor = n > 1 ? 2.0 * (n - 1) / n : 0.0;
+      const double bus_factor = bus_factor_of(collective, n);
       size_t best = 0;
       for (size_t i = 0; i < plan.algorithms.size(); ++i) {
         const double t = row.seconds[i];
@@ -358,7 +455,7 @@ int bench_allreduce(const BenchAllreduceOptions& opt) {
       world.transport(rank).set_timeout(opt.timeout_s);
       threads.emplace_back([&, rank] {
         try {
-          bench_allreduce_rank(world.transport(rank), n, plan, on_row, mems[static_cast<size_t>(rank)]);
+          bench_allreduce_rank(world.transport(rank), n, plan_n, on_row, mems[static_cast<size_t>(rank)]);
         } catch (...) {
           errors[static_cast<size_t>(rank)] = std::current_exception();
           try {
@@ -378,6 +475,7 @@ int bench_allreduce(const BenchAllreduceOptions& opt) {
   if (!opt.json_out.empty()) {
     std::vector<uint64_t> sizes_bytes(plan.sizes.begin(), plan.sizes.end());
     write_result_json(opt.json_out, {{"command", "bench allreduce"},
+                                     {"collective", opt.collective},
                                      {"producer", std::string("dtlab ") + kDtlabVersion},
                                      {"world_sizes", opt.world_sizes},
                                      {"algorithms", names},
@@ -386,8 +484,10 @@ int bench_allreduce(const BenchAllreduceOptions& opt) {
                                      {"device", opt.device},
                                      {"cores", std::max(1u, std::thread::hardware_concurrency())},
                                      {"results", results},
-                                     {"what", "time_us: median seconds per call x 1e6; algbw = bytes / time; busbw = "
-                                              "algbw x 2(N-1)/N (nccl-tests); wrong: elements off the exact sum"}});
+                                     {"what", std::string("time_us: median seconds per call x 1e6; algbw = bytes / "
+                                                          "time; busbw = algbw x ") +
+                                                  (blocks ? "(N-1)/N" : "2(N-1)/N") +
+                                                  " (nccl-tests); wrong: elements off the exact result"}});
   }
   return kExitOk;
 }

@@ -18,7 +18,16 @@
 
 namespace lab {
 
+// What bench allreduce times (nccl-tests' all_reduce_perf, reduce_scatter_perf, all_gather_perf):
+// S bytes per rank in place, N blocks of S/(4N) floats for the last two (S rounded down to N
+// whole floats per block, as nccl-tests rounds its count). busbw = algbw x 2(N-1)/N for the
+// allreduce, x (N-1)/N for the others.
+enum class BenchCollective { Allreduce, ReduceScatter, Allgather };
+const char* bench_collective_name(BenchCollective c);  // "allreduce", "reduce_scatter", "allgather"
+BenchCollective parse_bench_collective(const std::string& name);  // throws ConfigError naming --collective
+
 struct BenchAllreduceOptions {
+  std::string collective = "allreduce";  // allreduce, reduce_scatter or allgather
   std::vector<int> world_sizes = {2, 4, 8};
   std::vector<std::string> algorithms = {"ring", "naive", "tree"};
   std::string comm = "threads";       // the transport; threads: N emulated ranks, one thread each
@@ -41,7 +50,8 @@ struct BenchAllreduceOptions {
 // What every rank runs, over any transport (one thread per rank for threads; one process per
 // rank under mpirun). All ranks must pass the same plan.
 struct AllreduceBenchPlan {
-  std::vector<uint64_t> sizes;  // bytes, multiples of 4
+  BenchCollective collective = BenchCollective::Allreduce;
+  std::vector<uint64_t> sizes;  // bytes, multiples of 4 (of 4N for reduce_scatter and allgather)
   std::vector<AllreduceAlgorithm> algorithms;
   int warmup = 3;
   int batches = 15;

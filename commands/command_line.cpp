@@ -245,6 +245,10 @@ void add_bench_allreduce_flags(CLI::App& app, lab::BenchAllreduceOptions& o) {
       ->delimiter(',')
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
       ->capture_default_str();
+  app.add_option("--collective", o.collective,
+                 "what to time: allreduce, reduce_scatter (block r of N summed onto rank r) or allgather (every rank's "
+                 "block to every rank), as nccl-tests' all_reduce_perf, reduce_scatter_perf, all_gather_perf")
+      ->capture_default_str();
   app.add_option("--algorithms", o.algorithms, "algorithms among ring,naive,tree")
       ->delimiter(',')
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)

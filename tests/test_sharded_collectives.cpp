@@ -9,10 +9,16 @@
 #include <string>
 #include <vector>
 
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "bench_allreduce.h"
 #include "errors.h"
 #include "rank_threads.h"
 #include "ring_allreduce.h"
 #include "sharded_collectives.h"
+#include "test_util.h"
 
 namespace {
 
@@ -179,6 +185,58 @@ TEST(ReduceScatter, TheTransportsOwnAndATreeOverThreeRanksAreRefusedByName) {
   EXPECT_NE(message_of(errors[1]).find("reduce_scatter with --allreduce tree needs a power-of-two world size, not 3"),
             std::string::npos)
       << message_of(errors[1]);
+}
+
+// dtlab bench allreduce --collective reduce_scatter|allgather: every size rounded down to N whole
+// floats per block, #wrong 0 for every algorithm (the rank's own block of the sum; every block
+// gathered), busbw = algbw x (N-1)/N; tree refused by name for three ranks.
+TEST(BenchCollectives, ReduceScatterAndAllgatherRowsAreExactAndRounded) {
+  for (const char* collective : {"reduce_scatter", "allgather"}) {
+    testutil::TempDir dir;
+    lab::BenchAllreduceOptions opt;
+    opt.collective = collective;
+    opt.world_sizes = {3};
+    opt.algorithms = {"ring", "naive"};
+    opt.min_bytes = 4096;
+    opt.max_bytes = 65536;
+    opt.warmup = 1;
+    opt.batches = 2;
+    opt.batch_seconds = 0.001;
+    opt.json_out = dir.file("result.json");
+    std::FILE* out = std::tmpfile();
+    opt.out = out;
+    ASSERT_EQ(lab::bench_allreduce(opt), 0);
+    std::fclose(out);
+    nlohmann::json j;
+    std::ifstream(opt.json_out) >> j;
+    EXPECT_EQ(j["collective"], collective);
+    const nlohmann::json& per_n = j["results"]["3"];
+    for (const char* algo : {"ring", "naive"}) {
+      ASSERT_EQ(per_n[algo].size(), 3u) << collective << " " << algo;
+      const uint64_t want_bytes[] = {4092, 16380, 65532};  // 4096, 16384, 65536 rounded down to 3 x 4 bytes
+      for (size_t i = 0; i < 3; ++i) {
+        const nlohmann::json& row = per_n[algo][i];
+        EXPECT_EQ(row["bytes"].get<uint64_t>(), want_bytes[i]) << collective;
+        EXPECT_EQ(row["wrong"].get<uint64_t>(), 0u) << collective << " " << algo << " " << want_bytes[i];
+        EXPECT_NEAR(row["busbw_gbps"].get<double>(), row["algbw_gbps"].get<double>() * 2 / 3, 1e-9);
+      }
+    }
+  }
+  lab::BenchAllreduceOptions opt;
+  opt.collective = "allgather";
+  opt.world_sizes = {2, 3};
+  opt.algorithms = {"tree"};
+  try {
+    lab::bench_allreduce(opt);
+    ADD_FAILURE() << "tree over 3 ranks was not refused";
+  } catch (const lab::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("--algorithms tree with --collective allgather needs power-of-two world "
+                                         "sizes, got 3"),
+              std::string::npos)
+        << e.what();
+  }
+  opt.collective = "alltoall";
+  EXPECT_THROW(lab::bench_allreduce(opt), lab::ConfigError);
 }
 
 }  // namespace

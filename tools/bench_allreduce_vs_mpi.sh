@@ -13,14 +13,20 @@
 # Targets: ring busbw ratio over 1-64 MB >= 2 (geometric mean) and >= 1.5 (every size) for each
 # N; 4-64 KB time ratio >= 1.0; best algorithm >= 0.8 of the copy floor at 1-64 MB for N <= 4.
 #
+# --collective reduce_scatter or allgather: `dtlab bench allreduce --collective C` (ring, naive, and
+# tree where N is a power of two) next to MPI_Reduce_scatter_block or MPI_Allgather, the same way;
+# busbw = S/t x (N-1)/N. No targets yet: per N and size the ratios, per N their geomeans, and last
+# the geomean over every N and size of MPI time / dtlab's best time (> 1: dtlab faster).
+#
 # Usage: tools/bench_allreduce_vs_mpi.sh [--world-sizes 2,4,8] [--min-bytes 4096] [--max-bytes 67108864]
-#                                       [--rounds 2]
+#                                       [--rounds 2] [--collective allreduce|reduce_scatter|allgather]
 # Needs: a built dtlab (tools/setup.sh) and Open MPI (installed here when missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-world_sizes=2,4,8 min_bytes=4096 max_bytes=67108864 rounds=2
+world_sizes=2,4,8 min_bytes=4096 max_bytes=67108864 rounds=2 collective=allreduce
 while (($#)); do
   case "$1" in
+    --collective) collective=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --world-sizes) world_sizes=$2; shift 2 ;;
     --min-bytes) min_bytes=$2; shift 2 ;;
@@ -28,6 +34,10 @@ while (($#)); do
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
+case "$collective" in
+  allreduce | reduce_scatter | allgather) ;;
+  *) echo "--collective: '$collective' must be allreduce, reduce_scatter or allgather" >&2; exit 2 ;;
+esac
 peer=tools/peers/mpi_allreduce_bench.c
 if ! command -v mpicc >/dev/null || ! command -v mpirun >/dev/null; then
   echo "# installing Open MPI (openmpi-bin libopenmpi-dev)"
@@ -55,13 +65,62 @@ for ((round = 1; round <= rounds; round++)); do
   for n in "${sizes_n[@]}"; do
     # Exit 1: some element was wrong; the #wrong column says how many, and the verdict counts them.
     rc=0
-    mpirun "${mpirun_args[@]}" -np "$n" "$tmp/mpi_allreduce_bench" "$min_bytes" "$max_bytes" >"$tmp/mpi_${n}_$round.txt" || rc=$?
+    mpirun "${mpirun_args[@]}" -np "$n" "$tmp/mpi_allreduce_bench" "$min_bytes" "$max_bytes" "$collective" \
+      >"$tmp/mpi_${n}_$round.txt" || rc=$?
     ((rc <= 1)) || { echo "mpirun -np $n mpi_allreduce_bench failed (exit $rc)" >&2; exit 2; }
-    build/dtlab bench allreduce --world-sizes "$n" --algorithms ring,naive,tree --min-bytes "$min_bytes" \
-      --max-bytes "$max_bytes" --timeout 600 >"$tmp/lab_${n}_$round.txt"
+    algos=ring,naive,tree  # the tree's reduce-scatter and allgather need a power-of-two N
+    [[ $collective == allreduce || $((n & (n - 1))) -eq 0 ]] || algos=ring,naive
+    build/dtlab bench allreduce --collective "$collective" --world-sizes "$n" --algorithms "$algos" \
+      --min-bytes "$min_bytes" --max-bytes "$max_bytes" --timeout 600 >"$tmp/lab_${n}_$round.txt"
   done
 done
 grep -hE '^#   [^ ]' "$tmp/lab_${sizes_n[0]}_1.txt" | sed 's/^#   /# dtlab: /'
+
+if [[ $collective != allreduce ]]; then
+  # Per (N, size), each side's best time over the rounds; tree where dtlab ran it ("-" elsewhere).
+  for n in "${sizes_n[@]}"; do
+    awk -v n="$n" '
+      function keep(k, v) { if (!(k in t) || v < t[k]) t[k] = v }
+      FILENAME ~ /mpi_/ { if ($1 ~ /^[0-9]+$/) { keep("mpi " $1, $2); bad[$1] += $5; sizes[$1] = 1 } next }
+      $1 ~ /^[0-9]+$/ { keep("ring " $1, $5); keep("naive " $1, $9); bad[$1] += $8 + $12; lab[$1] = 1
+                        if (NF >= 20) { keep("tree " $1, $13); bad[$1] += $16 } }
+      END {
+        for (b in sizes) {
+          if (!(b in lab)) continue
+          tt = -1
+          if (("tree " b) in t) tt = t["tree " b]
+          print n, b, t["mpi " b], t["ring " b], t["naive " b], tt, bad[b] + 0
+        }
+      }' "$tmp"/mpi_"${n}"_*.txt "$tmp"/lab_"${n}"_*.txt | sort -k2,2n
+  done >"$tmp/joined.txt"
+  awk -v coll="$collective" '
+    function kb(b) { return b >= 1048576 ? sprintf("%d MB", b / 1048576) : sprintf("%d KB", b / 1024) }
+    function r(x) { return x < 0 ? "     -" : sprintf("%6.2f", x) }
+    {
+      n = $1; b = $2; mt = $3; rt = $4; nt = $5; tt = $6; wrong += $7
+      f = (n - 1) / n
+      bt = rt; best = "ring"
+      if (nt < bt) { bt = nt; best = "naive" }
+      if (tt > 0 && tt < bt) { bt = tt; best = "tree" }
+      if (n != last) {
+        printf "#\n# N = %d      MPI          time ratio MPI/dtlab (> 1: dtlab faster)\n", n
+        printf "#   size    time(us) busbw    ring  naive   tree   best\n"
+        last = n; ns[++nn] = n
+      }
+      printf "%8s %10.1f %6.3f  %s %s %s %s %s\n", kb(b), mt, b / mt / 1e3 * f, r(mt / rt), r(mt / nt), (tt > 0 ? r(mt / tt) : r(-1)), r(mt / bt), best
+      lr[n] += log(mt / rt); lb[n] += log(mt / bt); c[n]++; all_b += log(mt / bt); all_c++
+    }
+    END {
+      print "#"
+      for (i = 1; i <= nn; i++) {
+        n = ns[i]
+        printf "%s N=%d: MPI time / dtlab time, geomean over %d sizes: ring %.2f, best algorithm %.2f\n", coll, n, c[n], exp(lr[n] / c[n]), exp(lb[n] / c[n])
+      }
+      printf "#wrong over every dtlab and MPI check: %d\n", wrong
+      printf "%s vs Open MPI: geomean MPI time / dtlab best time over every N and size: %.2f%s\n", coll, exp(all_b / all_c), wrong ? " (WRONG ELEMENTS)" : ""
+    }' "$tmp/joined.txt"
+  exit 0
+fi
 
 # One line per (N, size), the best (shortest) time of each side over the rounds: N bytes mpi_us
 # mpi_busbw ring_us ring_busbw naive_us naive_busbw tree_us tree_busbw floor_eff best wrong
