@@ -24,6 +24,9 @@ void add_mode_flags(CLI::App& app, lab::RunConfig& c) {
       ->capture_default_str();
   app.add_option("--warmup-steps", c.warmup_steps, "local-sgd: first allreduce gradients every step for W steps")
       ->capture_default_str();
+  app.add_flag("--parameters-as-bucket-view", c.parameters_as_bucket_view,
+               "zero: ZeroRedundancyOptimizer(parameters_as_bucket_view=True): each rank's parameters broadcast as "
+               "one bucket instead of one broadcast per parameter");
   app.add_flag_callback("--no-overlap", [&c] { c.overlap = false; },
                "ddp: launch the bucket allreduces after the whole backward instead of overlapping it");
   app.add_option("--no-sync-steps", c.no_sync_steps,

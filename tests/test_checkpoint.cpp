@@ -136,6 +136,14 @@ const std::vector<Case>& cases() {
          c.adam_beta1 = 0.8;
          c.lr_schedule = "cosine";
        }},
+      // ZeroRedundancyOptimizer: each rank's checkpoint holds its own partition's Adam state only
+      {"zero_mlp_adam_bucket", "mlp", 3,
+       [](lab::RunConfig& c) {
+         c.mode = "zero";
+         c.optimizer = "adam";
+         c.lr = 1e-3;
+         c.parameters_as_bucket_view = true;
+       }},
   };
   return c;
 }
@@ -166,7 +174,7 @@ TEST_P(ResumeMatches, UninterruptedRun) {
   EXPECT_FALSE(summary_of(b.path()).contains("interrupted")) << k.name;
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, ResumeMatches, ::testing::Range<size_t>(0, 9),
+INSTANTIATE_TEST_SUITE_P(Modes, ResumeMatches, ::testing::Range<size_t>(0, 10),
                          [](const ::testing::TestParamInfo<size_t>& i) { return std::string(cases()[i.param].name); });
 
 // Checkpoints on a schedule change nothing: the run with them equals the run without.

@@ -23,6 +23,7 @@
 #include "backends.h"
 #include "mode.h"
 #include "run.h"
+#include "zero.h"
 #include "test_util.h"
 #include "torch_compare.h"
 
@@ -33,6 +34,7 @@ const char* const kCases[] = {
     "mlp_1p",        "cnn_1p",      "mlp_w2_bcast", "mlp_w2_nobcast_noshuffle", "mlp_w4_bcast_droplast",
     "mlp_w4_nobcast_pad", "cnn_w2_bcast_noshuffle", "cnn_w4_nobcast_droplast", "mlp_w4_sync", "cnn_w2_sync",
     "mlp_dp4",       "cnn_dp3",     "mlp_w2_localsgd", "cnn_w2_localsgd_nobcast", "cnn_w2_adam", "cnn_w2_adamw",
+    "mlp_w2_zero",   "mlp_w3_zero_bucket", "cnn_w3_zero_adam", "cnn_w4_zero_adam_bucket",
 };
 
 struct Tol {
@@ -63,6 +65,7 @@ lab::RunConfig config_for(const nlohmann::json& s, const std::string& out) {
   c.optimizer = s.value("optimizer", "sgd");
   if (c.optimizer == "sgd") c.momentum = s.at("momentum");  // (Adam has none: its default stays, unused)
   c.weight_decay = s.at("weight_decay");
+  c.parameters_as_bucket_view = s.value("bucket_view", false);
   c.threads = 1;  // as the harness runs dtlab (--threads 1)
   c.out_dir = out;
   c.timeout_s = 60;
@@ -166,6 +169,17 @@ TEST_P(ParityCase, MatchesPyTorch) {
   std::cout << "[ parity   ] " << name << ": max |dloss| " << fmt(worst.loss) << ", max |dparam| "
             << fmt(worst.param) << ", max |dbuffer| " << fmt(worst.buffer) << " (" << cmp.checked << " values)\n";
   EXPECT_TRUE(cmp.ok()) << name << " (" << fx.value("what", "") << ")";
+  if (fx.contains("zero_partition")) {  // ZeroRedundancyOptimizer's partition, by parameter name
+    const std::vector<std::string> names = lab::param_names(run.replica(0));
+    std::vector<int64_t> numels;
+    for (const lab::Param* p : run.replica(0).params()) numels.push_back(p->value.numel());
+    std::vector<std::vector<std::string>> mine;
+    for (const std::vector<int>& r : lab::zero_partition(numels, cfg.world_size)) {
+      mine.emplace_back();
+      for (int i : r) mine.back().push_back(names[static_cast<size_t>(i)]);
+    }
+    EXPECT_EQ(mine, fx["zero_partition"].get<std::vector<std::vector<std::string>>>()) << name;
+  }
   EXPECT_GT(nbt_checked, 0) << name;
   EXPECT_GT(cmp.checked, 500) << name;
 }

@@ -49,6 +49,8 @@ CASES = {
                            "8", "--average-every", "2", "--bn", "sync"], "run"),
     "async_seeded": (["--mode", "async", "--model", "mlp", "--world-size", "3", "--batch-size", "16", "--steps", "12",
                       "--async-schedule", "seeded", "--async-seed", "5"], "run"),
+    "zero_mlp_adam_bucket": (["--mode", "zero", "--model", "mlp", "--world-size", "3", "--batch-size", "16", "--steps",
+                              "10", "--optimizer", "adam", "--lr", "0.001", "--parameters-as-bucket-view"], "run"),
     "one_rank_cnn_threads2": (["--model", "cnn", "--world-size", "1", "--batch-size", "32", "--steps", "6", "--threads",
                                "2"], "run"),
     "eval_every_mlp": (["--model", "mlp", "--world-size", "2", "--batch-size", "16", "--steps", "16", "--eval-every", "4",

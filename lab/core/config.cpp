@@ -271,6 +271,7 @@ std::string to_toml(const RunConfig& c, const std::vector<std::pair<std::string,
   o << "warmup_steps = " << c.warmup_steps << "\n";
   o << "overlap = " << b(c.overlap) << "\n";
   o << "no_sync_steps = " << c.no_sync_steps << "\n";
+  o << "parameters_as_bucket_view = " << b(c.parameters_as_bucket_view) << "\n";
   o << "link_latency_us = " << d(c.link_latency_us) << "\n";
   o << "link_gbps = " << d(c.link_gbps) << "\n";
   o << "uneven_data = " << b(c.uneven_data) << "\n";
@@ -409,6 +410,7 @@ RunConfig config_from_table(const toml::table& t, const std::string& path) {
       else if (key == "distributed.warmup_steps") i64(c.warmup_steps);
       else if (key == "distributed.overlap") bln(c.overlap);
       else if (key == "distributed.no_sync_steps") i64(c.no_sync_steps);
+      else if (key == "distributed.parameters_as_bucket_view") bln(c.parameters_as_bucket_view);
       else if (key == "distributed.link_latency_us") dbl(c.link_latency_us);
       else if (key == "distributed.link_gbps") dbl(c.link_gbps);
       else if (key == "distributed.uneven_data") bln(c.uneven_data);

@@ -99,12 +99,14 @@ struct RunConfig {
   // batch_size is the global batch), local-sgd (DDP with the post-localSGD hook and
   // PeriodicModelAverager: gradients allreduced for warmup_steps iterations, then parameters
   // averaged every average_every iterations), async (a parameter server; world_size workers push
-  // gradients without waiting for each other: Hogwild!/A3C style).
+  // gradients without waiting for each other: Hogwild!/A3C style), zero (DDP with
+  // ZeroRedundancyOptimizer: ZeRO-1, the optimizer's state sharded by whole parameters).
   std::string mode = "ddp";
   int64_t average_every = 4;           // local-sgd: PeriodicModelAverager period
   int64_t warmup_steps = 0;            // local-sgd: iterations with per-step gradient allreduce first
   bool overlap = true;                 // ddp: bucket allreduces on the rank's comm thread during backward
   int64_t no_sync_steps = 0;           // ddp: K backward passes under no_sync before each synchronized one
+  bool parameters_as_bucket_view = false;  // zero: ZeroRedundancyOptimizer broadcasts one bucket per rank
   double link_latency_us = 0;          // simulated link between emulated ranks: latency per message
   double link_gbps = 0;                // ... and bandwidth (0: unlimited); both 0: no simulated link
   bool uneven_data = false;            // rank r drops the last r batches of its shard every epoch

@@ -188,6 +188,8 @@ std::vector<IneffectiveSetting> ineffective_settings(const RunConfig& c, const R
   check("lr_gamma", c.lr_gamma != d.lr_gamma, "--lr-gamma " + num(c.lr_gamma));
   check("average_every", c.average_every != d.average_every, "--average-every " + std::to_string(c.average_every));
   check("warmup_steps", c.warmup_steps != d.warmup_steps, "--warmup-steps " + std::to_string(c.warmup_steps));
+  check("parameters_as_bucket_view", c.parameters_as_bucket_view != d.parameters_as_bucket_view,
+        "--parameters-as-bucket-view");
   check("async_schedule", c.async_schedule != d.async_schedule, "--async-schedule " + c.async_schedule);
   check("async_seed", c.async_seed != d.async_seed, "--async-seed " + std::to_string(c.async_seed));
   check("link_latency_us", c.link_latency_us != d.link_latency_us, "--link-latency-us " + num(c.link_latency_us));

@@ -120,11 +120,14 @@ void Optimizer::step() {
   ++m_steps;
   if (!m_opt.is_sgd()) {
     // Adam: state['step'] += 1, then the update with its bias corrections
+    if (first) {
+      m_m.resize(m_params.size());
+      m_v.resize(m_params.size());
+    }
     for (size_t i = 0; i < m_params.size(); ++i) {
+      if (!owns(i)) continue;  // another rank's (ZeroRedundancyOptimizer): no state, no step
       Param& p = *m_params[i];
       if (first) {  // exp_avg and exp_avg_sq: zeros like the parameter
-        m_m.resize(m_params.size());
-        m_v.resize(m_params.size());
         m_m[i] = Tensor(p.value.shape, 0.0f);
         m_v[i] = Tensor(p.value.shape, 0.0f);
       }
@@ -142,6 +145,7 @@ void Optimizer::step() {
   const SgdOptions& so = m_opt.sgd;
   const bool momentum = so.momentum != 0.0;
   for (size_t i = 0; i < m_params.size(); ++i) {
+    if (!owns(i)) continue;  // another rank's (ZeroRedundancyOptimizer): no state, no step
     Param& p = *m_params[i];
     if (momentum && first) m_buf[i].resize(p.value.shape);
     if (m_device &&
@@ -157,7 +161,13 @@ void Optimizer::step() {
   }
 }
 
+void Optimizer::set_owned(std::vector<bool> owned) {
+  assert(m_steps == 0 && (owned.empty() || owned.size() == m_params.size()));
+  m_owned = std::move(owned);
+}
+
 DeviceStepPlan Optimizer::begin_device_step() {
+  assert(m_owned.empty());  // --cuda-graphs steps every parameter (config.cpp refuses other modes)
   const bool first = m_steps == 0;
   ++m_steps;
   DeviceStepPlan plan;

@@ -73,6 +73,12 @@ class Optimizer {
   // their state here (momentum, Adam's moments) becomes its mirrors. nullptr: all on the host.
   void set_device(ModelExecutor* device) { m_device = device; }
   void step();
+  // ZeroRedundancyOptimizer (--mode zero): this rank's optimizer is the local optimizer of its
+  // partition. It steps, and keeps state for, the parameters it owns only (owned[i], params()
+  // order); the others get no state (empty tensors in state()) and step() leaves them alone.
+  // Empty (the default): every parameter.
+  void set_owned(std::vector<bool> owned);
+  bool owns(size_t i) const { return m_owned.empty() || m_owned[i]; }
   const OptimizerOptions& options() const { return m_opt; }
   double lr() const { return m_opt.is_sgd() ? m_opt.sgd.lr : m_opt.adam.lr; }
   void set_lr(double lr);  // a scheduler's new rate (param_group['lr'] = lr)
@@ -85,9 +91,11 @@ class Optimizer {
   std::vector<std::string> state_names() const;
   // state_names() of an optimizer with these options once it has stepped.
   static std::vector<std::string> state_names_of(const OptimizerOptions& opt);
-  // Up to date (a device's mirrors brought current first). name: one of state_names().
+  // Up to date (a device's mirrors brought current first). name: one of state_names(). A
+  // parameter the optimizer does not own (set_owned) has an empty tensor.
   std::vector<Tensor>& state(const std::string& name);
-  // From a checkpoint: every one of state_names() (as after a step) and the steps taken.
+  // From a checkpoint: every one of state_names() (as after a step; empty tensors for the
+  // parameters it does not own) and the steps taken.
   void restore_state(std::map<std::string, std::vector<Tensor>> state, int64_t steps);
   // SGD's momentum buffers: state("momentum").
   std::vector<Tensor>& momentum_buffers() { return state("momentum"); }
@@ -105,6 +113,7 @@ class Optimizer {
   std::vector<Tensor> m_m, m_v;    // Adam: exp_avg, exp_avg_sq
   int64_t m_steps = 0;
   ModelExecutor* m_device = nullptr;
+  std::vector<bool> m_owned;       // set_owned (empty: every parameter)
 };
 
 }  // namespace lab

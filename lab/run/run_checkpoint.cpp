@@ -129,10 +129,12 @@ RankCheckpoint Run::rank_checkpoint(int rank, const RankCheckpointRefs& refs, Mo
   rc.tensors.insert(rc.tensors.end(), mode_part.tensors.begin(), mode_part.tensors.end());
   const std::vector<std::string> names = param_names(refs.model);
   const std::vector<Param*> params = refs.model.params();
-  // the optimizer's state: SGD's momentum buffers, Adam's exp_avg and exp_avg_sq (optim.<name>.<param>)
+  // the optimizer's state: SGD's momentum buffers, Adam's exp_avg and exp_avg_sq (optim.<name>.<param>),
+  // of the parameters this rank's optimizer owns (ZeroRedundancyOptimizer: its partition's; the state is sharded)
   for (const std::string& s : refs.opt.state_names()) {
     const std::vector<Tensor>& st = refs.opt.state(s);
-    for (size_t i = 0; i < params.size(); ++i) rc.tensors.push_back(f32_tensor("optim." + s + "." + names[i], st[i]));
+    for (size_t i = 0; i < params.size(); ++i)
+      if (refs.opt.owns(i)) rc.tensors.push_back(f32_tensor("optim." + s + "." + names[i], st[i]));
   }
   if (accumulating(c, S)) {
     refs.model.to_host(kStateGrads);  // a device's gradients (executor.h: keep_grads)
@@ -358,6 +360,10 @@ void Run::restore_rank(int rank, RankCheckpointRefs& refs) {
     std::map<std::string, std::vector<Tensor>> state;
     for (const std::string& s : Optimizer::state_names_of(refs.opt.options()))
       for (size_t i = 0; i < params.size(); ++i) {
+        if (!refs.opt.owns(i)) {  // another rank's (ZeroRedundancyOptimizer): its checkpoint holds it
+          state[s].emplace_back();
+          continue;
+        }
         const std::string key = "optim." + s + "." + names[i];
         auto it = extra.find(key);
         if (it == extra.end())

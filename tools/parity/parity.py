@@ -20,6 +20,10 @@ How PyTorch runs each kind of case:
                with broadcast_buffers it copies rank 0's buffers to every rank.
   local-sgd    the same DDP with the post_localSGD_hook (post_local_gradient_allreduce=False)
                and PeriodicModelAverager(period, warmup_steps) after every optimizer step.
+  zero         the same DDP with torch.distributed.optim.ZeroRedundancyOptimizer around the case's
+               optimizer (parameters_as_bucket_view as the case says); its partition (the
+               parameters each rank owns, by name, in assignment order) is compared with the
+               partition in dtlab's summary.json too.
   sync         PyTorch 1.13 runs SyncBatchNorm only on GPUs ("SyncBatchNorm expected input tensor
                to be on GPU"; DDP: "SyncBatchNorm layers only work with GPU modules"), so N
                ranks with SyncBatchNorm are compared with their exact equivalent: one process
@@ -113,7 +117,7 @@ class Case:
     limit_train: int = 1000
     limit_test: int = 100
     steps: int = 20
-    mode: str = "ddp"            # ddp | dp | local-sgd
+    mode: str = "ddp"            # ddp | dp | local-sgd | zero
     bn: str = "local"            # local | sync
     shuffle: bool = True
     drop_last: bool = False      # DataLoader drop_last
@@ -124,6 +128,7 @@ class Case:
     seed: int = 0
     lr: float = LR
     optimizer: str = "sgd"       # sgd | adam | adamw
+    bucket_view: bool = False    # zero: ZeroRedundancyOptimizer(parameters_as_bucket_view=True)
 
     @property
     def kind(self):
@@ -150,6 +155,8 @@ class Case:
             a.append("--no-broadcast-buffers")
         if self.mode == "local-sgd":
             a += ["--average-every", str(self.average_every), "--warmup-steps", str(self.warmup_steps)]
+        if self.bucket_view:
+            a.append("--parameters-as-bucket-view")
         return a
 
 
@@ -205,6 +212,16 @@ CASES = [
          steps=9, optimizer="adam", lr=1e-3),
     Case("cnn_w2_adamw", "DDP 2 ranks x 16 with AdamW (lr 1e-3), no broadcast; short last (4)", "cnn", 2, 16, 200,
          steps=9, broadcast_buffers=False, optimizer="adamw", lr=1e-3),
+    # DDP + ZeroRedundancyOptimizer (ZeRO-1): SGD with momentum on the mlp, Adam on the cnn (see
+    # above), per parameter and with parameters_as_bucket_view, on 2, 3 and 4 ranks
+    Case("mlp_w2_zero", "ZeRO-1 2 ranks x 32, SGD momentum; partition 200704 / 35210", "mlp", 2, 32, 1000, steps=20,
+         mode="zero"),
+    Case("mlp_w3_zero_bucket", "ZeRO-1 3 ranks x 16, SGD momentum, bucket view; padding (2)", "mlp", 3, 16, 598,
+         steps=14, mode="zero", bucket_view=True),
+    Case("cnn_w3_zero_adam", "ZeRO-1 3 ranks x 8 with Adam (lr 1e-3); padding (1)", "cnn", 3, 8, 200, steps=9,
+         mode="zero", optimizer="adam", lr=1e-3, seed=1),
+    Case("cnn_w4_zero_adam_bucket", "ZeRO-1 4 ranks x 8 with Adam (lr 1e-3), bucket view, no broadcast", "cnn", 4, 8,
+         150, steps=6, mode="zero", optimizer="adam", lr=1e-3, bucket_view=True, broadcast_buffers=False),
 ]
 
 # ---- 2. tolerances ----
@@ -290,6 +307,12 @@ def read_dtlab(case, out):
     return losses[:world], states
 
 
+def read_dtlab_partition(out):
+    """--mode zero: the parameters each rank owns, by name, from summary.json."""
+    with open(os.path.join(out, "summary.json")) as f:
+        return [r["parameters"] for r in json.load(f)["zero"]["partition"]]
+
+
 # ---- 4. the PyTorch side ----
 
 _DATA = {}
@@ -310,6 +333,13 @@ def new_model(case, init, dtype):
 
 
 def new_optimizer(case, params):
+    if case.mode == "zero":
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+        cls = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}.get(case.optimizer, torch.optim.SGD)
+        kw = dict(lr=case.lr, weight_decay=WEIGHT_DECAY)
+        if cls is torch.optim.SGD:
+            kw["momentum"] = MOMENTUM
+        return ZeroRedundancyOptimizer(params, optimizer_class=cls, parameters_as_bucket_view=case.bucket_view, **kw)
     if case.optimizer == "adam":
         return torch.optim.Adam(params, lr=case.lr, weight_decay=WEIGHT_DECAY)
     if case.optimizer == "adamw":
@@ -459,7 +489,12 @@ def ddp_case(rank, case, init, dtype):
         with torch.no_grad():
             ddp(xt[lo:hi])
         epoch += 1
-    return losses, state_of(model)
+    extra = {}
+    if case.mode == "zero":  # the parameters each rank owns, by name, in the order they were assigned
+        names = {id(p): n for n, p in model.named_parameters()}
+        extra["zero_partition"] = [[names[id(p)] for g in groups for p in g["params"]]
+                                   for groups in opt._partition_parameters()]
+    return losses, state_of(model), extra
 
 
 def ddp_worker(rank, world, jobs, port, results_dir):
@@ -467,10 +502,10 @@ def ddp_worker(rank, world, jobs, port, results_dir):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=120))
     for i, (key, case, init, dtype) in enumerate(jobs):
-        losses, state = ddp_case(rank, case, init, dtype)
+        losses, state, extra = ddp_case(rank, case, init, dtype)
         # Results go through files: a pipe would block a rank on megabytes of weights.
         with open(os.path.join(results_dir, f"{i}.rank{rank}.pickle"), "wb") as f:
-            pickle.dump((losses, state), f)
+            pickle.dump((losses, state, extra), f)
     dist.destroy_process_group()
 
 
@@ -478,6 +513,9 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+EXTRAS = {}  # per case key: what PyTorch's rank 0 reported beside losses and state (zero_partition)
 
 
 def run_torch(jobs, work):
@@ -501,6 +539,8 @@ def run_torch(jobs, work):
                 with open(os.path.join(results_dir, f"{i}.rank{r}.pickle"), "rb") as f:
                     ranks.append(pickle.load(f))
             results[key] = ([x[0] for x in ranks], [x[1] for x in ranks])
+            if ranks[0][2]:
+                EXTRAS[key] = ranks[0][2]
     return results
 
 
@@ -716,13 +756,15 @@ def main():
           "; ".join(f"{k} {v['atol']:g} + {v['rtol']:g}" for k, v in TOLERANCES.items()) +
           "; num_batches_tracked (nbt) equal", flush=True)
     print("# rel: |d| / |torch loss|; for tensors, max |d| of a tensor / its max |torch value|", flush=True)
-    mine, cmds = {}, {}
+    mine, cmds, partitions = {}, {}, {}
     try:
         t_dtlab = time.time()
         for c in cases:
             out = os.path.join(work, c.name)
             cmds[c.name] = run_dtlab(a.dtlab, c, out, common.DATA_DIR, a.timeout)
             mine[c.name] = read_dtlab(c, out)
+            if c.mode == "zero":
+                partitions[c.name] = read_dtlab_partition(out)
         t_dtlab = time.time() - t_dtlab
         t_torch = time.time()
         jobs = [(c.name, c, os.path.join(work, c.name, "init.safetensors"), torch.float32) for c in cases]
@@ -742,6 +784,11 @@ def main():
     failed = []
     for c in cases:
         d = compare(c, mine[c.name], theirs[c.name])
+        if c.mode == "zero":
+            want = EXTRAS.get(c.name, {}).get("zero_partition")
+            got = partitions[c.name]
+            if got != want:
+                d.fail(f"ZeroRedundancyOptimizer's partition: dtlab {got} torch {want}")
         ranks = len(theirs[c.name][1])
         print(f"{c.name:26s} {ranks:5d} {c.steps:5d} {fmt(d.loss_abs):>10s} {fmt(d.loss_rel):>8s} "
               f"{fmt(d.param_abs):>11s} {fmt(d.param_rel):>8s} {fmt(d.buffer_abs):>9s} {fmt(d.buffer_rel):>8s} "
@@ -753,6 +800,8 @@ def main():
                 print("      " + m)
         if a.write_fixtures and d.ok:
             fx = fixture_for(c, theirs[c.name])
+            if c.name in EXTRAS:
+                fx.update(EXTRAS[c.name])
             bad = check_summaries(mine[c.name], fx)
             if bad:
                 failed.append(c.name)
