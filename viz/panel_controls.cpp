@@ -230,8 +230,12 @@ void draw_mode_setting(lab::RunConfig& c, const lab::ModeSetting& s, const std::
 void draw_parallelism(lab::RunConfig& c, const std::vector<SettingCheck>& checks, float w) {
   ImGui::TextUnformatted("mode");
   const lab::ParallelMode* chosen = lab::find_mode(c.mode);
+  // One line while they fit, the rest on the next (the registry grows: a clipped name is unreadable)
+  const ImGuiStyle& style = ImGui::GetStyle();
+  const float right = ImGui::GetWindowPos().x + ImGui::GetWindowContentRegionMax().x;
   for (const lab::ParallelMode* m : lab::modes()) {
-    ImGui::SameLine();
+    const float need = ImGui::GetFrameHeight() + style.ItemInnerSpacing.x + ImGui::CalcTextSize(m->name()).x;
+    if (ImGui::GetItemRectMax().x + style.ItemSpacing.x + need <= right) ImGui::SameLine();
     choice_radio(c, m->name(), "mode", m->name(), m == chosen, m->about());
   }
   check_marker(checks, "mode");
