@@ -27,6 +27,11 @@ void add_mode_flags(CLI::App& app, lab::RunConfig& c) {
   app.add_flag("--parameters-as-bucket-view", c.parameters_as_bucket_view,
                "zero: ZeroRedundancyOptimizer(parameters_as_bucket_view=True): each rank's parameters broadcast as "
                "one bucket instead of one broadcast per parameter");
+  app.add_option("--sharding-strategy", c.sharding_strategy,
+                 "fsdp: full_shard (ZeRO-3), shard_grad_op (ZeRO-2) or no_shard (DDP)")
+      ->capture_default_str();
+  app.add_option("--fsdp-wrap", c.fsdp_wrap, "fsdp: model (the whole model one unit) or layer (a unit per module)")
+      ->capture_default_str();
   app.add_flag_callback("--no-overlap", [&c] { c.overlap = false; },
                "ddp: launch the bucket allreduces after the whole backward instead of overlapping it");
   app.add_option("--no-sync-steps", c.no_sync_steps,

@@ -420,7 +420,7 @@ TEST(ModesConfig, TomlRoundTripAndValidation) {
     return std::string();
   };
   lab::RunConfig x;
-  x.mode = "zero";
+  x.mode = "hogwild";  // no such mode
   EXPECT_NE(bad(x).find("--mode"), std::string::npos);
   x = {};
   x.average_every = 0;

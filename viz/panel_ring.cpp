@@ -56,6 +56,17 @@ std::vector<PhaseSteps> expected_phases(const CollectiveTrace& t) {
     for (const PhaseSteps& x : p) total += x.steps;
     if (total >= t.steps) return p;
   }
+  if ((t.op == "reduce_scatter" || t.op == "allgather") && !t.algorithm.empty()) {
+    // the algorithm's phases, unless the transfers show others (SyncBatchNorm's allgather is
+    // always the ring's, whatever --allreduce says)
+    const std::vector<PhaseSteps> p = collective_phases(t.op, t.algorithm, t.world, t.bytes);
+    bool fits = true;
+    for (const Transfer& x : t.transfers)
+      fits = fits && std::any_of(p.begin(), p.end(), [&](const PhaseSteps& s) { return s.phase == x.phase; });
+    int total = 0;
+    for (const PhaseSteps& x : p) total += x.steps;
+    if (fits && total >= t.steps) return p;
+  }
   std::vector<PhaseSteps> seen;
   for (const Transfer& x : t.transfers) {
     if (seen.empty() || seen.back().phase != x.phase) seen.push_back({x.phase, 0});
@@ -319,8 +330,17 @@ void draw_ring(const RunData& d, const RingViewState& st, const Shown& sh, ImVec
 const char* phase_text(const CollectiveTrace& t, lab::Phase p) {
   const bool tree = t.algorithm == "tree", naive = t.algorithm == "naive";
   const bool doubling = tree && t.bytes <= lab::kTreeDoublingBytes;
+  const bool rs = t.op == "reduce_scatter", ag = t.op == "allgather";
   switch (p) {
     case lab::Phase::ReduceScatter:
+      if (rs && tree)
+        return "Reduce-scatter by halving (a collective of its own, FSDP's): each rank swaps half of its current range "
+               "of blocks with its partner and adds the half it keeps; after log2 N steps rank r holds block r summed "
+               "over all ranks: its shard of the gradient.";
+      if (rs)
+        return "Reduce-scatter (a collective of its own, FSDP's): every rank sends one block to its right neighbour, "
+               "which adds it into its own copy. Block b starts at rank b+1 and, N-1 steps later, ends summed over all "
+               "ranks at rank b: rank r's shard is block r.";
       if (doubling)
         return "Recursive doubling (a buffer up to 64 KiB): partners 2^k apart swap their whole partial sums and both "
                "add; after log2 p steps every rank of the power-of-two core holds the full sum.";
@@ -330,12 +350,22 @@ const char* phase_text(const CollectiveTrace& t, lab::Phase p) {
       return "Reduce-scatter: every rank sends one chunk to its right neighbour, which adds it into its own copy of "
              "that chunk. After N-1 steps rank r holds chunk (r+1) mod N summed over all ranks: it owns it.";
     case lab::Phase::Allgather:
+      if (ag && tree)
+        return "Allgather by doubling (FSDP's parameters): each rank sends its finished range of blocks to its partner "
+               "and copies the partner's; after log2 N steps every rank holds every rank's shard: the whole flat "
+               "parameter.";
+      if (ag)
+        return "Allgather (FSDP's parameters): every rank forwards one block to its right neighbour, which keeps a "
+               "copy; after N-1 steps every rank holds every rank's shard: the whole flat parameter.";
       if (tree)
         return "Allgather by doubling: each rank sends its finished range to its partner and copies the partner's: "
                "the finished range doubles every step until every rank holds every chunk.";
       return "Allgather: every rank forwards a finished chunk; the receiver overwrites its copy. After N-1 more steps "
              "every rank holds every finished chunk, bit for bit the same.";
     case lab::Phase::Broadcast:
+      if (naive && ag)
+        return "Broadcast: rank 0 sends the gathered buffer, every block, to one rank per step. Rank 0's link carries "
+               "N-1 whole buffers out.";
       if (naive)
         return "Broadcast: rank 0 sends the sum to one rank per step. Rank 0's link carries N-1 whole buffers out, as "
                "it carried N-1 in.";
@@ -346,6 +376,7 @@ const char* phase_text(const CollectiveTrace& t, lab::Phase p) {
                "the module itself, so only its BatchNorm updates survive).";
       return "Broadcast: the root's bytes travel down a chain of ranks, segment by segment.";
     case lab::Phase::Gather:
+      if (naive && ag) return "Gather: one rank per step sends its block to rank 0.";
       if (naive)
         return "Gather: one rank per step sends its whole buffer to rank 0, which adds it in rank order. Rank 0 does "
                "every addition and receives N-1 whole buffers: the parameter server's bottleneck.";
@@ -355,6 +386,7 @@ const char* phase_text(const CollectiveTrace& t, lab::Phase p) {
       if (t.op == "gather") return "Gather: every device sends its outputs to device 0, which computes the loss.";
       return "Gather: ranks send their data to one rank, which combines it.";
     case lab::Phase::Scatter:
+      if (rs) return "Scatter: rank 0 sends each rank its block of the sum, one rank per step.";
       return "Scatter: device 0 sends every device its slice of the batch (torch.chunk), or of the gradients of the "
              "outputs.";
     case lab::Phase::Reduce:

@@ -19,6 +19,7 @@ constexpr ImU32 kAllreduceColor = IM_COL32(230, 159, 0, 255);
 constexpr ImU32 kBroadcastColor = IM_COL32(204, 121, 167, 255);
 constexpr ImU32 kAllgatherColor = IM_COL32(240, 228, 66, 255);
 constexpr ImU32 kReduceColor = IM_COL32(213, 94, 0, 255);
+constexpr ImU32 kReduceScatterColor = IM_COL32(160, 110, 230, 255);  // FSDP's gradients
 
 // what the device did (--device): its kernels a darker shade of the phase's colour, copies grey
 constexpr ImU32 kDeviceCopyColor = IM_COL32(120, 120, 120, 255);
@@ -45,6 +46,7 @@ ImU32 event_color(const lab::Event& e) {
   // DataParallel's replicate is a broadcast of device 0's parameters and buffers
   if (std::strcmp(e.op, "broadcast") == 0 || std::strcmp(e.op, "replicate") == 0) return kBroadcastColor;
   if (std::strcmp(e.op, "reduce") == 0) return kReduceColor;
+  if (std::strcmp(e.op, "reduce_scatter") == 0) return kReduceScatterColor;
   if (std::strcmp(e.op, "pull") == 0) return kBroadcastColor;  // --mode async: weights from the server
   if (std::strcmp(e.op, "push") == 0) return kReduceColor;     // ... a gradient to it
   return kAllgatherColor;  // allgather; DataParallel's scatter and gather
@@ -105,6 +107,11 @@ void draw_timeline_panel(const RunData& d, TimelineState& st) {
                                  {"scatter / gather", kAllgatherColor},
                                  {"reduce", kReduceColor},
                                  {"one transfer (incl. waiting)", kChunkColor}});
+  else if (d.caps().sharded_collectives)  // FSDP: the gradients reduce-scattered, the parameters gathered
+    legend.insert(legend.end(), {{"reduce-scatter (gradients)", kReduceScatterColor},
+                                 {"allgather (parameters)", kAllgatherColor},
+                                 {"allreduce (no_shard)", kAllreduceColor},
+                                 {"one chunk (incl. waiting)", kChunkColor}});
   else
     legend.insert(legend.end(), {{d.caps().averages_parameters ? "allreduce (and average)" : "allreduce", kAllreduceColor},
                                  {"broadcast", kBroadcastColor},

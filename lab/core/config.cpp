@@ -159,7 +159,9 @@ void validate_values(const RunConfig& c) {
   if (c.checkpoint_every < 0) throw ConfigError("--checkpoint-every must be >= 0 (0: off), got " + std::to_string(c.checkpoint_every));
   const bool checkpoints = c.checkpoint_every > 0 || c.checkpoint_every_epoch;
   if ((checkpoints || !c.resume.empty()) && !mode_of(c).caps().checkpoints)
-    throw ConfigError("checkpoints and --resume cover --mode " + modes_with(&ModeCaps::checkpoints));
+    throw ConfigError(std::string(!c.resume.empty() ? "--resume" : c.checkpoint_every > 0 ? "--checkpoint-every" : "--checkpoint-every-epoch") +
+                      " with --mode " + c.mode + ": checkpoints and --resume cover --mode " +
+                      modes_with(&ModeCaps::checkpoints));
   if ((checkpoints || !c.resume.empty()) && (c.uneven_data || c.join))
     throw ConfigError("checkpoints and --resume need every rank at the same iteration: not with --uneven-data or --join");
   if (checkpoints && c.out_dir.empty() && c.resume.empty())
@@ -272,6 +274,8 @@ std::string to_toml(const RunConfig& c, const std::vector<std::pair<std::string,
   o << "overlap = " << b(c.overlap) << "\n";
   o << "no_sync_steps = " << c.no_sync_steps << "\n";
   o << "parameters_as_bucket_view = " << b(c.parameters_as_bucket_view) << "\n";
+  o << "sharding_strategy = " << q(c.sharding_strategy) << "\n";
+  o << "fsdp_wrap = " << q(c.fsdp_wrap) << "\n";
   o << "link_latency_us = " << d(c.link_latency_us) << "\n";
   o << "link_gbps = " << d(c.link_gbps) << "\n";
   o << "uneven_data = " << b(c.uneven_data) << "\n";
@@ -411,6 +415,8 @@ RunConfig config_from_table(const toml::table& t, const std::string& path) {
       else if (key == "distributed.overlap") bln(c.overlap);
       else if (key == "distributed.no_sync_steps") i64(c.no_sync_steps);
       else if (key == "distributed.parameters_as_bucket_view") bln(c.parameters_as_bucket_view);
+      else if (key == "distributed.sharding_strategy") str(c.sharding_strategy);
+      else if (key == "distributed.fsdp_wrap") str(c.fsdp_wrap);
       else if (key == "distributed.link_latency_us") dbl(c.link_latency_us);
       else if (key == "distributed.link_gbps") dbl(c.link_gbps);
       else if (key == "distributed.uneven_data") bln(c.uneven_data);

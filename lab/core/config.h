@@ -100,13 +100,16 @@ struct RunConfig {
   // PeriodicModelAverager: gradients allreduced for warmup_steps iterations, then parameters
   // averaged every average_every iterations), async (a parameter server; world_size workers push
   // gradients without waiting for each other: Hogwild!/A3C style), zero (DDP with
-  // ZeroRedundancyOptimizer: ZeRO-1, the optimizer's state sharded by whole parameters).
+  // ZeroRedundancyOptimizer: ZeRO-1, the optimizer's state sharded by whole parameters), fsdp
+  // (FullyShardedDataParallel: ZeRO-2/3 per sharding_strategy, flat parameters per fsdp_wrap unit).
   std::string mode = "ddp";
   int64_t average_every = 4;           // local-sgd: PeriodicModelAverager period
   int64_t warmup_steps = 0;            // local-sgd: iterations with per-step gradient allreduce first
   bool overlap = true;                 // ddp: bucket allreduces on the rank's comm thread during backward
   int64_t no_sync_steps = 0;           // ddp: K backward passes under no_sync before each synchronized one
   bool parameters_as_bucket_view = false;  // zero: ZeroRedundancyOptimizer broadcasts one bucket per rank
+  std::string sharding_strategy = "full_shard";  // fsdp: full_shard | shard_grad_op | no_shard
+  std::string fsdp_wrap = "model";               // fsdp: model (one unit) | layer (a unit per module)
   double link_latency_us = 0;          // simulated link between emulated ranks: latency per message
   double link_gbps = 0;                // ... and bandwidth (0: unlimited); both 0: no simulated link
   bool uneven_data = false;            // rank r drops the last r batches of its shard every epoch

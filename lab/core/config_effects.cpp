@@ -190,6 +190,8 @@ std::vector<IneffectiveSetting> ineffective_settings(const RunConfig& c, const R
   check("warmup_steps", c.warmup_steps != d.warmup_steps, "--warmup-steps " + std::to_string(c.warmup_steps));
   check("parameters_as_bucket_view", c.parameters_as_bucket_view != d.parameters_as_bucket_view,
         "--parameters-as-bucket-view");
+  check("sharding_strategy", c.sharding_strategy != d.sharding_strategy, "--sharding-strategy " + c.sharding_strategy);
+  check("fsdp_wrap", c.fsdp_wrap != d.fsdp_wrap, "--fsdp-wrap " + c.fsdp_wrap);
   check("async_schedule", c.async_schedule != d.async_schedule, "--async-schedule " + c.async_schedule);
   check("async_seed", c.async_seed != d.async_seed, "--async-seed " + std::to_string(c.async_seed));
   check("link_latency_us", c.link_latency_us != d.link_latency_us, "--link-latency-us " + num(c.link_latency_us));

@@ -61,6 +61,7 @@ struct ModeCaps {
   bool ranks_evaluate_epochs = true; // the ranks evaluate at the end of every epoch (else the server)
   bool replicas_are_models = true;   // every rank's model is a model of its own (not a per-step replica)
   bool counts_trained_samples = false;  // the run's samples are counted as trained, not from the sampler
+  bool sharded_collectives = false;  // reduce-scatter and all-gather carry training (FSDP): the views name them
 };
 
 // ---- the mode's own settings: what the app shows and what has no effect elsewhere ----
@@ -98,6 +99,9 @@ struct RankEnv {
   // A rank that ran out of data while others still train (--uneven-data without --join): where,
   // for the run's diagnosis of the timeout that follows.
   std::function<void(int64_t step, int64_t epoch, int64_t batches)> ran_out_of_data;
+  // Whether rank 0 evaluates its model after iteration `step` (--eval-every; the same answer on
+  // every rank): a mode whose ranks hold only shards of it (FSDP) makes it whole first.
+  std::function<bool(int64_t step)> evaluates_after;
 };
 
 // What a rank's mode adds to a checkpoint (beside the model, the optimizer, the counters and the

@@ -13,6 +13,7 @@ std::unique_ptr<ParallelMode> make_dp_mode();
 std::unique_ptr<ParallelMode> make_local_sgd_mode();
 std::unique_ptr<ParallelMode> make_async_mode();
 std::unique_ptr<ParallelMode> make_zero_mode();
+std::unique_ptr<ParallelMode> make_fsdp_mode();
 
 namespace {
 
@@ -24,7 +25,7 @@ struct Registry {
 Registry& registry() {
   static Registry r = [] {
     Registry reg;
-    for (auto make : {make_ddp_mode, make_dp_mode, make_local_sgd_mode, make_async_mode, make_zero_mode}) {  // builtin_modes
+    for (auto make : {make_ddp_mode, make_dp_mode, make_local_sgd_mode, make_async_mode, make_zero_mode, make_fsdp_mode}) {  // builtin_modes
       reg.owned.push_back(make());
       reg.list.push_back(reg.owned.back().get());
     }

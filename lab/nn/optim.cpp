@@ -161,6 +161,12 @@ void Optimizer::step() {
   }
 }
 
+void Optimizer::set_params(std::vector<Param*> params) {
+  assert(m_steps == 0 && m_owned.empty() && !m_device);
+  m_params = std::move(params);
+  m_buf.assign(m_params.size(), Tensor());
+}
+
 void Optimizer::set_owned(std::vector<bool> owned) {
   assert(m_steps == 0 && (owned.empty() || owned.size() == m_params.size()));
   m_owned = std::move(owned);

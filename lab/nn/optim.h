@@ -78,6 +78,9 @@ class Optimizer {
   // order); the others get no state (empty tensors in state()) and step() leaves them alone.
   // Empty (the default): every parameter.
   void set_owned(std::vector<bool> owned);
+  // FullyShardedDataParallel (--mode fsdp): the optimizer steps the rank's flat shards, not the
+  // model's parameters. Before the first step only.
+  void set_params(std::vector<Param*> params);
   bool owns(size_t i) const { return m_owned.empty() || m_owned[i]; }
   const OptimizerOptions& options() const { return m_opt; }
   double lr() const { return m_opt.is_sgd() ? m_opt.sgd.lr : m_opt.adam.lr; }

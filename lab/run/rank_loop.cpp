@@ -171,6 +171,7 @@ struct Run::RankLoop {
     }
     comm.set_arrival_order(c.nondeterministic);
     env.iteration_gate = [this](int64_t step) { run.m_control->before_iteration(rank, step); };
+    env.evaluates_after = [this](int64_t step) { return run.eval_due(step + 1); };
     env.ran_out_of_data = [this](int64_t step, int64_t epoch, int64_t batches) {
       std::lock_guard<std::mutex> lock(rs.mu);
       rs.out_of_data_step = step;

@@ -36,7 +36,7 @@ bool staged_in_allreduce(const RunData& d, int64_t iteration, int ring_steps, bo
     if (t.train_step != iteration) return false;
     // every sender of each of the first ring_steps steps has recorded its transfer
     std::vector<int> senders;
-    for (const PhaseSteps& p : allreduce_phases(d.cfg.allreduce, d.world(), t.bytes))
+    for (const PhaseSteps& p : collective_phases(t.op, d.cfg.allreduce, d.world(), t.bytes))
       senders.insert(senders.end(), static_cast<size_t>(p.steps), p.senders);
     for (int k = 0; k < ring_steps && k < static_cast<int>(senders.size()); ++k) {
       std::vector<int> srcs;

@@ -191,6 +191,31 @@ int allreduce_global_step(const std::string& algorithm, int world, const lab::Ev
   return e.ring_step;
 }
 
+std::vector<PhaseSteps> collective_phases(const std::string& op, const std::string& algorithm, int n, uint64_t bytes) {
+  if (op == "allreduce") return allreduce_phases(algorithm, n, bytes);
+  if (n <= 1 || (op != "reduce_scatter" && op != "allgather")) return {};
+  const bool rs = op == "reduce_scatter";
+  if (algorithm == "naive")  // through rank 0: gather, then scatter the blocks or broadcast the whole
+    return {{lab::Phase::Gather, n - 1, 1}, {rs ? lab::Phase::Scatter : lab::Phase::Broadcast, n - 1, 1}};
+  const lab::Phase phase = rs ? lab::Phase::ReduceScatter : lab::Phase::Allgather;
+  if (algorithm == "tree") {  // recursive halving or doubling (a power-of-two world)
+    int levels = 0;
+    power_of_two_below(n, &levels);
+    return {{phase, levels, n}};
+  }
+  return {{phase, n - 1, n}};
+}
+
+int collective_global_step(const std::string& op, const std::string& algorithm, int n, const lab::Event& e) {
+  if (op == "allreduce") return allreduce_global_step(algorithm, n, e);
+  int offset = 0;
+  for (const PhaseSteps& p : collective_phases(op, algorithm, n, e.bytes)) {
+    if (p.phase == e.phase) return offset + e.ring_step;
+    offset += p.steps;
+  }
+  return std::max(0, e.ring_step);
+}
+
 CollectiveTrace collect_trace(const std::vector<std::vector<lab::Event>>& events, uint64_t op_seq,
                               const std::string& algorithm) {
   CollectiveTrace t;
@@ -272,6 +297,8 @@ CollectiveTrace collect_trace(const std::vector<std::vector<lab::Event>>& events
       while (x.chunk + k < t.chunks && covered < x.bytes) covered += blocks.size(x.chunk + k++) * sizeof(float);
       x.blocks = std::max(1, k);
     }
+  } else if ((t.op == "reduce_scatter" || t.op == "allgather") && known_algorithm(algorithm)) {
+    t.algorithm = algorithm;  // its phases (collective_phases), where its transfers say it ran them
   } else if (t.op == "reduce") {
     // DataParallel's gradient reduce: every device's whole gradient buffer into device 0.
     t.chunks = 1;

@@ -85,6 +85,11 @@ RankSends allreduce_rank_sends(const std::string& algorithm, int world, uint64_t
 // The global step of one transfer event of an allreduce (its phase and ring_step) as
 // collect_trace numbers it, from the event alone: for gates that stop partway through.
 int allreduce_global_step(const std::string& algorithm, int world, const lab::Event& e);
+// The same for any collective the views stage (op: "allreduce", "reduce_scatter", "allgather";
+// lab/comm/sharded_collectives.h gives the last two their own phases; any other op: its transfers'
+// ring steps as they are).
+std::vector<PhaseSteps> collective_phases(const std::string& op, const std::string& algorithm, int world, uint64_t bytes);
+int collective_global_step(const std::string& op, const std::string& algorithm, int world, const lab::Event& e);
 
 // The highest op_seq among events matching the filter (Chunk or Collective); complete_only asks
 // for one whose Collective event every rank has recorded. False when there is none.

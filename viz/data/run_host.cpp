@@ -330,7 +330,7 @@ void RunHost::run_into_allreduce(int64_t iteration, int ring_steps) {
       s.seq = next->op_seq;
     }
     if (next->op_seq != s.seq) return true;
-    return allreduce_global_step(algorithm, n, *next) >= ring_steps;
+    return collective_global_step(next->op, algorithm, n, *next) >= ring_steps;
   });
 }
 

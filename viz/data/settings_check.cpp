@@ -179,6 +179,8 @@ bool apply_choice(lab::RunConfig& c, const std::string& setting, const std::stri
   else if (setting == "shuffle") return boolean(c.shuffle);
   else if (setting == "overlap") return boolean(c.overlap);
   else if (setting == "parameters_as_bucket_view") return boolean(c.parameters_as_bucket_view);
+  else if (setting == "sharding_strategy") c.sharding_strategy = value;
+  else if (setting == "fsdp_wrap") c.fsdp_wrap = value;
   else if (setting == "world_size") return integer(c.world_size);
   else if (setting == "batch_size") return integer(c.batch_size);
   else if (setting == "average_every") return integer(c.average_every);
@@ -203,6 +205,8 @@ std::string setting_value(const lab::RunConfig& c, const std::string& setting) {
   if (setting == "shuffle") return b(c.shuffle);
   if (setting == "overlap") return b(c.overlap);
   if (setting == "parameters_as_bucket_view") return b(c.parameters_as_bucket_view);
+  if (setting == "sharding_strategy") return c.sharding_strategy;
+  if (setting == "fsdp_wrap") return c.fsdp_wrap;
   if (setting == "world_size") return std::to_string(c.world_size);
   if (setting == "batch_size") return std::to_string(c.batch_size);
   if (setting == "average_every") return std::to_string(c.average_every);

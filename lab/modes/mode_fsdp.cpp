@@ -1,0 +1,350 @@
+// --mode fsdp: FullyShardedDataParallel (fsdp.h for the units, shards and scaling). One rank's
+// iteration, per --sharding-strategy:
+//   full_shard     (ZeRO-3) all-gather every unit's flat parameter before forward (module order);
+//                  PyTorch frees it after forward and all-gathers it again before backward
+//                  (reverse order): the same values, gathered twice; backward; every unit's flat
+//                  gradient pre-divided, reduce-scattered and post-divided into the rank's shard;
+//                  the optimizer steps the shards
+//   shard_grad_op  (ZeRO-2) the same with one all-gather, before forward (kept for backward)
+//   no_shard       (DDP) every rank keeps and steps the whole flat parameter; the flat gradient is
+//                  pre-divided, allreduced and post-divided
+// The model's own parameters on a rank are the gathered ones: after a sharded step they are stale
+// until the next all-gather (before the next forward, or before an evaluation). FSDP broadcasts no
+// buffer: each rank keeps its own BatchNorm running statistics (SyncBatchNorm aside). no_sync
+// (--no-sync-steps) accumulates the full, unsharded gradients without reduce-scatter, as FSDP's
+// no_sync() does, while full_shard still gathers the parameters for every forward and backward.
+// The numbers: the reduce-scatter's ring adds in NCCL's order (sharded_collectives.h), DDP's ring
+// in gloo's, so FSDP equals DDP bitwise for two ranks and to rounding for more.
+#include "fsdp.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "communicator.h"
+#include "dataset.h"
+#include "device.h"
+#include "errors.h"
+#include "mode.h"
+#include "model.h"
+#include "optim.h"
+#include "run.h"
+#include "sampler.h"
+
+namespace lab {
+
+namespace {
+
+std::vector<int64_t> param_numels(Model& model) {
+  std::vector<int64_t> n;
+  for (const Param* p : model.params()) n.push_back(p->value.numel());
+  return n;
+}
+
+class FsdpRank : public RankMode {
+ public:
+  explicit FsdpRank(RankEnv& env)
+      : m_env(env),
+        m_sampler({env.train.size, env.world, env.rank, env.cfg.shuffle, env.cfg.seed, env.cfg.sampler_drop_last}),
+        m_strategy(env.cfg.sharding_strategy),
+        m_units(fsdp_units(param_names(env.model), param_numels(env.model), env.cfg.fsdp_wrap, env.world)),
+        m_names(param_names(env.model)),
+        m_pre(static_cast<float>(fsdp_predivide_factor(env.world))),
+        m_post(static_cast<float>(env.world) / m_pre) {
+    // The rank's shards (no_shard: the whole flat parameter), which its optimizer steps
+    m_shards.resize(m_units.size());
+    std::vector<Param*> opt_params;
+    for (size_t u = 0; u < m_units.size(); ++u) {
+      const FsdpUnit& unit = m_units[u];
+      const int64_t n = sharded() ? unit.shard : unit.numel;
+      Param& s = m_shards[u];
+      s.name = "fsdp." + (unit.name.empty() ? std::string("model") : unit.name);
+      s.value = Tensor({n}, 0.0f);
+      s.grad = Tensor({n}, 0.0f);
+      flatten_values(u, m_flat);
+      const int64_t off = sharded() ? unit.shard * env.rank : 0;
+      std::memcpy(s.value.ptr(), m_flat.data() + off, static_cast<size_t>(n) * sizeof(float));
+      opt_params.push_back(&s);
+    }
+    env.opt.set_params(std::move(opt_params));
+  }
+
+  std::vector<std::vector<int64_t>> batches(int64_t epoch) override {
+    m_sampler.set_epoch(epoch);
+    return make_batches(m_sampler.indices(), m_env.cfg.batch_size, m_env.cfg.drop_last);
+  }
+  int64_t samples_per_epoch() const override { return m_sampler.num_samples(); }
+
+  StepCount step(const StepInput& in, StepRecord& rec) override {
+    const RunConfig& c = m_env.cfg;
+    Model& model = m_env.model;
+    Communicator& comm = m_env.comm;
+    const int64_t step = in.step;
+    const bool synced = c.no_sync_steps == 0 || step % (c.no_sync_steps + 1) == c.no_sync_steps;
+    // before forward: every unit's parameters gathered (the sharded strategies)
+    if (sharded()) gather_all(false);
+    int correct = 0;
+    const float loss =
+        comm.timed(Phase::Forward, "forward", step, [&] { return model.forward_loss(*in.x, *in.labels, &correct); });
+    if (m_env.faults.here(m_env.rank, step, "nan")) model.poison_loss_grad();
+    if (m_strategy == "full_shard") gather_all(true);  // freed after forward: gathered again for backward
+    std::string nonfinite;
+    comm.timed(Phase::Backward, "backward", step, [&] {
+      if (c.no_sync_steps == 0 || step % (c.no_sync_steps + 1) == 0) model.zero_grad();  // no_sync accumulates
+      bool first_grad = true;
+      model.backward_from_loss([&](int) {
+        if (first_grad) m_env.faults.check(m_env.rank, step, "backward");
+        first_grad = false;
+      });
+    });
+    // A NaN or infinite local gradient is caught before the reduction spreads it (as under DDP).
+    const std::vector<Param*> params = model.params();
+    model.to_host(kStateGrads);
+    for (size_t i = 0; i < params.size() && nonfinite.empty(); ++i)
+      if (!all_finite(params[i]->grad)) nonfinite = m_names[i];
+    if (!nonfinite.empty())
+      throw TrainingError("iteration " + std::to_string(step) + " (epoch " + std::to_string(in.epoch) + ", batch " +
+                              std::to_string(in.batch) + "): the gradient of " + nonfinite +
+                              " is NaN or infinite before the " + (sharded() ? "reduce-scatter" : "allreduce"),
+                          "the reduction would have spread it to every rank; lower --lr");
+    if (synced) {
+      reduce_grads();
+      comm.timed(Phase::OptimizerStep, "optimizer-step", step, [&] { m_env.opt.step(); });
+      if (sharded()) m_stale = true;  // until the next all-gather
+      else unflatten_all();           // no_shard: every rank stepped the whole flat parameter
+    }
+    // --eval-every: rank 0 evaluates its own model after this iteration; its forward, in FSDP,
+    // would all-gather the parameters first
+    if (sharded() && m_stale && m_env.evaluates_after && m_env.evaluates_after(step)) gather_all(false);
+    const int64_t n = static_cast<int64_t>(in.indices->size());
+    rec.batch_size = n;
+    rec.loss = loss;
+    rec.correct = correct;
+    rec.grad_sync = synced;
+    StepCount count;
+    count.samples = n;
+    count.trained = n;
+    return count;
+  }
+
+  // The evaluation's forward gathers the parameters, as FSDP's does.
+  void before_evaluation() override {
+    if (sharded() && m_stale) gather_all(false);
+  }
+  // The run's final weights are the gathered ones.
+  void finish() override {
+    if (sharded() && m_stale) gather_all(false);
+  }
+
+ private:
+  bool sharded() const { return m_strategy != "no_shard"; }
+
+  // The unit's flat parameter, padded with zeros to W S (no_shard: N) elements.
+  void flatten_values(size_t u, std::vector<float>& flat) {
+    const FsdpUnit& unit = m_units[u];
+    const std::vector<Param*> params = m_env.model.params();
+    flat.assign(static_cast<size_t>(sharded() ? unit.shard * m_env.world : unit.numel), 0.0f);
+    size_t off = 0;
+    for (int i : unit.params) {
+      const Tensor& v = params[static_cast<size_t>(i)]->value;
+      std::memcpy(flat.data() + off, v.ptr(), v.data.size() * sizeof(float));
+      off += v.data.size();
+    }
+  }
+
+  // Writes a flat parameter's first N elements into the unit's parameters.
+  void unflatten(size_t u, const float* flat) {
+    const std::vector<Param*> params = m_env.model.params();
+    size_t off = 0;
+    for (int i : m_units[u].params) {
+      Tensor& v = params[static_cast<size_t>(i)]->value;
+      std::memcpy(v.ptr(), flat + off, v.data.size() * sizeof(float));
+      off += v.data.size();
+    }
+  }
+
+  void unflatten_all() {
+    for (size_t u = 0; u < m_units.size(); ++u) unflatten(u, m_shards[u].value.ptr());
+    m_env.model.host_changed(kStateParams);
+  }
+
+  // Every unit's flat parameter from the ranks' shards (module order; reverse order before backward).
+  void gather_all(bool for_backward) {
+    const size_t k = m_units.size();
+    for (size_t j = 0; j < k; ++j) {
+      const size_t u = for_backward ? k - 1 - j : j;
+      const FsdpUnit& unit = m_units[u];
+      m_flat.assign(static_cast<size_t>(unit.shard * m_env.world), 0.0f);
+      std::memcpy(m_flat.data() + unit.shard * m_env.rank, m_shards[u].value.ptr(),
+                  static_cast<size_t>(unit.shard) * sizeof(float));
+      m_env.comm.allgather_in_place(m_flat.data(), static_cast<size_t>(unit.shard),
+                                    CollectiveInfo{"fsdp params", static_cast<int>(u)});
+      unflatten(u, m_flat.data());
+    }
+    m_env.model.host_changed(kStateParams);
+    m_stale = false;
+  }
+
+  // Every unit's flat gradient, in the order backward finishes them (the last unit first):
+  // padded, pre-divided, reduce-scattered (no_shard: allreduced), post-divided.
+  void reduce_grads() {
+    const std::vector<Param*> params = m_env.model.params();
+    for (size_t j = 0; j < m_units.size(); ++j) {
+      const size_t u = m_units.size() - 1 - j;
+      const FsdpUnit& unit = m_units[u];
+      m_flat.assign(static_cast<size_t>(sharded() ? unit.shard * m_env.world : unit.numel), 0.0f);
+      size_t off = 0;
+      for (int i : unit.params) {
+        const Tensor& g = params[static_cast<size_t>(i)]->grad;
+        std::memcpy(m_flat.data() + off, g.ptr(), g.data.size() * sizeof(float));
+        off += g.data.size();
+      }
+      if (m_pre > 1)
+        for (float& x : m_flat) x /= m_pre;
+      float* mine = m_flat.data();
+      size_t n = m_flat.size();
+      if (sharded()) {
+        m_env.comm.reduce_scatter_sum(m_flat.data(), static_cast<size_t>(unit.shard),
+                                      CollectiveInfo{"fsdp grads", static_cast<int>(u)});
+        mine = m_flat.data() + unit.shard * m_env.rank;
+        n = static_cast<size_t>(unit.shard);
+      } else {
+        m_env.comm.allreduce_sum(m_flat.data(), m_flat.size(), CollectiveInfo{"fsdp grads", static_cast<int>(u)});
+      }
+      if (m_post > 1)
+        for (size_t i = 0; i < n; ++i) mine[i] /= m_post;
+      std::memcpy(m_shards[u].grad.ptr(), mine, n * sizeof(float));
+    }
+  }
+
+  RankEnv& m_env;
+  DistributedSampler m_sampler;
+  const std::string m_strategy;
+  const std::vector<FsdpUnit> m_units;
+  const std::vector<std::string> m_names;
+  const float m_pre, m_post;          // FSDP's gradient pre- and post-divide factors
+  std::vector<Param> m_shards;        // per unit: the rank's shard (no_shard: the whole flat parameter)
+  std::vector<float> m_flat;          // a unit's padded flat parameter or gradient
+  bool m_stale = false;               // the model's parameters are older than the shards
+};
+
+class FsdpMode : public ParallelMode {
+ public:
+  const char* name() const override { return "fsdp"; }
+  const char* title() const override { return "FullyShardedDataParallel"; }
+  const char* help() const override { return "FullyShardedDataParallel, ZeRO-2/3"; }
+  const char* about() const override {
+    return "FullyShardedDataParallel: each wrapped unit's parameters are flattened and cut into one equal shard "
+           "per rank. full_shard (ZeRO-3) all-gathers a unit's parameters before its forward and again before its "
+           "backward; shard_grad_op (ZeRO-2) keeps them from forward to backward; gradients are reduce-scattered so "
+           "each rank steps only its shard. no_shard is DDP. Less memory per rank, more communication.";
+  }
+  ModeCaps caps() const override {
+    ModeCaps k;
+    k.sync_bn = k.no_sync = k.sharded_collectives = true;
+    return k;
+  }
+  std::vector<ModeSetting> settings() const override {
+    ModeSetting strategy;
+    strategy.field = "sharding_strategy";
+    strategy.flag = "--sharding-strategy";
+    strategy.label = "sharding_strategy";
+    strategy.kind = ModeSetting::Kind::Choice;
+    strategy.pytorch = "ShardingStrategy";
+    strategy.choices = {{"full_shard", "ZeRO-3: parameters, gradients and optimizer state sharded; parameters "
+                                       "gathered before forward and again before backward"},
+                        {"shard_grad_op", "ZeRO-2: gradients and optimizer state sharded; parameters gathered once "
+                                          "per iteration, kept from forward to backward"},
+                        {"no_shard", "DDP: nothing sharded; gradients allreduced"}};
+    strategy.help = "FSDP's ShardingStrategy: what is sharded, and so how much memory each rank keeps and how many "
+                    "bytes it moves.";
+    ModeSetting wrap;
+    wrap.field = "fsdp_wrap";
+    wrap.flag = "--fsdp-wrap";
+    wrap.label = "fsdp_wrap";
+    wrap.kind = ModeSetting::Kind::Choice;
+    wrap.pytorch = "auto_wrap_policy";
+    wrap.choices = {{"model", "one unit: the whole model's parameters in one flat parameter"},
+                    {"layer", "one unit per module that has parameters (each Linear, Conv2d, BatchNorm)"}};
+    wrap.help = "What FSDP wraps: the whole model as one unit, or every layer as its own (what is gathered at once).";
+    return {strategy, wrap};
+  }
+  void validate_settings(const RunConfig& c) const override {
+    if (c.sharding_strategy != "full_shard" && c.sharding_strategy != "shard_grad_op" && c.sharding_strategy != "no_shard")
+      throw ConfigError("--sharding-strategy: unknown strategy '" + c.sharding_strategy + "'",
+                        "choose full_shard (ZeRO-3), shard_grad_op (ZeRO-2) or no_shard (DDP)");
+    if (c.fsdp_wrap != "model" && c.fsdp_wrap != "layer")
+      throw ConfigError("--fsdp-wrap: unknown policy '" + c.fsdp_wrap + "'",
+                        "choose model (one unit) or layer (one unit per module with parameters)");
+  }
+  void validate(const RunConfig& c) const override {
+    if (!parse_device(c.compute.device).is_cpu())
+      throw ConfigError("--mode fsdp runs on the CPU reference only, not --device " + c.compute.device,
+                        "its flat shards live in host memory; use --device cpu");
+    if (c.nondeterministic)
+      throw ConfigError("--nondeterministic with --mode fsdp",
+                        "its reduce-scatter and all-gather add and copy in a fixed order: there is no arrival order "
+                        "to change");
+    if (c.sharding_strategy != "no_shard") {
+      if (c.allreduce == "mpi" || c.allreduce == "nccl")
+        throw ConfigError("--mode fsdp --sharding-strategy " + c.sharding_strategy + " with --allreduce " + c.allreduce,
+                          "its reduce-scatter and all-gather run dtlab's own algorithms: --allreduce ring, naive or "
+                          "tree");
+      if (c.allreduce == "tree" && (c.world_size & (c.world_size - 1)) != 0)
+        throw ConfigError("--mode fsdp --allreduce tree needs a power-of-two world size, not " +
+                              std::to_string(c.world_size),
+                          "recursive halving gives a shard to each rank of a power-of-two world only: use ring or naive");
+    }
+  }
+  std::string no_effect_reason(const RunConfig& c, const std::string& setting) const override {
+    if (setting == "broadcast_buffers")
+      return "FSDP has no broadcast_buffers: each rank keeps its own BatchNorm running statistics";
+    if ((setting == "sharding_strategy" || setting == "fsdp_wrap") && c.world_size == 1)
+      return "with one rank there is nothing to shard";
+    return "";
+  }
+  std::string describe(const RunConfig& c) const override {
+    return "FSDP " + c.sharding_strategy + " (wrap " + c.fsdp_wrap + "), " + std::to_string(c.world_size) +
+           (c.world_size == 1 ? " rank" : " ranks") + (c.world_size > 1 ? ", " + c.allreduce : "");
+  }
+  std::string header(const RunConfig& c) const override {
+    return " sharding_strategy=" + c.sharding_strategy + " fsdp_wrap=" + c.fsdp_wrap;
+  }
+  std::unique_ptr<RankMode> make_rank(RankEnv& env) const override { return std::make_unique<FsdpRank>(env); }
+  // the gradient reduction, as DDP's buckets (the all-gathers: the view's "every collective")
+  SyncCollectives sync_collectives() const override { return {"", {"fsdp grads"}}; }
+  void summary(const SummaryEnv& env, nlohmann::json& j) const override {
+    const RunConfig& c = env.cfg;
+    const std::unique_ptr<Model> m = build_model(model_options(c), c.seed);
+    const std::vector<std::string> names = param_names(*m);
+    nlohmann::json units = nlohmann::json::array();
+    for (const FsdpUnit& u : fsdp_units(names, param_numels(*m), c.fsdp_wrap, c.world_size)) {
+      nlohmann::json ps = nlohmann::json::array();
+      for (int i : u.params) ps.push_back(names[static_cast<size_t>(i)]);
+      units.push_back({{"parameters", ps}, {"elements", u.numel}, {"shard", u.shard},
+                       {"padding", u.padding(c.world_size)}});
+    }
+    const int pre = fsdp_predivide_factor(c.world_size);
+    j["fsdp"] = {{"sharding_strategy", c.sharding_strategy}, {"wrap", c.fsdp_wrap}, {"units", units},
+                 {"gradient_predivide_factor", pre},
+                 {"gradient_postdivide_factor", static_cast<double>(c.world_size) / pre},
+                 {"what", "the flat parameters (units): per unit its parameters in module order, its elements N, "
+                          "every rank's shard ceil(N/W) and the zeros padding the last shard; gradients are divided by "
+                          "the pre-divide factor before the reduction and by the post-divide factor after"}};
+  }
+  std::vector<std::string> summary_lines(const RunConfig& c, const RunSummary& s) const override {
+    (void)s;
+    const std::unique_ptr<Model> m = build_model(model_options(c), c.seed);
+    const auto units = fsdp_units(param_names(*m), param_numels(*m), c.fsdp_wrap, c.world_size);
+    int64_t shard = 0, pad = 0;
+    for (const FsdpUnit& u : units) shard += c.sharding_strategy == "no_shard" ? u.numel : u.shard, pad += u.padding(c.world_size);
+    return {"FSDP " + c.sharding_strategy + ": " + std::to_string(units.size()) + " unit" + (units.size() == 1 ? "" : "s") +
+            ", each rank steps " + std::to_string(shard) + " elements" +
+            (c.sharding_strategy == "no_shard" ? "" : " (" + std::to_string(pad) + " of padding over the units)")};
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<ParallelMode> make_fsdp_mode() { return std::make_unique<FsdpMode>(); }
+
+}  // namespace lab
