@@ -68,6 +68,9 @@ const std::vector<MutationInfo>& known_mutations() {
        "under DDP's no_sync"},
       {"checkpoint-drops-momentum",
        "a resumed run restores the parameters and buffers but not SGD's momentum buffers (a fresh optimizer)"},
+      {"zero-skips-sync",
+       "ZeroRedundancyOptimizer steps each rank's own parameters but never broadcasts them: every rank keeps "
+       "the others' parameters at their initial values"},
       {"local-sgd-keeps-own-params",
        "PeriodicModelAverager allreduces the parameters but every rank keeps its own: the replicas never meet"},
       {"local-sgd-averages-late",

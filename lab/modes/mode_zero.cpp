@@ -12,6 +12,7 @@
 
 #include "mode_ddp.h"
 #include "model.h"
+#include "mutation.h"
 #include "optim.h"
 #include "run.h"
 
@@ -41,6 +42,7 @@ class ZeroRank : public DdpRank {
   double after_optimizer_step() override {
     if (m_env.opt.steps() == m_steps_synced) return -1.0;  // no step taken: nothing to sync
     m_steps_synced = m_env.opt.steps();
+    if (mutated("zero-skips-sync")) return -1.0;  // a lesson's mutation test (mutation.h)
     zero_sync_params(m_env.model, m_env.comm, m_partition, m_env.cfg.parameters_as_bucket_view);  // its own events
     return -1.0;
   }
