@@ -34,7 +34,7 @@ Sizes sizes_of(const std::string& model) {
   auto m = lab::build_model(mo, 0);
   Sizes s;
   s.names = lab::param_names(*m);
-  for (const lab::Param* p : m->params()) s.numels.push_back(p->value.numel());
+  s.numels = lab::param_numels(*m);
   return s;
 }
 

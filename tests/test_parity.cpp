@@ -171,10 +171,8 @@ TEST_P(ParityCase, MatchesPyTorch) {
   EXPECT_TRUE(cmp.ok()) << name << " (" << fx.value("what", "") << ")";
   if (fx.contains("zero_partition")) {  // ZeroRedundancyOptimizer's partition, by parameter name
     const std::vector<std::string> names = lab::param_names(run.replica(0));
-    std::vector<int64_t> numels;
-    for (const lab::Param* p : run.replica(0).params()) numels.push_back(p->value.numel());
     std::vector<std::vector<std::string>> mine;
-    for (const std::vector<int>& r : lab::zero_partition(numels, cfg.world_size)) {
+    for (const std::vector<int>& r : lab::zero_partition(lab::param_numels(run.replica(0)), cfg.world_size)) {
       mine.emplace_back();
       for (int i : r) mine.back().push_back(names[static_cast<size_t>(i)]);
     }

@@ -25,8 +25,7 @@ std::vector<int64_t> elements_per_rank(const std::string& model, int world) {
   lab::ModelOptions mo;
   mo.name = model;
   auto m = lab::build_model(mo, 0);
-  std::vector<int64_t> numels;
-  for (const lab::Param* p : m->params()) numels.push_back(p->value.numel());
+  const std::vector<int64_t> numels = lab::param_numels(*m);
   std::vector<int64_t> out;
   for (const std::vector<int>& r : lab::zero_partition(numels, world)) {
     int64_t n = 0;

@@ -259,39 +259,35 @@ void check_sharded_algorithm(AllreduceAlgorithm a, int n, const char* op) {
 }  // namespace
 
 void Communicator::reduce_scatter_sum(float* data, size_t count, CollectiveInfo info, DeviceMemory* mem) {
-  check_sharded_algorithm(m_algorithm, world_size(), "reduce_scatter");
-  const size_t all = static_cast<size_t>(world_size()) * count;
-  if (mem && !(m_algorithm == AllreduceAlgorithm::Ring && m_t.device_aware())) {  // staged through host memory
-    m_staged.resize(all);
-    if (all > 0) mem->download(m_staged.data(), data, all * sizeof(float));
-    reduce_scatter_sum(m_staged.data(), count, info);
-    if (all > 0) mem->upload(data, m_staged.data(), all * sizeof(float));
-    return;
-  }
-  guarded(*this, "reduce_scatter", m_seq, info, [&] {
-    switch (m_algorithm) {
-      case AllreduceAlgorithm::Naive: naive_reduce_scatter(*this, data, count, info); break;
-      case AllreduceAlgorithm::Tree: tree_reduce_scatter(*this, data, count, info); break;
-      default: ring_reduce_scatter(*this, data, count, info, kShardSegmentBytes, mem); break;
-    }
-  });
+  blocks_collective("reduce_scatter", data, count, info, mem);
 }
 
 void Communicator::allgather_in_place(float* data, size_t count, CollectiveInfo info, DeviceMemory* mem) {
-  check_sharded_algorithm(m_algorithm, world_size(), "allgather");
+  blocks_collective("allgather", data, count, info, mem);
+}
+
+// reduce_scatter_sum and allgather_in_place: the refusals, the staging of a device buffer where
+// the algorithm cannot work there, and the algorithm (sharded_collectives.h).
+void Communicator::blocks_collective(const char* op, float* data, size_t count, CollectiveInfo info, DeviceMemory* mem) {
+  check_sharded_algorithm(m_algorithm, world_size(), op);
+  const bool rs = std::strcmp(op, "reduce_scatter") == 0;
   const size_t all = static_cast<size_t>(world_size()) * count;
   if (mem && !(m_algorithm == AllreduceAlgorithm::Ring && m_t.device_aware())) {  // staged through host memory
     m_staged.resize(all);
     if (all > 0) mem->download(m_staged.data(), data, all * sizeof(float));
-    allgather_in_place(m_staged.data(), count, info);
+    blocks_collective(op, m_staged.data(), count, info, nullptr);
     if (all > 0) mem->upload(data, m_staged.data(), all * sizeof(float));
     return;
   }
-  guarded(*this, "allgather", m_seq, info, [&] {
+  guarded(*this, op, m_seq, info, [&] {
     switch (m_algorithm) {
-      case AllreduceAlgorithm::Naive: naive_allgather(*this, data, count, info); break;
-      case AllreduceAlgorithm::Tree: tree_allgather(*this, data, count, info); break;
-      default: ring_allgather(*this, data, count, info, kShardSegmentBytes, mem); break;
+      case AllreduceAlgorithm::Naive:
+        return rs ? naive_reduce_scatter(*this, data, count, info) : naive_allgather(*this, data, count, info);
+      case AllreduceAlgorithm::Tree:
+        return rs ? tree_reduce_scatter(*this, data, count, info) : tree_allgather(*this, data, count, info);
+      default:
+        return rs ? ring_reduce_scatter(*this, data, count, info, kShardSegmentBytes, mem)
+                  : ring_allgather(*this, data, count, info, kShardSegmentBytes, mem);
     }
   });
 }

@@ -155,6 +155,7 @@ class Communicator {
   std::vector<float> m_staged;  // a device buffer's host copy, for a collective that cannot work there
   std::vector<Event> m_device_buf;
   void record_device_events(int64_t step);
+  void blocks_collective(const char* op, float* data, size_t count, CollectiveInfo info, DeviceMemory* mem);
 };
 
 }  // namespace lab

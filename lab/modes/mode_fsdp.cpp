@@ -34,10 +34,11 @@ namespace lab {
 
 namespace {
 
-std::vector<int64_t> param_numels(Model& model) {
-  std::vector<int64_t> n;
-  for (const Param* p : model.params()) n.push_back(p->value.numel());
-  return n;
+// The units of the configuration's model (summary and console: a model built for its names).
+std::vector<FsdpUnit> units_of(const RunConfig& c, std::vector<std::string>* names = nullptr) {
+  const std::unique_ptr<Model> m = build_model(model_options(c), c.seed);
+  if (names) *names = param_names(*m);
+  return fsdp_units(param_names(*m), param_numels(*m), c.fsdp_wrap, c.world_size);
 }
 
 class FsdpRank : public RankMode {
@@ -314,10 +315,9 @@ class FsdpMode : public ParallelMode {
   SyncCollectives sync_collectives() const override { return {"", {"fsdp grads"}}; }
   void summary(const SummaryEnv& env, nlohmann::json& j) const override {
     const RunConfig& c = env.cfg;
-    const std::unique_ptr<Model> m = build_model(model_options(c), c.seed);
-    const std::vector<std::string> names = param_names(*m);
+    std::vector<std::string> names;
     nlohmann::json units = nlohmann::json::array();
-    for (const FsdpUnit& u : fsdp_units(names, param_numels(*m), c.fsdp_wrap, c.world_size)) {
+    for (const FsdpUnit& u : units_of(c, &names)) {
       nlohmann::json ps = nlohmann::json::array();
       for (int i : u.params) ps.push_back(names[static_cast<size_t>(i)]);
       units.push_back({{"parameters", ps}, {"elements", u.numel}, {"shard", u.shard},
@@ -333,8 +333,7 @@ class FsdpMode : public ParallelMode {
   }
   std::vector<std::string> summary_lines(const RunConfig& c, const RunSummary& s) const override {
     (void)s;
-    const std::unique_ptr<Model> m = build_model(model_options(c), c.seed);
-    const auto units = fsdp_units(param_names(*m), param_numels(*m), c.fsdp_wrap, c.world_size);
+    const std::vector<FsdpUnit> units = units_of(c);
     int64_t shard = 0, pad = 0;
     for (const FsdpUnit& u : units) shard += c.sharding_strategy == "no_shard" ? u.numel : u.shard, pad += u.padding(c.world_size);
     return {"FSDP " + c.sharding_strategy + ": " + std::to_string(units.size()) + " unit" + (units.size() == 1 ? "" : "s") +

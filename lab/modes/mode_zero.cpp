@@ -20,12 +20,6 @@ namespace lab {
 
 namespace {
 
-std::vector<int64_t> param_numels(Model& model) {
-  std::vector<int64_t> n;
-  for (const Param* p : model.params()) n.push_back(p->value.numel());
-  return n;
-}
-
 class ZeroRank : public DdpRank {
  public:
   explicit ZeroRank(RankEnv& env) : DdpRank(env), m_partition(zero_partition(param_numels(env.model), env.world)) {

@@ -360,4 +360,10 @@ std::vector<std::string> param_names(Model& model) {
   return out;
 }
 
+std::vector<int64_t> param_numels(Model& model) {
+  std::vector<int64_t> out;
+  for (const Param* p : model.params()) out.push_back(p->value.numel());
+  return out;
+}
+
 }  // namespace lab

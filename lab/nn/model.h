@@ -171,5 +171,7 @@ void copy_state(Model& src, Model& dst);
 
 // Parameter names in params() order (state_dict's names: "1.weight").
 std::vector<std::string> param_names(Model& model);
+// Elements of every parameter, in params() order.
+std::vector<int64_t> param_numels(Model& model);
 
 }  // namespace lab
