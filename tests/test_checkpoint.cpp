@@ -196,6 +196,28 @@ TEST(Checkpoint, WritingCheckpointsChangesNoNumber) {
 }
 
 // A damaged newest checkpoint is skipped with a note naming it and why; the one before is used.
+// A run killed while writing checkpoint N leaves checkpoints/.tmp-step-N behind; the resumed run
+// writes checkpoint N again into the same directory. A file the first attempt wrote and the second
+// has no use for (its step records not yet in metrics.jsonl) must not survive into the commit: it
+// would add those steps to metrics.jsonl a second time at the next resume (seen under ASan, whose
+// slower run let a SIGKILL land there).
+TEST(Checkpoint, AKilledAttemptsLeftoverFilesDoNotReachTheNextCommit) {
+  testutil::TempDir d;
+  const std::string tmp = d.file("checkpoints/.tmp-step-00000005");
+  fs::create_directories(tmp);
+  testutil::write_file(tmp + "/rank1.records", "stale step records");
+  testutil::write_file(tmp + "/rank1.events", "stale events");
+  lab::RankCheckpoint rc;
+  rc.counters = {{"rank", 1}};
+  lab::write_rank_checkpoint(d.path(), 5, 1, rc);
+  EXPECT_TRUE(fs::exists(tmp + "/rank1.json"));
+  EXPECT_FALSE(fs::exists(tmp + "/rank1.records")) << "the killed attempt's records would be appended again";
+  EXPECT_FALSE(fs::exists(tmp + "/rank1.events"));
+  rc.records = {'x'};
+  lab::write_rank_checkpoint(d.path(), 5, 1, rc);
+  EXPECT_EQ(testutil::read_file(tmp + "/rank1.records"), "x");
+}
+
 TEST(Checkpoint, DamagedNewestFallsBackToThePreviousOne) {
   DTLAB_REQUIRE_DATASET();
   testutil::TempDir a, b;

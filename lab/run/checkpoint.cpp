@@ -242,8 +242,14 @@ void write_rank_checkpoint(const std::string& run_dir, int64_t step, int rank, c
   const std::string stem = tmp + "/rank" + std::to_string(rank);
   write_synced(stem + ".safetensors", safetensors_bytes(rc.tensors, stem + ".scratch"));
   write_synced(stem + ".json", rc.counters.dump());
+  // A killed earlier attempt at this checkpoint may have left its files in the same .tmp directory:
+  // every file is written anew, and one this checkpoint does not have is removed (a stale
+  // .records would add its steps again to a metrics.jsonl that already holds them). Rank 0's
+  // write_rank_records comes after every rank's write_rank_checkpoint (the ranks tell it first).
   if (!rc.records.empty()) write_synced(stem + ".records", std::string(rc.records.begin(), rc.records.end()));
+  else fs::remove(stem + ".records", ec);
   if (!rc.events.empty()) write_synced(stem + ".events", std::string(rc.events.begin(), rc.events.end()));
+  else fs::remove(stem + ".events", ec);
 }
 
 void write_rank_records(const std::string& run_dir, int64_t step, int rank, const std::vector<char>& records) {

@@ -74,6 +74,8 @@ uint32_t crc32_of(const std::string& bytes);
 
 // Writes rank `rank`'s files into the checkpoint being written for step `step` (the temporary
 // directory; created if needed). Every rank calls this before write_checkpoint_state.
+// Files left in the same .tmp directory by an earlier, killed attempt at this checkpoint are
+// replaced, or removed where this one has none.
 void write_rank_checkpoint(const std::string& run_dir, int64_t step, int rank, const RankCheckpoint& rc);
 // Rank `rank`'s step records not yet in metrics.jsonl (encode_rank_report), beside its files.
 void write_rank_records(const std::string& run_dir, int64_t step, int rank, const std::vector<char>& records);
