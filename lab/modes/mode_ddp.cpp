@@ -38,9 +38,21 @@ std::string nonfinite_kind(const Tensor& t) {
   return "infinite";
 }
 
-// A step's record (the whole batch trained) and its count.
-StepCount record(const StepInput& in, StepRecord& rec, float loss, int correct, double drift, bool synced, bool skipped,
-                 const std::string& nonfinite) {
+// --on-nonfinite stop: the parameter `name` has a NaN or infinite gradient (grad, on the host).
+TrainingError nonfinite_error(const StepInput& in, const std::string& name, const Tensor& grad, float loss) {
+  return TrainingError(
+      "iteration " + std::to_string(in.step) + " (epoch " + std::to_string(in.epoch) + ", batch " +
+          std::to_string(in.batch) + "): the gradient of " + name + " is " + nonfinite_kind(grad) +
+          " before the allreduce (loss " +
+          (std::isfinite(loss) ? std::to_string(loss) : std::string(std::isnan(loss) ? "NaN" : "inf")) + ")",
+      "the allreduce would have spread it to every rank. Lower --lr, or pass --on-nonfinite skip-step to "
+      "skip such steps as AMP's GradScaler does");
+}
+
+}  // namespace
+
+StepCount record_step(const StepInput& in, StepRecord& rec, float loss, int correct, double drift, bool synced, bool skipped,
+                       const std::string& nonfinite) {
   const int64_t n = static_cast<int64_t>(in.indices->size());
   rec.batch_size = n;
   rec.loss = loss;
@@ -54,19 +66,6 @@ StepCount record(const StepInput& in, StepRecord& rec, float loss, int correct, 
   count.trained = n;
   return count;
 }
-
-// --on-nonfinite stop: the parameter `name` has a NaN or infinite gradient (grad, on the host).
-TrainingError nonfinite_error(const StepInput& in, const std::string& name, const Tensor& grad, float loss) {
-  return TrainingError(
-      "iteration " + std::to_string(in.step) + " (epoch " + std::to_string(in.epoch) + ", batch " +
-          std::to_string(in.batch) + "): the gradient of " + name + " is " + nonfinite_kind(grad) +
-          " before the allreduce (loss " +
-          (std::isfinite(loss) ? std::to_string(loss) : std::string(std::isnan(loss) ? "NaN" : "inf")) + ")",
-      "the allreduce would have spread it to every rank. Lower --lr, or pass --on-nonfinite skip-step to "
-      "skip such steps as AMP's GradScaler does");
-}
-
-}  // namespace
 
 DdpRank::DdpRank(RankEnv& env)
     : m_env(env),
@@ -121,7 +120,7 @@ StepCount DdpRank::graph_step(const StepInput& in, StepRecord& rec) {
   }
   const double drift = after_optimizer_step();
   m_require_forward_param_sync = true;
-  return record(in, rec, r.loss, r.correct, drift, true, skipped, nonfinite);
+  return record_step(in, rec, r.loss, r.correct, drift, true, skipped, nonfinite);
 }
 
 StepCount DdpRank::step(const StepInput& in, StepRecord& rec) {
@@ -198,7 +197,7 @@ StepCount DdpRank::step(const StepInput& in, StepRecord& rec) {
   if (synced && !skipped) comm.timed(Phase::OptimizerStep, "optimizer-step", step, [&] { m_env.opt.step(); });
   const double drift = after_optimizer_step();
   m_require_forward_param_sync = synced || m_no_sync_broadcasts;  // DDP: a no_sync forward leaves the next one unsynced
-  return record(in, rec, loss, correct, drift, synced, skipped, nonfinite);
+  return record_step(in, rec, loss, correct, drift, synced, skipped, nonfinite);
 }
 
 void DdpRank::after_batches(int64_t epoch, int64_t& step, int64_t batches_done) {

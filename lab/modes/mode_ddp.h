@@ -52,6 +52,11 @@ class DdpRank : public RankMode {
   StepCount graph_step(const StepInput& in, StepRecord& rec);
 };
 
+// A step's record (the whole batch trained) and its count, as DDP and the modes built like it
+// (local SGD, ZeRO, FSDP) fill it: drift -1 where the mode has none, synced false under no_sync.
+StepCount record_step(const StepInput& in, StepRecord& rec, float loss, int correct, double drift, bool synced,
+                      bool skipped, const std::string& nonfinite);
+
 // summary.json's "ddp": the gradient buckets of the last step (several ranks).
 void ddp_summary(const SummaryEnv& env, nlohmann::json& j);
 

@@ -25,6 +25,7 @@
 #include "device.h"
 #include "errors.h"
 #include "mode.h"
+#include "mode_ddp.h"
 #include "model.h"
 #include "optim.h"
 #include "run.h"
@@ -61,7 +62,7 @@ class FsdpRank : public RankMode {
       s.name = "fsdp." + (unit.name.empty() ? std::string("model") : unit.name);
       s.value = Tensor({n}, 0.0f);
       s.grad = Tensor({n}, 0.0f);
-      flatten_values(u, m_flat);
+      flatten(u, &Param::value);
       const int64_t off = sharded() ? unit.shard * env.rank : 0;
       std::memcpy(s.value.ptr(), m_flat.data() + off, static_cast<size_t>(n) * sizeof(float));
       opt_params.push_back(&s);
@@ -116,15 +117,7 @@ class FsdpRank : public RankMode {
     // --eval-every: rank 0 evaluates its own model after this iteration; its forward, in FSDP,
     // would all-gather the parameters first
     if (sharded() && m_stale && m_env.evaluates_after && m_env.evaluates_after(step)) gather_all(false);
-    const int64_t n = static_cast<int64_t>(in.indices->size());
-    rec.batch_size = n;
-    rec.loss = loss;
-    rec.correct = correct;
-    rec.grad_sync = synced;
-    StepCount count;
-    count.samples = n;
-    count.trained = n;
-    return count;
+    return record_step(in, rec, loss, correct, -1.0, synced, false, "");
   }
 
   // The evaluation's forward gathers the parameters, as FSDP's does.
@@ -139,16 +132,17 @@ class FsdpRank : public RankMode {
  private:
   bool sharded() const { return m_strategy != "no_shard"; }
 
-  // The unit's flat parameter, padded with zeros to W S (no_shard: N) elements.
-  void flatten_values(size_t u, std::vector<float>& flat) {
+  // The unit's flat parameter (which = &Param::value) or gradient (&Param::grad) into m_flat,
+  // padded with zeros to W S (no_shard: N) elements.
+  void flatten(size_t u, Tensor Param::*which) {
     const FsdpUnit& unit = m_units[u];
     const std::vector<Param*> params = m_env.model.params();
-    flat.assign(static_cast<size_t>(sharded() ? unit.shard * m_env.world : unit.numel), 0.0f);
+    m_flat.assign(static_cast<size_t>(sharded() ? unit.shard * m_env.world : unit.numel), 0.0f);
     size_t off = 0;
     for (int i : unit.params) {
-      const Tensor& v = params[static_cast<size_t>(i)]->value;
-      std::memcpy(flat.data() + off, v.ptr(), v.data.size() * sizeof(float));
-      off += v.data.size();
+      const Tensor& t = params[static_cast<size_t>(i)]->*which;
+      std::memcpy(m_flat.data() + off, t.ptr(), t.data.size() * sizeof(float));
+      off += t.data.size();
     }
   }
 
@@ -188,17 +182,10 @@ class FsdpRank : public RankMode {
   // Every unit's flat gradient, in the order backward finishes them (the last unit first):
   // padded, pre-divided, reduce-scattered (no_shard: allreduced), post-divided.
   void reduce_grads() {
-    const std::vector<Param*> params = m_env.model.params();
     for (size_t j = 0; j < m_units.size(); ++j) {
       const size_t u = m_units.size() - 1 - j;
       const FsdpUnit& unit = m_units[u];
-      m_flat.assign(static_cast<size_t>(sharded() ? unit.shard * m_env.world : unit.numel), 0.0f);
-      size_t off = 0;
-      for (int i : unit.params) {
-        const Tensor& g = params[static_cast<size_t>(i)]->grad;
-        std::memcpy(m_flat.data() + off, g.ptr(), g.data.size() * sizeof(float));
-        off += g.data.size();
-      }
+      flatten(u, &Param::grad);
       if (m_pre > 1)
         for (float& x : m_flat) x /= m_pre;
       float* mine = m_flat.data();
