@@ -180,6 +180,9 @@ void add_run_flags(CLI::App& app, lab::RunConfig& c, std::string& bn_momentum) {
                  "BatchNorm statistics kept in bn_stats.bin: auto (every step of the first epoch, then every 10th), "
                  "all, off, or N (every N-th step)")
       ->capture_default_str();
+  app.add_flag("--record-memory", c.record_memory,
+               "metrics.jsonl: every step's memory per rank and category at each point of the step (summary.json's "
+               "\"memory\" has the peak step's either way)");
   app.add_option("--eval-every", c.eval_every,
                  "evaluate a copy of rank 0's model in eval and train mode every N iterations (0: off)")
       ->capture_default_str();

@@ -28,7 +28,8 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return true;
 }
 
-// Every field the format writes; `with_bn` false: the BatchNorm arrays are in bn_stats.bin.
+// Every field the format writes; `with_bn` false: the BatchNorm arrays are in bn_stats.bin and the
+// memory points not recorded (no --record-memory).
 void expect_same_step(const lab::StepRecord& a, const lab::StepRecord& b, bool with_bn, const std::string& where) {
   SCOPED_TRACE(where);
   EXPECT_EQ(a.rank, b.rank);
@@ -51,7 +52,15 @@ void expect_same_step(const lab::StepRecord& a, const lab::StepRecord& b, bool w
   EXPECT_EQ(a.nonfinite, b.nonfinite);
   EXPECT_EQ(a.staleness, b.staleness);
   EXPECT_EQ(a.version, b.version);
-  if (!with_bn) return;
+  if (!with_bn) {
+    EXPECT_TRUE(b.memory.empty());
+    return;
+  }
+  ASSERT_EQ(a.memory.size(), b.memory.size());
+  for (size_t i = 0; i < a.memory.size(); ++i) {
+    EXPECT_EQ(a.memory[i].point, b.memory[i].point);
+    for (int c = 0; c < lab::kMemCategories; ++c) EXPECT_EQ(a.memory[i].bytes[c], b.memory[i].bytes[c]) << c;
+  }
   ASSERT_EQ(a.bn.size(), b.bn.size());
   for (size_t i = 0; i < a.bn.size(); ++i) {
     const lab::BnLayerRecord &x = a.bn[i], &y = b.bn[i];
@@ -98,6 +107,13 @@ lab::StepRecord every_field_set() {
   r.nonfinite = "0.weight \"quoted\"";
   r.staleness = 2;
   r.version = 17;
+  r.memory.resize(2);
+  r.memory[0].point = "start";
+  r.memory[1].point = "backward: reduce-scatter \"4\"";
+  for (int c = 0; c < lab::kMemCategories; ++c) {
+    r.memory[0].bytes[c] = 4 * (c + 1);
+    r.memory[1].bytes[c] = (int64_t{1} << 40) + c;  // past 32 bits
+  }
   return r;
 }
 
@@ -108,7 +124,7 @@ const char* kept(const std::string& s) {
 }
 
 lab::StepRecord read_back(const lab::StepRecord& r, bool with_bn) {
-  return lab::step_record_from_json(nlohmann::json::parse(lab::step_record_line(r, with_bn)));
+  return lab::step_record_from_json(nlohmann::json::parse(lab::step_record_line(r, with_bn, with_bn)));
 }
 
 }  // namespace
@@ -129,7 +145,7 @@ TEST(RunFormat, AStepRecordWithEveryFieldAtItsDefaultReadsBackTheSame) {
   r.bn[0].batch_var = r.bn[0].local_var = {2.5f};  // equal: local_* not written, read back equal
   const std::string line = lab::step_record_line(r, true);
   for (const char* absent : {"chunks", "param_drift", "grad_sync", "param_checksum", "skipped", "nonfinite", "staleness",
-                             "version", "local_mean", "running_mean"})
+                             "version", "local_mean", "running_mean", "memory"})
     EXPECT_EQ(line.find(absent), std::string::npos) << absent << " written at its default: " << line;
   expect_same_step(r, read_back(r, true), true, "defaults");
   // A NaN loss (DataParallel's devices other than 0) is written as null and read back as NaN.

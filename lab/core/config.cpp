@@ -315,6 +315,7 @@ std::string to_toml(const RunConfig& c, const std::vector<std::pair<std::string,
   o << "init = " << q(c.init) << "\n";
   o << "trace_steps = " << c.trace_steps << "\n";
   o << "record_bn = " << q(c.record_bn) << "\n";
+  o << "record_memory = " << b(c.record_memory) << "\n";
   o << "checkpoint_every = " << c.checkpoint_every << "\n";
   o << "checkpoint_every_epoch = " << b(c.checkpoint_every_epoch) << "\n";
   o << "eval_every = " << c.eval_every << "\n";
@@ -475,6 +476,7 @@ RunConfig config_from_table(const toml::table& t, const std::string& path) {
       else if (key == "output.init") str(c.init);
       else if (key == "output.trace_steps") i64(c.trace_steps);
       else if (key == "output.record_bn") str(c.record_bn);
+      else if (key == "output.record_memory") bln(c.record_memory);
       else if (key == "output.checkpoint_every") i64(c.checkpoint_every);
       else if (key == "output.checkpoint_every_epoch") bln(c.checkpoint_every_epoch);
       else if (key == "output.eval_every") i64(c.eval_every);

@@ -75,6 +75,7 @@ struct RunConfig {
   std::string init;                    // safetensors file to start from
   int64_t trace_steps = 100;           // steps written to trace.json; -1: all
   std::string record_bn = "auto";      // BatchNorm statistics in bn_stats.bin: auto, all, off or every N-th step
+  bool record_memory = false;          // metrics.jsonl: every step's memory points per rank (memory.h)
   // checkpoints (checkpoint.h): every N iterations (0: off) and/or at the start of every epoch;
   // resume: continue the run directory's newest committed checkpoint
   int64_t checkpoint_every = 0;

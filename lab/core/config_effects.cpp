@@ -92,7 +92,7 @@ std::string no_effect_reason(const RunConfig& c, const std::string& setting) {
     if (!one_rank(c))
       return "each of the " + ranks(c.world_size) + " computes on one thread of its own (--threads sizes the compute "
              "threads of a single rank)";
-  } else if (setting == "trace_steps" || setting == "record_bn") {
+  } else if (setting == "trace_steps" || setting == "record_bn" || setting == "record_memory") {
     if (c.out_dir.empty() && c.resume.empty()) return "there is no run directory to write it into: give --out DIR";
   } else if (setting == "sampler_drop_last") {
     if (one_rank(c) && caps.distributed_sampler)
@@ -212,6 +212,7 @@ std::vector<IneffectiveSetting> ineffective_settings(const RunConfig& c, const R
   check("threads", c.threads != d.threads && c.threads != 1, "--threads " + std::to_string(c.threads));
   check("trace_steps", c.trace_steps != d.trace_steps, "--trace-steps " + std::to_string(c.trace_steps));
   check("record_bn", c.record_bn != d.record_bn, "--record-bn " + c.record_bn);
+  check("record_memory", c.record_memory != d.record_memory, "--record-memory");
   check("sampler_drop_last", c.sampler_drop_last != d.sampler_drop_last, "--sampler-drop-last");
   check("uneven_data", c.uneven_data != d.uneven_data, "--uneven-data");
   check("join", c.join != d.join, "--join");

@@ -37,7 +37,7 @@ struct IneffectiveSetting {
 // may have one. Settings: momentum, nesterov, adam_betas, adam_eps, lr_t_max, lr_min, lr_step_size, lr_gamma, average_every,
 // warmup_steps, parameters_as_bucket_view, sharding_strategy, fsdp_wrap, async_schedule, async_seed, link_latency_us, link_gbps, eval_samples, fail_step,
 // fail_at, no_sync_steps, overlap, allreduce, bucket_cap_mb, broadcast_buffers, bn, bn_momentum, threads,
-// trace_steps, record_bn, sampler_drop_last, uneven_data, join (any other name: "").
+// trace_steps, record_bn, record_memory, sampler_drop_last, uneven_data, join (any other name: "").
 std::string no_effect_reason(const RunConfig& c, const std::string& setting);
 
 // Every setting of c whose value differs from `defaults` and that has no effect in c, in the order

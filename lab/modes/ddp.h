@@ -75,6 +75,13 @@ class DdpReducer {
   // Whether the buckets live on the model's device (above); decided at the first backward.
   bool buckets_on_device() const { return m_mem != nullptr; }
   bool rebuilt() const { return m_rebuilt; }
+  // Bytes of the buckets' flat buffers on the host (memory.h's "comm_buffers"; device buckets
+  // are the device's memory).
+  int64_t bucket_bytes() const {
+    int64_t b = 0;
+    for (const std::vector<float>& f : m_flat) b += static_cast<int64_t>(f.size()) * 4;
+    return b;
+  }
   // From a checkpoint: the buckets as the reducer had them (after the rebuild, in the first
   // iteration's gradient-ready order).
   void restore_buckets(const std::vector<std::vector<int>>& buckets, bool rebuilt);

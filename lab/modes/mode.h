@@ -23,6 +23,7 @@
 
 #include "config.h"
 #include "faults.h"
+#include "memory.h"
 #include "safetensors.h"
 
 namespace lab {
@@ -102,6 +103,12 @@ struct RankEnv {
   // Whether rank 0 evaluates its model after iteration `step` (--eval-every; the same answer on
   // every rank): a mode whose ranks hold only shards of it (FSDP) makes it whole first.
   std::function<bool(int64_t step)> evaluates_after;
+  // The rank's memory accounting (memory.h): the rank loop records the step's start and end, a
+  // mode the points in between where its bytes change ("forward", "backward: all-gather 4").
+  MemoryLedger* memory = nullptr;
+  void memory_at(const std::string& point) const {
+    if (memory) memory->sample(point);
+  }
 };
 
 // What a rank's mode adds to a checkpoint (beside the model, the optimizer, the counters and the
@@ -160,6 +167,11 @@ class RankMode {
   // Checkpoints: what the mode adds, and reads back (counters: the rank's whole rank<R>.json).
   // epochs_done: the epochs finished before the checkpoint (DataParallel's loader replays them).
   virtual void save(ModeCheckpoint& mc) const { (void)mc; }
+  // Memory accounting (memory.h): b holds the model's parameters and gradients, the optimizer's
+  // state and the saved activations as the rank loop measured them; a mode adds its own buffers
+  // (DDP's buckets) or says what the model's bytes are (FSDP: its shards are the parameters, the
+  // model's gathered ones are gathered_parameters).
+  virtual void measure_memory(MemoryBytes& b) const { (void)b; }
   virtual void restore(const ModeCheckpoint& mc, int64_t epochs_done) { (void)mc, (void)epochs_done; }
 };
 
@@ -231,6 +243,9 @@ class ParallelMode {
     (void)c, (void)steps_total;
     return {};
   }
+  // The ZeRO stage of its memory (memory.h's ZeroFormula): 0 replicates everything (DDP), 1 shards
+  // the optimizer state, 2 the gradients too, 3 the parameters too.
+  virtual int zero_stage(const RunConfig& c) const { (void)c; return 0; }
   // The collectives that synchronize its training (the Allreduce view's first choice).
   virtual SyncCollectives sync_collectives() const { return {}; }
   // Lines the console prints after a run, beside the communication figures.

@@ -145,6 +145,7 @@ StepCount DdpRank::step(const StepInput& in, StepRecord& rec) {
   int correct = 0;  // the forward and the loss (on a device that can, both there: Model::forward_loss)
   const float loss =
       comm.timed(Phase::Forward, "forward", step, [&] { return model.forward_loss(*in.x, *in.labels, &correct); });
+  m_env.memory_at("forward");
   if (!kept.empty()) {
     size_t k = 0;
     for (BatchNorm* b : model.batchnorms())
@@ -185,6 +186,7 @@ StepCount DdpRank::step(const StepInput& in, StepRecord& rec) {
     }
   });
   if (grad_allreduce) m_reducer.finalize_backward();
+  m_env.memory_at("backward");
   // --on-nonfinite skip-step: the averaged gradient is the same on every rank, so every rank skips
   // the same steps (as GradScaler.step does when it finds infs); BatchNorm's running statistics
   // keep this step's update, as they do under GradScaler.

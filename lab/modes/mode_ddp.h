@@ -28,6 +28,8 @@ class DdpRank : public RankMode {
   void before_evaluation() override;
   void save(ModeCheckpoint& mc) const override;
   void restore(const ModeCheckpoint& mc, int64_t epochs_done) override;
+  // the gradient buckets (DDP allocates them at the first backward and keeps them)
+  void measure_memory(MemoryBytes& b) const override { b[kMemCommBuffers] += m_reducer.bucket_bytes(); }
 
  protected:
   // Whether iteration `step`'s backward allreduces gradients (a synchronized step of several ranks).

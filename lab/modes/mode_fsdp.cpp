@@ -1,15 +1,18 @@
 // --mode fsdp: FullyShardedDataParallel (fsdp.h for the units, shards and scaling). One rank's
 // iteration, per --sharding-strategy:
-//   full_shard     (ZeRO-3) all-gather every unit's flat parameter before forward (module order);
-//                  PyTorch frees it after forward and all-gathers it again before backward
-//                  (reverse order): the same values, gathered twice; backward; every unit's flat
-//                  gradient pre-divided, reduce-scattered and post-divided into the rank's shard;
-//                  the optimizer steps the shards
+//   full_shard     (ZeRO-3) each unit's flat parameter all-gathered before its forward and freed
+//                  after it, gathered again before its backward (reverse order) and freed after:
+//                  the same values, gathered twice; its flat gradient pre-divided, reduce-scattered
+//                  and post-divided into the rank's shard; the optimizer steps the shards
 //   shard_grad_op  (ZeRO-2) the same with one all-gather, before forward (kept for backward)
-//   no_shard       (DDP) every rank keeps and steps the whole flat parameter; the flat gradient is
-//                  pre-divided, allreduced and post-divided
-// The model's own parameters on a rank are the gathered ones: after a sharded step they are stale
-// until the next all-gather (before the next forward, or before an evaluation). FSDP broadcasts no
+//   no_shard       (DDP) every rank keeps and steps the whole parameters; each unit's flat
+//                  gradient is pre-divided, allreduced and post-divided
+// Per unit, from module hooks (ModuleHooks, model.h) as PyTorch's FSDP does it: all-gathered just
+// before the unit's first module's forward, freed after its last (full_shard) or after its
+// backward (shard_grad_op); its gradient reduced as soon as the unit's backward is done, the
+// unsharded gradient freed then. The model's own parameters and gradients are those unsharded
+// ones, allocated only while held (memory.h counts them): between iterations a sharded rank holds
+// its shards and their optimizer state only, and an evaluation gathers every unit. FSDP broadcasts no
 // buffer: each rank keeps its own BatchNorm running statistics (SyncBatchNorm aside). no_sync
 // (--no-sync-steps) accumulates the full, unsharded gradients without reduce-scatter, as FSDP's
 // no_sync() does, while full_shard still gathers the parameters for every forward and backward.
@@ -17,6 +20,7 @@
 // in gloo's, so FSDP equals DDP bitwise for two ranks and to rounding for more.
 #include "fsdp.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -52,21 +56,51 @@ class FsdpRank : public RankMode {
         m_names(param_names(env.model)),
         m_pre(static_cast<float>(fsdp_predivide_factor(env.world))),
         m_post(static_cast<float>(env.world) / m_pre) {
-    // The rank's shards (no_shard: the whole flat parameter), which its optimizer steps
+    // Where each unit's modules start and end (its hooks' places), from the model's layout
+    const Model::ParamLayout layout = env.model.param_layout();
+    const size_t modules = layout.first.size();
+    m_first_at.resize(modules);
+    m_last_at.resize(modules);
+    for (size_t u = 0; u < m_units.size(); ++u) {
+      size_t first = modules, last = 0;
+      for (int p : m_units[u].params)
+        for (size_t m = 0; m < modules; ++m)
+          if (p >= layout.first[m] && p < layout.first[m] + layout.count[m]) first = std::min(first, m), last = std::max(last, m);
+      m_first_at[first].push_back(u);
+      m_last_at[last].push_back(u);
+    }
+    m_hooks.before_forward = [this](size_t m) {
+      if (sharded())
+        for (size_t u : m_first_at[m]) gather(u, "forward");
+    };
+    m_hooks.after_forward = [this](size_t m) {
+      if (m_strategy == "full_shard")
+        for (size_t u : m_last_at[m]) free_params(u);  // resharded after forward
+    };
+    m_hooks.before_backward = [this](size_t m) {
+      for (size_t u : m_last_at[m]) {
+        if (m_strategy == "full_shard") gather(u, "backward");  // gathered again for backward
+        allocate_grads(u);
+      }
+    };
+    m_hooks.after_backward = [this](size_t m) {
+      for (size_t u : m_first_at[m]) unit_backward_done(u);
+    };
+    if (!sharded()) return;  // no_shard: the optimizer steps the model's own parameters, as DDP's does
+    // The rank's shards, which its optimizer steps
     m_shards.resize(m_units.size());
     std::vector<Param*> opt_params;
     for (size_t u = 0; u < m_units.size(); ++u) {
       const FsdpUnit& unit = m_units[u];
-      const int64_t n = sharded() ? unit.shard : unit.numel;
       Param& s = m_shards[u];
-      s.name = "fsdp." + (unit.name.empty() ? std::string("model") : unit.name);
-      s.value = Tensor({n}, 0.0f);
-      s.grad = Tensor({n}, 0.0f);
+      s.name = "fsdp." + unit_name(u);
+      s.value = Tensor({unit.shard}, 0.0f);
+      s.grad = Tensor({unit.shard}, 0.0f);
       flatten(u, &Param::value);
-      const int64_t off = sharded() ? unit.shard * env.rank : 0;
-      std::memcpy(s.value.ptr(), m_flat.data() + off, static_cast<size_t>(n) * sizeof(float));
+      std::memcpy(s.value.ptr(), m_flat.data() + unit.shard * env.rank, static_cast<size_t>(unit.shard) * sizeof(float));
       opt_params.push_back(&s);
     }
+    release(m_flat);
     env.opt.set_params(std::move(opt_params));
   }
 
@@ -76,20 +110,37 @@ class FsdpRank : public RankMode {
   }
   int64_t samples_per_epoch() const override { return m_sampler.num_samples(); }
 
+  // A sharded rank holds only its shards between iterations: the model's whole parameters (from
+  // its construction, an evaluation or the last all-gather) and gradients are freed.
+  void before_step(const StepInput&) override {
+    if (!sharded()) return;
+    for (size_t u = 0; u < m_units.size(); ++u) {
+      free_params(u);
+      if (m_accumulated == 0) free_grads(u);
+    }
+  }
+
   StepCount step(const StepInput& in, StepRecord& rec) override {
     const RunConfig& c = m_env.cfg;
     Model& model = m_env.model;
     Communicator& comm = m_env.comm;
     const int64_t step = in.step;
-    const bool synced = c.no_sync_steps == 0 || step % (c.no_sync_steps + 1) == c.no_sync_steps;
-    // before forward: every unit's parameters gathered (the sharded strategies)
-    if (sharded()) gather_all(false);
+    m_step = step;
+    m_epoch = in.epoch;
+    m_batch = in.batch;
+    m_synced = c.no_sync_steps == 0 || step % (c.no_sync_steps + 1) == c.no_sync_steps;
+    // The unit hooks (ModuleHooks): all-gathers before a unit's forward (and backward, full_shard),
+    // frees after, the gradient reduction when a unit's backward is done
+    model.set_hooks(&m_hooks);
+    struct Unhook {
+      Model& m;
+      ~Unhook() { m.set_hooks(nullptr); }
+    } unhook{model};
     int correct = 0;
     const float loss =
         comm.timed(Phase::Forward, "forward", step, [&] { return model.forward_loss(*in.x, *in.labels, &correct); });
+    m_env.memory_at("forward");
     if (m_env.faults.here(m_env.rank, step, "nan")) model.poison_loss_grad();
-    if (m_strategy == "full_shard") gather_all(true);  // freed after forward: gathered again for backward
-    std::string nonfinite;
     comm.timed(Phase::Backward, "backward", step, [&] {
       if (c.no_sync_steps == 0 || step % (c.no_sync_steps + 1) == 0) model.zero_grad();  // no_sync accumulates
       bool first_grad = true;
@@ -98,39 +149,42 @@ class FsdpRank : public RankMode {
         first_grad = false;
       });
     });
-    // A NaN or infinite local gradient is caught before the reduction spreads it (as under DDP).
-    const std::vector<Param*> params = model.params();
-    model.to_host(kStateGrads);
-    for (size_t i = 0; i < params.size() && nonfinite.empty(); ++i)
-      if (!all_finite(params[i]->grad)) nonfinite = m_names[i];
-    if (!nonfinite.empty())
-      throw TrainingError("iteration " + std::to_string(step) + " (epoch " + std::to_string(in.epoch) + ", batch " +
-                              std::to_string(in.batch) + "): the gradient of " + nonfinite +
-                              " is NaN or infinite before the " + (sharded() ? "reduce-scatter" : "allreduce"),
-                          "the reduction would have spread it to every rank; lower --lr");
-    if (synced) {
-      reduce_grads();
-      comm.timed(Phase::OptimizerStep, "optimizer-step", step, [&] { m_env.opt.step(); });
-      if (sharded()) m_stale = true;  // until the next all-gather
-      else unflatten_all();           // no_shard: every rank stepped the whole flat parameter
-    }
+    m_env.memory_at("backward");
+    m_accumulated = m_synced ? 0 : m_accumulated + 1;
+    if (m_synced) comm.timed(Phase::OptimizerStep, "optimizer-step", step, [&] { m_env.opt.step(); });
     // --eval-every: rank 0 evaluates its own model after this iteration; its forward, in FSDP,
     // would all-gather the parameters first
-    if (sharded() && m_stale && m_env.evaluates_after && m_env.evaluates_after(step)) gather_all(false);
-    return record_step(in, rec, loss, correct, -1.0, synced, false, "");
+    if (sharded() && m_env.evaluates_after && m_env.evaluates_after(step)) gather_all();
+    return record_step(in, rec, loss, correct, -1.0, m_synced, false, "");
   }
 
   // The evaluation's forward gathers the parameters, as FSDP's does.
   void before_evaluation() override {
-    if (sharded() && m_stale) gather_all(false);
+    if (sharded()) gather_all();
   }
   // The run's final weights are the gathered ones.
   void finish() override {
-    if (sharded() && m_stale) gather_all(false);
+    if (sharded()) gather_all();
+  }
+
+  // The shards are the parameters the rank keeps; the model's own, while a unit is gathered, are
+  // gathered_parameters; its unsharded gradients (between a unit's backward and its reduce-scatter,
+  // or accumulated under no_sync) and the sharded ones are gradients.
+  void measure_memory(MemoryBytes& b) const override {
+    b[kMemCommBuffers] += static_cast<int64_t>(m_flat.size()) * 4;
+    if (!sharded()) return;
+    b[kMemGatheredParameters] += b[kMemParameters];
+    b[kMemParameters] = 0;
+    for (const Param& s : m_shards) {
+      b[kMemParameters] += s.value.numel() * 4;
+      b[kMemGradients] += s.grad.numel() * 4;
+    }
   }
 
  private:
   bool sharded() const { return m_strategy != "no_shard"; }
+  std::string unit_name(size_t u) const { return m_units[u].name.empty() ? "model" : m_units[u].name; }
+  static void release(std::vector<float>& v) { std::vector<float>().swap(v); }
 
   // The unit's flat parameter (which = &Param::value) or gradient (&Param::grad) into m_flat,
   // padded with zeros to W S (no_shard: N) elements.
@@ -146,62 +200,91 @@ class FsdpRank : public RankMode {
     }
   }
 
-  // Writes a flat parameter's first N elements into the unit's parameters.
-  void unflatten(size_t u, const float* flat) {
+  // Writes a flat buffer's first N elements into the unit's parameters (which = &Param::value) or
+  // gradients (&Param::grad), allocating those that were freed.
+  void unflatten(size_t u, const float* flat, Tensor Param::*which) {
     const std::vector<Param*> params = m_env.model.params();
     size_t off = 0;
     for (int i : m_units[u].params) {
-      Tensor& v = params[static_cast<size_t>(i)]->value;
+      Tensor& v = params[static_cast<size_t>(i)]->*which;
+      v.data.resize(static_cast<size_t>(Tensor::numel_of(v.shape)));
       std::memcpy(v.ptr(), flat + off, v.data.size() * sizeof(float));
       off += v.data.size();
     }
   }
 
-  void unflatten_all() {
-    for (size_t u = 0; u < m_units.size(); ++u) unflatten(u, m_shards[u].value.ptr());
+  // The unit's whole parameters from the ranks' shards, into the model's (allocated again).
+  void gather(size_t u, const char* pass) {
+    const FsdpUnit& unit = m_units[u];
+    m_flat.assign(static_cast<size_t>(unit.shard * m_env.world), 0.0f);
+    std::memcpy(m_flat.data() + unit.shard * m_env.rank, m_shards[u].value.ptr(),
+                static_cast<size_t>(unit.shard) * sizeof(float));
+    m_env.comm.allgather_in_place(m_flat.data(), static_cast<size_t>(unit.shard),
+                                  CollectiveInfo{"fsdp params", static_cast<int>(u)});
+    unflatten(u, m_flat.data(), &Param::value);
+    release(m_flat);  // (PyTorch gathers into the unsharded flat parameter itself: no second copy)
     m_env.model.host_changed(kStateParams);
+    m_env.memory_at(std::string(pass) + ": all-gather " + unit_name(u));
   }
 
-  // Every unit's flat parameter from the ranks' shards (module order; reverse order before backward).
-  void gather_all(bool for_backward) {
-    const size_t k = m_units.size();
-    for (size_t j = 0; j < k; ++j) {
-      const size_t u = for_backward ? k - 1 - j : j;
-      const FsdpUnit& unit = m_units[u];
-      m_flat.assign(static_cast<size_t>(unit.shard * m_env.world), 0.0f);
-      std::memcpy(m_flat.data() + unit.shard * m_env.rank, m_shards[u].value.ptr(),
-                  static_cast<size_t>(unit.shard) * sizeof(float));
-      m_env.comm.allgather_in_place(m_flat.data(), static_cast<size_t>(unit.shard),
-                                    CollectiveInfo{"fsdp params", static_cast<int>(u)});
-      unflatten(u, m_flat.data());
+  void gather_all() {
+    for (size_t u = 0; u < m_units.size(); ++u) gather(u, "evaluation");
+  }
+
+  void free_params(size_t u) {
+    const std::vector<Param*> params = m_env.model.params();
+    for (int i : m_units[u].params) release(params[static_cast<size_t>(i)]->value.data);
+  }
+  void free_grads(size_t u) {
+    const std::vector<Param*> params = m_env.model.params();
+    for (int i : m_units[u].params) release(params[static_cast<size_t>(i)]->grad.data);
+  }
+  // Before a unit's backward: its unsharded gradients (zeros where they were freed; kept and
+  // accumulated into under no_sync).
+  void allocate_grads(size_t u) {
+    const std::vector<Param*> params = m_env.model.params();
+    for (int i : m_units[u].params) {
+      Tensor& g = params[static_cast<size_t>(i)]->grad;
+      if (g.data.empty()) g.data.assign(static_cast<size_t>(Tensor::numel_of(g.shape)), 0.0f);
     }
-    m_env.model.host_changed(kStateParams);
-    m_stale = false;
   }
 
-  // Every unit's flat gradient, in the order backward finishes them (the last unit first):
-  // padded, pre-divided, reduce-scattered (no_shard: allreduced), post-divided.
-  void reduce_grads() {
-    for (size_t j = 0; j < m_units.size(); ++j) {
-      const size_t u = m_units.size() - 1 - j;
+  // A unit's backward is done: its gradients are checked, then (a synchronized iteration) padded,
+  // pre-divided, reduce-scattered (no_shard: allreduced), post-divided into the rank's shard, and
+  // the unsharded gradients freed; the unit's gathered parameters are freed (resharded).
+  void unit_backward_done(size_t u) {
+    const std::vector<Param*> params = m_env.model.params();
+    // A NaN or infinite local gradient is caught before the reduction spreads it (as under DDP).
+    for (int i : m_units[u].params)
+      if (!all_finite(params[static_cast<size_t>(i)]->grad))
+        throw TrainingError("iteration " + std::to_string(m_step) + " (epoch " + std::to_string(m_epoch) + ", batch " +
+                                std::to_string(m_batch) + "): the gradient of " + m_names[static_cast<size_t>(i)] +
+                                " is NaN or infinite before the " + (sharded() ? "reduce-scatter" : "allreduce"),
+                            "the reduction would have spread it to every rank; lower --lr");
+    if (m_synced) {
       const FsdpUnit& unit = m_units[u];
       flatten(u, &Param::grad);
       if (m_pre > 1)
         for (float& x : m_flat) x /= m_pre;
-      float* mine = m_flat.data();
-      size_t n = m_flat.size();
       if (sharded()) {
         m_env.comm.reduce_scatter_sum(m_flat.data(), static_cast<size_t>(unit.shard),
                                       CollectiveInfo{"fsdp grads", static_cast<int>(u)});
-        mine = m_flat.data() + unit.shard * m_env.rank;
-        n = static_cast<size_t>(unit.shard);
+        float* mine = m_flat.data() + unit.shard * m_env.rank;
+        if (m_post > 1)
+          for (int64_t i = 0; i < unit.shard; ++i) mine[i] /= m_post;
+        std::memcpy(m_shards[u].grad.ptr(), mine, static_cast<size_t>(unit.shard) * sizeof(float));
+        m_env.memory_at("backward: reduce-scatter " + unit_name(u));
+        free_grads(u);
       } else {
         m_env.comm.allreduce_sum(m_flat.data(), m_flat.size(), CollectiveInfo{"fsdp grads", static_cast<int>(u)});
+        if (m_post > 1)
+          for (float& x : m_flat) x /= m_post;
+        unflatten(u, m_flat.data(), &Param::grad);
+        m_env.memory_at("backward: allreduce " + unit_name(u));
       }
-      if (m_post > 1)
-        for (size_t i = 0; i < n; ++i) mine[i] /= m_post;
-      std::memcpy(m_shards[u].grad.ptr(), mine, n * sizeof(float));
+      release(m_flat);
     }
+    if (sharded()) free_params(u);  // resharded after backward
   }
 
   RankEnv& m_env;
@@ -210,9 +293,13 @@ class FsdpRank : public RankMode {
   const std::vector<FsdpUnit> m_units;
   const std::vector<std::string> m_names;
   const float m_pre, m_post;          // FSDP's gradient pre- and post-divide factors
-  std::vector<Param> m_shards;        // per unit: the rank's shard (no_shard: the whole flat parameter)
-  std::vector<float> m_flat;          // a unit's padded flat parameter or gradient
-  bool m_stale = false;               // the model's parameters are older than the shards
+  std::vector<std::vector<size_t>> m_first_at, m_last_at;  // per module: the units that start / end there
+  ModuleHooks m_hooks;
+  std::vector<Param> m_shards;        // sharded: per unit, the rank's shard of the flat parameter
+  std::vector<float> m_flat;          // a unit's padded flat parameter or gradient, while a collective uses it
+  int64_t m_step = 0, m_epoch = 0, m_batch = 0;
+  bool m_synced = true;               // this iteration reduces gradients and steps
+  int64_t m_accumulated = 0;          // no_sync iterations whose unsharded gradients are kept
 };
 
 class FsdpMode : public ParallelMode {
@@ -225,6 +312,9 @@ class FsdpMode : public ParallelMode {
            "per rank. full_shard (ZeRO-3) all-gathers a unit's parameters before its forward and again before its "
            "backward; shard_grad_op (ZeRO-2) keeps them from forward to backward; gradients are reduce-scattered so "
            "each rank steps only its shard. no_shard is DDP. Less memory per rank, more communication.";
+  }
+  int zero_stage(const RunConfig& c) const override {
+    return c.sharding_strategy == "full_shard" ? 3 : c.sharding_strategy == "shard_grad_op" ? 2 : 0;
   }
   ModeCaps caps() const override {
     ModeCaps k;

@@ -57,6 +57,7 @@ class ZeroMode : public ParallelMode {
            "parameters, largest first, each to the rank with the fewest elements so far); then every rank "
            "broadcasts the parameters it stepped. Same numbers as DDP, less optimizer memory per rank.";
   }
+  int zero_stage(const RunConfig&) const override { return 1; }
   ModeCaps caps() const override {
     ModeCaps k;
     k.gradient_allreduce = k.sync_bn = k.buffer_broadcast = k.no_sync = k.skip_step = true;

@@ -70,6 +70,10 @@ class BatchNorm : public Module {
   std::string describe() const override;
   void forward(const Tensor& x, Tensor& y, Mode mode) override;
   void backward(const Tensor& dy, Tensor* dx) override;
+  // the input, the mean and 1/std per channel (inside a fused run: BnReluPool::saved_bytes)
+  int64_t saved_bytes() const override {
+    return (m_x.numel() + static_cast<int64_t>(m_mean.size() + m_invstd.size())) * 4;
+  }
   std::vector<Param*> params() override;
   std::vector<Buffer*> buffers() override;
 

@@ -34,6 +34,9 @@ class BnReluPool {
   void forward(BatchNorm& bn, const Tensor& x, Tensor& y, Mode mode);
   // dy: (N, C, H/2, W/2) -> dx: (N, C, H, W), or only the parameter gradients when dx is null.
   void backward(BatchNorm& bn, const Tensor& dy, Tensor* dx);
+  // What the last Train forward saved for backward: the winners' places and their x (the input
+  // itself is the caller's, counted there).
+  int64_t saved_bytes() const { return static_cast<int64_t>(m_win.size() * 4 + m_xwin.size() * 4); }
 
  private:
   const Tensor* m_x = nullptr;  // the last Train forward's input (owned by the caller)

@@ -20,6 +20,7 @@ class Conv2d : public Module {
   void forward(const Tensor& x, Tensor& y, Mode mode) override;
   // dy: (N, Cout, Ho, Wo) -> dx: (N, Cin, H, W)
   void backward(const Tensor& dy, Tensor* dx) override;
+  int64_t saved_bytes() const override { return m_x.numel() * 4; }
   std::vector<Param*> params() override;
   // Cout * Cin * k * k per output pixel
   int64_t forward_macs(const std::vector<int64_t>& in_shape) const override;

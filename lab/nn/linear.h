@@ -33,6 +33,7 @@ class Linear : public Module {
   int in_features() const { return m_in; }
   int out_features() const { return m_out; }
   bool has_bias() const { return m_has_bias; }
+  int64_t saved_bytes() const override { return m_x.numel() * 4; }
 
  private:
   int m_in, m_out;

@@ -20,6 +20,7 @@ class MaxPool2d : public Module {
   void forward(const Tensor& x, Tensor& y, Mode mode) override;
   // dy: (N, C, H/k, W/k) -> dx: (N, C, H, W), zero except at the stored argmaxes
   void backward(const Tensor& dy, Tensor* dx) override;
+  int64_t saved_bytes() const override { return static_cast<int64_t>(m_argmax.size() * sizeof(int32_t)); }
 
  private:
   int m_k;

@@ -1,5 +1,6 @@
 #include "model.h"
 
+#include <algorithm>
 #include <cassert>
 #include <map>
 #include <cstdint>
@@ -87,8 +88,15 @@ const Tensor& Model::forward(const Tensor& x, Mode mode) {
   const Tensor* in = &x;
   bool bf16 = false;  // autocast: *in is a bfloat16 tensor in PyTorch
   const bool coarse = m_autocast == Autocast::BF16 && mutated("autocast-coarse-activations");
+  const ModuleHooks* hooks = mode == Mode::Train ? m_hooks : nullptr;
+  m_saved_upto = 0;
   for (size_t i = 0; i < count; ++i) {
+    const size_t span = fused_at(i) ? 2 : 0;
+    if (hooks && hooks->before_forward)
+      for (size_t j = i; j <= i + span; ++j) hooks->before_forward(j);
     const size_t last = forward_step(i, *in, mode);
+    if (hooks && hooks->after_forward)
+      for (size_t j = i; j <= i + span; ++j) hooks->after_forward(j);
     if (m_autocast == Autocast::BF16) {
       if (m_lower_precision[i]) bf16 = true;
       else if (bf16 && coarse) round_mantissa_bits(m_acts[last].ptr(), static_cast<size_t>(m_acts[last].numel()), 2);
@@ -97,6 +105,7 @@ const Tensor& Model::forward(const Tensor& x, Mode mode) {
     in = &m_acts[last];
     i = last;
   }
+  m_saved_upto = mode == Mode::Train ? count : 0;
   return m_acts.back();
 }
 
@@ -149,19 +158,43 @@ void Model::backward(const Tensor& dlogits, const std::function<void(int)>& on_p
   const ParamLayout layout = param_layout();
   const size_t first_with_params = layout.first_with_params;
   // m_grads[i] holds the gradient of module i's output; module i writes its dx into m_grads[i - 1].
+  const ModuleHooks* hooks = m_hooks;
   for (size_t i = count; i-- > first_with_params;) {
     const Tensor& dy = i + 1 == count ? dlogits : m_grads[i];
-    if (m_fused_end.size() == count && m_fused_end[i] >= 0) {  // a fused run ends at module i
-      i = static_cast<size_t>(m_fused_end[i]);
-      Tensor* dx = i > first_with_params ? &m_grads[i - 1] : nullptr;
+    const size_t end = i;
+    const size_t start = m_fused_end.size() == count && m_fused_end[i] >= 0 ? static_cast<size_t>(m_fused_end[i]) : i;
+    if (hooks && hooks->before_backward)
+      for (size_t j = end + 1; j-- > start;) hooks->before_backward(j);
+    i = start;
+    Tensor* dx = i > first_with_params ? &m_grads[i - 1] : nullptr;
+    if (start != end)  // a fused run ends at module `end`
       m_fused[i]->backward(*static_cast<BatchNorm*>(m_modules[i].get()), dy, dx);
-    } else {
-      Tensor* dx = i > first_with_params ? &m_grads[i - 1] : nullptr;
+    else
       m_modules[i]->backward(dy, dx);
-    }
+    m_saved_upto = start;
     if (on_param_ready)
       for (int p = layout.count[i] - 1; p >= 0; --p) on_param_ready(layout.first[i] + p);
+    if (hooks && hooks->after_backward)
+      for (size_t j = end + 1; j-- > start;) hooks->after_backward(j);
   }
+  m_saved_upto = 0;
+}
+
+int64_t Model::activation_bytes() const {
+  if (m_saved_upto == 0 || m_exec) return 0;
+  const size_t upto = std::min(m_saved_upto, m_modules.size());
+  int64_t b = upto == m_modules.size() ? m_dloss.numel() * 4 : 0;  // the loss's gradient, until backward starts
+  for (size_t i = 0; i < upto; ++i) {
+    const bool fused_run = m_fused_end.size() == m_modules.size() && i + 2 < upto &&
+                           m_fused_end[i + 2] == static_cast<int>(i);
+    if (fused_run) {  // the run's output and what the fused layer saved
+      b += m_acts[i + 2].numel() * 4 + m_fused[i]->saved_bytes();
+      i += 2;
+      continue;
+    }
+    b += m_acts[i].numel() * 4 + m_modules[i]->saved_bytes();
+  }
+  return b;
 }
 
 Model::ParamLayout Model::param_layout() {

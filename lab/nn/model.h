@@ -24,6 +24,14 @@ struct StateEntry {
 
 class Optimizer;
 
+// Calls around each module's forward and backward on the CPU (Model::set_hooks): FullyShardedDataParallel
+// gathers a unit's parameters before its first module's forward and frees them after its last,
+// as PyTorch's FSDP does from its module hooks. A fused BatchNorm -> ReLU -> MaxPool2d run calls
+// before_* for each of its modules, then computes, then after_* for each (backward: in reverse).
+struct ModuleHooks {
+  std::function<void(size_t module)> before_forward, after_forward, before_backward, after_backward;
+};
+
 class Model {
  public:
   Model() = default;
@@ -75,6 +83,13 @@ class Model {
   std::vector<BatchNorm*> batchnorms();
   std::vector<int> batchnorm_module_index();  // module index of each BatchNorm ("2" in "2.weight")
   void zero_grad();
+  // The hooks of train-mode forwards and backwards from now on (nullptr: none). The CPU's modules
+  // only: with an executor they are not called.
+  void set_hooks(const ModuleHooks* hooks) { m_hooks = hooks; }
+  // Bytes the last Train forward saved for backward (memory.h's "activations": every module's
+  // output and what it saved, the loss's gradient), from that forward until its backward has
+  // run; 0 otherwise, and on an executor (its activations live on its device).
+  int64_t activation_bytes() const;
   std::string describe() const;          // "Sequential(Flatten(), Linear(784, 256), ...)"
   // BatchNorm2d -> ReLU -> MaxPool2d(2) runs as one fused layer (bn_relu_pool.h) when on (the
   // default); off runs the three modules, the reference the fused path is tested against.
@@ -151,6 +166,11 @@ class Model {
   bool m_loss_on_device = false;  // the last forward_loss ran on the executor
   const Tensor* m_input = nullptr;
   std::unique_ptr<ModelExecutor> m_exec;
+  const ModuleHooks* m_hooks = nullptr;
+  // Modules below this one still hold what the last Train forward saved for backward (backward
+  // releases them as it goes, as autograd frees a node's saved tensors once it has run): the
+  // module count after a Train forward, 0 once backward is done or after an Eval forward.
+  size_t m_saved_upto = 0;
 };
 
 struct ModelOptions {

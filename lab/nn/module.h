@@ -58,6 +58,9 @@ class Module {
   // in its eval-mode forward from now on and returns true: its outputs are bf16. The others keep
   // the default: they ignore it and run in their input's dtype.
   virtual bool set_autocast(Autocast) { return false; }
+  // Bytes the last Train forward saved for backward (inputs, masks, indices; memory.h's
+  // "activations"), not counting the module's output, which the model keeps.
+  virtual int64_t saved_bytes() const { return 0; }
 };
 
 }  // namespace lab

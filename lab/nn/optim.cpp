@@ -241,4 +241,11 @@ bool all_finite(const Tensor& t) {
   return bad == 0;
 }
 
+int64_t Optimizer::state_bytes() const {
+  int64_t b = 0;
+  for (const std::vector<Tensor>* set : {&m_buf, &m_m, &m_v})
+    for (const Tensor& t : *set) b += t.numel() * 4;
+  return b;
+}
+
 }  // namespace lab

@@ -87,6 +87,8 @@ class Optimizer {
   void set_lr(double lr);  // a scheduler's new rate (param_group['lr'] = lr)
   // Steps taken (Adam's state['step']; its bias corrections use it).
   int64_t steps() const { return m_steps; }
+  // Bytes of its state on the host (memory.h's "optimizer_state"): 0 before the first step.
+  int64_t state_bytes() const;
 
   // The optimizer's state per parameter (params() order), by name: SGD's "momentum" buffers (with
   // momentum), Adam's "exp_avg" and "exp_avg_sq". Empty before the first step (PyTorch creates

@@ -15,6 +15,7 @@ class ReLU : public Module {
   void forward(const Tensor& x, Tensor& y, Mode mode) override;
   // dx = dy where y > 0 (or NaN), else 0: torch's threshold_backward on the result
   void backward(const Tensor& dy, Tensor* dx) override;
+  int64_t saved_bytes() const override { return static_cast<int64_t>(m_mask.size()); }
 
  private:
   // like x: 1 where y > 0 or NaN. A byte per value rather than a copy of y: the layer is

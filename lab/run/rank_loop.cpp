@@ -125,6 +125,20 @@ std::vector<BnLayerRecord> bn_layer_records(const std::vector<BatchNorm*>& bns, 
 
 // ---- one rank ----
 
+void Run::RankState::note_memory(const StepRecord& rec) {
+  if (rec.memory.empty()) return;
+  memory_last_points = rec.memory;
+  size_t top = 0;
+  for (size_t i = 1; i < rec.memory.size(); ++i)
+    if (rec.memory[i].bytes.total() > rec.memory[top].bytes.total()) top = i;
+  if (memory_peak_step < 0 ||
+      rec.memory[top].bytes.total() > memory_peak_points[memory_peak_point].bytes.total()) {
+    memory_peak_step = rec.step;
+    memory_peak_point = top;
+    memory_peak_points = rec.memory;
+  }
+}
+
 struct Run::RankLoop {
   Run& run;
   const RunConfig& c;
@@ -142,6 +156,7 @@ struct Run::RankLoop {
   std::vector<std::unique_ptr<CommBnSync>> syncs;
   Optimizer opt;
   LrSchedule schedule;
+  MemoryLedger memory;  // the rank's bytes by category at each point of a step (memory.h)
   RankEnv env;
   std::unique_ptr<RankMode> mode;
   Tensor x;
@@ -163,7 +178,7 @@ struct Run::RankLoop {
         opt(model.params(), optimizer_options(r.m_cfg)),
         schedule(lr_schedule_options(r.m_cfg, r.epochs_total())),
         env{r.m_cfg, rk, r.m_cfg.world_size, model, comm, transport, worker, opt, r.m_train, faults,
-            r.m_steps_per_epoch, r.m_steps_total, {}, {}} {
+            r.m_steps_per_epoch, r.m_steps_total, {}, {}, {}, &memory} {
     comm.set_allreduce_algorithm(parse_allreduce_algorithm(c.allreduce));
     if (ModelExecutor* dev = model.executor()) {
       comm.set_device_events([dev](std::vector<Event>& out) { dev->take_device_events(out); });  // its own timeline
@@ -187,6 +202,17 @@ struct Run::RankLoop {
         bns[i]->set_sync(syncs.back().get());
       }
     mode = mode_of(c).make_rank(env);
+    memory.set_measure([this] {
+      MemoryBytes b;
+      for (const Param* p : model.params()) {
+        b[kMemParameters] += p->value.numel() * 4;
+        b[kMemGradients] += p->grad.numel() * 4;
+      }
+      b[kMemOptimizerState] = opt.state_bytes();
+      b[kMemActivations] = model.activation_bytes();
+      mode->measure_memory(b);
+      return b;
+    });
     if (!run.m_resume) mode->start();
     if (rank == 0 && run.m_dir && !run.m_resume)
       run.m_dir->write_weights("init.safetensors", model_tensors(model),
@@ -253,7 +279,11 @@ struct Run::RankLoop {
       throw StopRequested{};
     }
     StepRecord rec;
+    memory.begin_step(step);
+    memory.sample("start");
     const StepCount count = mode->step(in, rec);
+    memory.sample("end");
+    rec.memory = memory.points();
     record(rec, count, step, epoch, static_cast<int64_t>(bi));
     periodic_eval(step, epoch);
     return true;
@@ -290,6 +320,7 @@ struct Run::RankLoop {
     if (rec.param_drift >= 0) rs.drifts.emplace_back(step, rec.param_drift);
     if (rec.skipped) rs.skipped.push_back(step);
     if (!rec.nonfinite.empty()) rs.nonfinite.emplace_back(step, rec.nonfinite);
+    rs.note_memory(rec);
     rs.latest = std::make_shared<const StepRecord>(rec);
     rs.pending.push_back(std::move(rec));
   }

@@ -159,6 +159,7 @@ void Run::open_run_dir() {
     m_dir = std::make_unique<RunDir>(m_cfg.out_dir);
   }
   m_dir->set_bn_stats(m_cfg.world_size, m_cfg.record_bn);
+  m_dir->set_record_memory(m_cfg.record_memory);
   m_dir->write_text("config.toml", to_toml(m_cfg, backends()));
 }
 

@@ -34,6 +34,7 @@
 #include "dataset.h"
 #include "evaluate.h"
 #include "events.h"
+#include "memory.h"
 #include "model.h"
 #include "optim.h"
 #include "run_control.h"
@@ -88,6 +89,8 @@ struct StepRecord {
   bool skipped = false;         // --on-nonfinite skip-step: the averaged gradient was not finite, no optimizer step
   std::string nonfinite;        // the first parameter whose gradient on this rank was NaN or infinite before the
                                 // allreduce ("" when all were finite)
+  std::vector<MemorySample> memory;  // the rank's bytes by category at each point of the step (memory.h);
+                                     // in metrics.jsonl with --record-memory only
 };
 
 struct EpochRecord {
@@ -240,6 +243,9 @@ class Run {
   void write_outputs(const std::vector<std::vector<Event>>& events, const std::vector<int>& differing,
                      const ComputeStats& cs);
   nlohmann::json summary_json(const std::vector<int>& differing, const ComputeStats& cs);
+  // summary.json's "memory": every rank's peak and last step, by category, beside ZeRO's formula
+  // (psi: the model's parameters).
+  nlohmann::json memory_json(int64_t psi);
   // Checkpoints (run_checkpoint.cpp).
   void load_resume();                            // constructor, --resume
   bool checkpoint_due(int64_t step, size_t batch_in_epoch) const;

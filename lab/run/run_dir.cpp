@@ -218,7 +218,7 @@ void RunDir::flush_bn() {
 void RunDir::append_steps(const std::vector<StepRecord>& records) {
   for (const StepRecord& r : records) {
     // metrics.jsonl keeps the scalars; the BatchNorm arrays go to bn_stats.bin (bn_stats.h)
-    m_metrics << step_record_line(r, !m_bn && m_bn_policy != "off") << '\n';
+    m_metrics << step_record_line(r, !m_bn && m_bn_policy != "off", m_record_memory) << '\n';
     if (!m_bn) continue;
     if (!m_bn_pending.empty() && m_bn_pending.front().step != r.step) flush_bn();
     if (bn_recorded(m_bn_policy, r.step, r.epoch)) {

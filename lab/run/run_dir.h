@@ -37,6 +37,8 @@ class RunDir {
   // BatchNorm statistics go to bn_stats.bin (bn_stats.h) for the steps --record-bn chooses ("off":
   // nowhere). Without this call they stay in metrics.jsonl, as run directories of format 1 had them.
   void set_bn_stats(int world_size, const std::string& policy);
+  // --record-memory: step lines carry their memory points (memory.h).
+  void set_record_memory(bool on) { m_record_memory = on; }
   // Everything appended so far on disk (the last complete step's BatchNorm statistics too): the
   // sizes a checkpoint records.
   RunDirSizes sync_sizes();
@@ -62,6 +64,7 @@ class RunDir {
   std::ofstream m_metrics;
   RunDirSizes m_keep;
   std::string m_bn_policy;
+  bool m_record_memory = false;
   int m_bn_world = 0;
   std::unique_ptr<BnStatsWriter> m_bn;
   std::vector<StepRecord> m_bn_pending;  // the records of the step being collected

@@ -46,7 +46,7 @@ void put_floats(std::string& out, const char* key, const std::vector<float>& v) 
 
 }  // namespace
 
-std::string step_record_line(const StepRecord& r, bool with_bn) {
+std::string step_record_line(const StepRecord& r, bool with_bn, bool with_memory) {
   std::string o;
   o.reserve(256 + (with_bn ? r.bn.size() * 4096 : 0));
   o += "{\"kind\":\"step\",\"rank\":" + std::to_string(r.rank) + ",\"step\":" + std::to_string(r.step) +
@@ -88,11 +88,20 @@ std::string step_record_line(const StepRecord& r, bool with_bn) {
   if (r.skipped) o += ",\"skipped\":true";
   if (!r.nonfinite.empty()) o += ",\"nonfinite\":" + nlohmann::json(r.nonfinite).dump();
   if (r.staleness >= 0) o += ",\"staleness\":" + std::to_string(r.staleness) + ",\"version\":" + std::to_string(r.version);
+  if (with_memory && !r.memory.empty()) {
+    o += ",\"memory\":[";
+    for (size_t i = 0; i < r.memory.size(); ++i) {
+      o += (i ? ",{\"at\":" : "{\"at\":") + nlohmann::json(r.memory[i].point).dump() + ",\"bytes\":[";
+      for (int c = 0; c < kMemCategories; ++c) o += (c ? "," : "") + std::to_string(r.memory[i].bytes[c]);
+      o += "]}";
+    }
+    o += ']';
+  }
   o += '}';
   return o;
 }
 
-nlohmann::json step_record_json(const StepRecord& r) { return nlohmann::json::parse(step_record_line(r, true)); }
+nlohmann::json step_record_json(const StepRecord& r) { return nlohmann::json::parse(step_record_line(r, true, true)); }
 
 nlohmann::json epoch_record_json(const EpochRecord& e) {
   return {{"kind", "epoch"},           {"epoch", e.epoch},         {"steps", e.steps},
@@ -201,6 +210,14 @@ StepRecord step_record_from_json(const nlohmann::json& j) {
   r.nonfinite = j.value("nonfinite", std::string());
   r.staleness = int_value(j, "staleness", int64_t{-1});
   r.version = int_value(j, "version", int64_t{-1});
+  if (auto m = j.find("memory"); m != j.end() && m->is_array())
+    for (const auto& p : *m) {
+      MemorySample s;
+      s.point = p.value("at", std::string());
+      if (auto b = p.find("bytes"); b != p.end() && b->is_array())
+        for (int c = 0; c < kMemCategories && c < static_cast<int>(b->size()); ++c) s.bytes[c] = (*b)[c].get<int64_t>();
+      r.memory.push_back(std::move(s));
+    }
   return r;
 }
 

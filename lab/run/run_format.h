@@ -11,7 +11,10 @@
 //     {"kind":"step", ...}   per step and rank, in (step, rank) order: StepRecord (run.h); the
 //                            BatchNorm arrays ("bn") only where bn_stats.bin is not written (older
 //                            run directories); mode fields only when set (chunks, param_drift,
-//                            grad_sync, param_checksum, skipped, nonfinite, staleness + version)
+//                            grad_sync, param_checksum, skipped, nonfinite, staleness + version);
+//                            with --record-memory, "memory": the rank's points of the step (memory.h),
+//                            [{"at":"forward","bytes":[parameters, gradients, optimizer_state,
+//                            activations, comm_buffers, gathered_parameters]}, ...]
 //     {"kind":"epoch", ...}  after each epoch: EpochRecord
 //     {"kind":"eval", ...}   per periodic evaluation (--eval-every): EvalPoint
 //   bn_stats.bin        the BatchNorm statistics of the steps --record-bn chooses (bn_stats.h)
@@ -51,9 +54,9 @@ constexpr const char* kCheckpoints = "checkpoints";
 
 // ---- metrics.jsonl ----
 
-// One step line (no newline), with or without the BatchNorm arrays, and the same as a JSON value
-// (with them).
-std::string step_record_line(const StepRecord& r, bool with_bn);
+// One step line (no newline), with or without the BatchNorm arrays and the memory points, and the
+// same as a JSON value (with both).
+std::string step_record_line(const StepRecord& r, bool with_bn, bool with_memory = false);
 nlohmann::json step_record_json(const StepRecord& r);
 nlohmann::json epoch_record_json(const EpochRecord& e);  // {"kind":"epoch", ...}
 nlohmann::json eval_point_json(const EvalPoint& p);      // {"kind":"eval", ...}

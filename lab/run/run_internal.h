@@ -52,6 +52,12 @@ struct Run::RankState {
   int64_t out_of_data_step = -1;   // --uneven-data without --join: the rank ran out at this step,
   int64_t out_of_data_epoch = 0;   // in this epoch,
   int64_t out_of_data_batches = 0; // after this many batches of it
+  // Memory (memory.h), from the records: the step with the highest total and its points, and the
+  // last step's points.
+  int64_t memory_peak_step = -1;
+  size_t memory_peak_point = 0;
+  std::vector<MemorySample> memory_peak_points, memory_last_points;
+  void note_memory(const StepRecord& rec);
 };
 
 // What a rank's training loop holds that a checkpoint saves and a resumed run restores (besides

@@ -102,7 +102,10 @@ void Run::gather_to_rank0(int rank, Transport& transport, Model& model) {
     RankState& o = *m_ranks[static_cast<size_t>(r)];
     std::lock_guard<std::mutex> lock(o.mu);  // poll sees all of a rank's records or none
     if (!rep.records.empty()) o.latest = std::make_shared<const StepRecord>(rep.records.back());
-    for (StepRecord& rec : rep.records) o.pending.push_back(std::move(rec));
+    for (StepRecord& rec : rep.records) {
+      o.note_memory(rec);
+      o.pending.push_back(std::move(rec));
+    }
   }
 }
 

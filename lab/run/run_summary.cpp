@@ -200,6 +200,53 @@ void communication_json(const RunConfig& c, const RunSummary& s, const ComputeSt
 }  // namespace
 
 // summary.json without the mode's own section (the mode adds it: mode.h's Mode::summary).
+namespace {
+nlohmann::json categories_json(const MemoryBytes& b) {
+  nlohmann::json o = nlohmann::json::object();
+  for (int c = 0; c < kMemCategories; ++c) o[memory_category_name(c)] = b[c];
+  return o;
+}
+}  // namespace
+
+nlohmann::json Run::memory_json(int64_t psi) {
+  const ParallelMode& mode = mode_of(m_cfg);
+  const OptimizerOptions opt = optimizer_options(m_cfg);
+  ZeroFormula f;
+  f.stage = mode.zero_stage(m_cfg);
+  f.psi = psi;
+  f.k = optimizer_bytes_per_parameter(!opt.is_sgd(), opt.sgd.momentum);
+  f.world = m_cfg.world_size;
+  nlohmann::json ranks = nlohmann::json::array();
+  for (size_t r = 0; r < m_ranks.size(); ++r) {
+    RankState& rs = *m_ranks[r];
+    std::lock_guard<std::mutex> lock(rs.mu);
+    if (rs.memory_peak_step < 0) continue;
+    const MemorySample& top = rs.memory_peak_points[rs.memory_peak_point];
+    nlohmann::json points = nlohmann::json::array();
+    for (const MemorySample& s : rs.memory_peak_points) {
+      nlohmann::json b = nlohmann::json::array();
+      for (int c = 0; c < kMemCategories; ++c) b.push_back(s.bytes[c]);
+      points.push_back({{"at", s.point}, {"bytes", b}});
+    }
+    ranks.push_back({{"rank", r},
+                     {"peak", {{"bytes", top.bytes.total()}, {"step", rs.memory_peak_step}, {"at", top.point},
+                               {"by_category", categories_json(top.bytes)}}},
+                     {"end_of_step", categories_json(rs.memory_last_points.back().bytes)},
+                     {"peak_step_points", points}});
+  }
+  nlohmann::json cats = nlohmann::json::array();
+  for (int c = 0; c < kMemCategories; ++c) cats.push_back(memory_category_name(c));
+  return {{"per_rank", ranks},
+          {"categories", cats},
+          {"formula", {{"zero_stage", f.stage}, {"expression", f.expression()}, {"psi", f.psi}, {"k", f.k},
+                       {"world", f.world}, {"model_states", categories_json(f.model_states())}}},
+          {"what", "bytes each rank holds, by category, as torch.cuda.memory_allocated counts them (live tensors, "
+                   "not an allocator's cache): peak is the highest total at any point of any step, with the points "
+                   "of that step (bytes in the order of categories); end_of_step is after the last step. formula: "
+                   "the ZeRO paper's model states per rank in float32 (parameters 4 Psi, gradients 4 Psi, optimizer "
+                   "K Psi: K = 0 SGD, 4 momentum, 8 Adam), divided by the world where the stage shards them"}};
+}
+
 nlohmann::json Run::summary_json(const std::vector<int>& differing, const ComputeStats& cs) {
   Model& m0 = *m_replicas[0];
   nlohmann::json j;
@@ -260,6 +307,7 @@ nlohmann::json Run::summary_json(const std::vector<int>& differing, const Comput
                         {"what", "skipped: iterations whose averaged gradient was NaN or infinite, with no optimizer "
                                  "step; sources: where a rank's own gradient was not finite before the allreduce"}};
   }
+  j["memory"] = memory_json(j["model"].value("parameters", int64_t{0}));
   if (m_resume)
     j["resumed"] = {{"from_step", m_start_step_resumed}, {"checkpoint", m_resume->found.dir},
                     {"what", "this run continued from a checkpoint; its numbers are those of the whole run"}};

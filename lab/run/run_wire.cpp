@@ -14,7 +14,7 @@ namespace lab {
 namespace {
 
 constexpr uint32_t kMagic = 0x524c5444;  // "DTLR"
-constexpr uint32_t kVersion = 2;
+constexpr uint32_t kVersion = 3;
 
 class Writer {
  public:
@@ -136,6 +136,11 @@ std::vector<char> encode_rank_report(const RankReport& r) {
       w.floats(b.running_var);
       w.put(b.num_batches_tracked);
     }
+    w.put<uint64_t>(s.memory.size());
+    for (const MemorySample& m : s.memory) {
+      w.str(m.point);
+      for (int c = 0; c < kMemCategories; ++c) w.put(m.bytes[c]);
+    }
   }
   // Event names once each, then events referring to them by index.
   std::map<std::string, uint32_t> index;
@@ -227,6 +232,11 @@ RankReport decode_rank_report(const std::vector<char>& bytes, int from_rank,
       b.running_mean = rd.floats();
       b.running_var = rd.floats();
       b.num_batches_tracked = rd.get<int64_t>();
+    }
+    s.memory.resize(rd.count(8 + 8 * kMemCategories));
+    for (MemorySample& m : s.memory) {
+      m.point = rd.str();
+      for (int c = 0; c < kMemCategories; ++c) m.bytes[c] = rd.get<int64_t>();
     }
   }
   std::vector<const char*> names(rd.count(8));

@@ -7,7 +7,8 @@
 //       i64 correct, u64 bytes_sent, f64 t, u64 #chunks then i64 each, f64 param_drift,
 //       u8 grad_sync, i64 staleness, i64 version, f64 param_checksum, u8 skipped, str nonfinite,
 //       u64 #bn layers, then per layer: str layer,
-//       i64 count, 6 float arrays (u64 length + values), i64 num_batches_tracked
+//       i64 count, 6 float arrays (u64 length + values), i64 num_batches_tracked,
+//       u64 #memory points, then per point: str point, i64 bytes of each memory.h category
 //   u64 #names, then str each          (the op/what strings of the events)
 //   u64 #events, then per event: u8 kind, u8 phase, u32 op, u32 what (name indices),
 //       i32 tag, rank, src, dst, chunk, ring_step, u64 op_seq, i64 train_step, u64 bytes,
