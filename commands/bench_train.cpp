@@ -236,7 +236,7 @@ RoundTimes time_train_step(const BenchTrainOptions& opt, long long batch) {
         Optimizer sgd(model.params(), optimizer_options(cfg));
         sgd.set_device(model.executor());  // as a run's rank does (executor.h: residency)
         RankEnv env{cfg, rank, world, model, comm, tw.transport(rank), worker, sgd, train, no_faults, 1, 1,
-                    [](int64_t) {}, [](int64_t, int64_t, int64_t) {}, {}, nullptr};
+                    [](int64_t) {}, [](int64_t, int64_t, int64_t) {}, nullptr};
         std::unique_ptr<RankMode> ddp = mode_of(cfg).make_rank(env);
         ddp->start();  // rank 0's state everywhere
         // A fixed batch per rank, different on every rank (the PyTorch peer seeds each rank by its rank).

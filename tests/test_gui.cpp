@@ -259,6 +259,42 @@ TEST(Gui, OpensARunDirectory) {
   EXPECT_TRUE(contains(bad.out, "config.toml")) << bad.out;
 }
 
+// The Memory view: every rank's bar at the step's peak point and the step's columns. Opened from a
+// run directory without --record-memory it shows each rank's peak iteration from summary.json; live
+// (and with --record-memory) the newest iteration's. The bars' totals are summary.json's peaks.
+TEST(Gui, TheMemoryViewDrawsEveryRanksPeakAndTheStep) {
+  DTLAB_REQUIRE_GUI();
+  DTLAB_REQUIRE_DATASET();
+  testutil::TempDir d;
+  const std::string flags = "--model mlp --world-size 4 --batch-size 16 --limit-train 320 --limit-test 64 --steps 4 "
+                            "--threads 1 --mode fsdp --sharding-strategy full_shard --fsdp-wrap layer --optimizer adam "
+                            "--lr 0.001";
+  const auto run = testutil::run_cli("run " + flags + " --out " + d.file("run"));
+  ASSERT_EQ(run.exit_code, 0) << run.out;
+  const auto summary = nlohmann::json::parse(testutil::read_file(d.file("run/summary.json")));
+  for (const std::string& how : {std::string("--open ") + d.file("run"), flags + " --eval-every 0"}) {
+    SCOPED_TRACE(how);
+    const auto r = run_gui(how + " --view memory --screenshot-items --screenshot " + d.file("m.png"), d.file("config"));
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    const Drawn m = load_drawn(d.file("m.png"));
+    for (int rank = 0; rank < 4; ++rank) {
+      const auto bar = m.find("value", "memory: rank " + std::to_string(rank));
+      ASSERT_EQ(bar.size(), 1u) << m.dump();
+      const double peak = summary["memory"]["per_rank"][rank]["peak"]["bytes"].get<double>();
+      char want[32];
+      std::snprintf(want, sizeof want, "%.2f MiB", peak / (1024.0 * 1024.0));
+      EXPECT_EQ(bar[0]["value"], want) << "rank " << rank;
+    }
+    const auto point = m.find("value", "memory: the point shown");
+    ASSERT_EQ(point.size(), 1u) << m.dump();
+    EXPECT_EQ(point[0]["value"], summary["memory"]["per_rank"][0]["peak"]["at"]);
+    const auto chart = m.find("value", "memory: points of the step");
+    ASSERT_EQ(chart.size(), 1u);
+    EXPECT_EQ(chart[0]["value"], std::to_string(summary["memory"]["per_rank"][0]["peak_step_points"].size()));
+    EXPECT_EQ(m.find("value", "memory: formula").at(0)["value"], "(8+K)Psi/N");
+  }
+}
+
 // A finished run opened from its run directory cannot move: the controls offer no play, pause, step
 // or speed, but say what the run is and offer to train its settings live. Trained without
 // --eval-every, its Train vs eval view draws the epoch ends where they were (iterations 10 and 20,

@@ -39,6 +39,7 @@ const char* view_key(ViewId v) {
     case ViewId::Batching: return "batching";
     case ViewId::TrainEval: return "traineval";
     case ViewId::Bench: return "bench";
+    case ViewId::Memory: return "memory";
   }
   return "?";
 }
@@ -50,6 +51,7 @@ const char* view_title(ViewId v) {
     case ViewId::Batching: return "Batching & drop_last";
     case ViewId::TrainEval: return "Train vs eval";
     case ViewId::Bench: return "Benchmark";
+    case ViewId::Memory: return "Memory";
   }
   return "?";
 }
@@ -661,6 +663,7 @@ void draw_view(AppState& app, ViewId v, Commands& cmd) {
         break;
       case ViewId::Batching: draw_batching_view(d, twin ? app.batching_twin : app.batching); break;
       case ViewId::TrainEval: draw_train_eval_view(d, twin ? app.train_eval_twin : app.train_eval, app.bn); break;
+      case ViewId::Memory: draw_memory_view(d, twin ? app.memory_twin : app.memory); break;
       case ViewId::BatchNorm:
       case ViewId::Bench: break;
     }
@@ -868,7 +871,7 @@ std::vector<std::pair<std::string, std::optional<ViewId>>> parse_views(const std
       }
     if (!found)
       throw lab::ConfigError("--view: unknown view '" + name + "'",
-                             "choose ring, batchnorm, batching, traineval, bench or layout (a comma list for several)");
+                             "choose ring, batchnorm, batching, traineval, bench, memory or layout (a comma list for several)");
   }
   return out;
 }

@@ -29,9 +29,9 @@
 
 namespace viz {
 
-enum class ViewId { Ring = 0, BatchNorm, Batching, TrainEval, Bench };
-constexpr int kViewCount = 5;
-const char* view_key(ViewId v);    // "ring", "batchnorm", "batching", "traineval", "bench"
+enum class ViewId { Ring = 0, BatchNorm, Batching, TrainEval, Bench, Memory };
+constexpr int kViewCount = 6;
+const char* view_key(ViewId v);    // "ring", "batchnorm", "batching", "traineval", "bench", "memory"
 const char* view_title(ViewId v);  // tab titles
 
 // Time and animation for one frame.
@@ -114,6 +114,17 @@ struct BatchingViewState {
   DpEpochLayout dp_layout;   // --mode dp
   std::string layout_key;    // what the cached layout was computed for
   std::string layout_error;
+};
+
+// The Memory view (panel_memory.cpp).
+struct MemoryViewState {
+  bool follow = true;        // the newest iteration
+  int64_t step = -1;         // the iteration shown
+  int point = -1;            // the point of the step in the bars (-1: the step's peak)
+  int rank = 0;              // whose points the step's chart shows
+  int64_t first_step = -1, last_step = -1;  // iterations that still have their points
+  std::string psi_model;     // Psi of this model (built once)
+  int64_t psi = 0;
 };
 
 struct TrainEvalViewState {
@@ -226,6 +237,7 @@ struct AppState {
   AsyncViewState async, async_twin;
   BnViewState bn;
   BatchingViewState batching, batching_twin;
+  MemoryViewState memory, memory_twin;
   TrainEvalViewState train_eval, train_eval_twin;
   std::string bn_layer_wanted;          // a BatchNorm layer to select by name ("2") once the run has steps
   // a benchmark's result.json (--open, File > Open, a lesson's bench run), independent of the runs;

@@ -49,6 +49,10 @@ void draw_help_window(bool* open) {
   ImGui::TextWrapped("Benchmark: a `dtlab bench train --batch-sizes ... --per-sample` result (ms per sample against "
                      "the batch size, and one sample at a time) or a `dtlab bench chain` result (every order of a "
                      "matrix chain: time, FLOPs, thread scaling). Open its --json file with File > Open or --open.");
+  ImGui::TextWrapped("Memory: each rank's bytes by category (parameters, gradients, optimizer state, activations, "
+                     "communication buffers, gathered parameters) at a point of an iteration, the iteration's curve "
+                     "point by point (FSDP's all-gather, use, free), and the ZeRO paper's formula with the run's "
+                     "numbers.");
   ImGui::Separator();
   ImGui::TextWrapped("Headless: `dtlab run` trains with the same flags and writes a run directory (--out DIR); "
                      "`dtlab gui --open DIR` shows it here again, as a recording: the views' own sliders move through "

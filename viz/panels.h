@@ -22,6 +22,8 @@ void draw_train_eval_view(const RunData& d, TrainEvalViewState& st, BnViewState&
 // 5. Benchmarks: a bench train sweep (ms per sample against batch size, one sample at a time) or
 // a bench chain (every order's time and FLOPs, thread scaling); twin: a second result beside it.
 void draw_bench_view(const BenchResult& r, const BenchResult* twin, BenchViewState& st);
+// 6. Memory: every rank's bytes by category at a point of a step, the step's curve, ZeRO's formula.
+void draw_memory_view(const RunData& d, MemoryViewState& st);
 // Compute and communication per rank over time.
 void draw_timeline_panel(const RunData& d, TimelineState& st);
 // Loss and accuracy per rank.

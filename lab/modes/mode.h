@@ -100,9 +100,6 @@ struct RankEnv {
   // A rank that ran out of data while others still train (--uneven-data without --join): where,
   // for the run's diagnosis of the timeout that follows.
   std::function<void(int64_t step, int64_t epoch, int64_t batches)> ran_out_of_data;
-  // Whether rank 0 evaluates its model after iteration `step` (--eval-every; the same answer on
-  // every rank): a mode whose ranks hold only shards of it (FSDP) makes it whole first.
-  std::function<bool(int64_t step)> evaluates_after;
   // The rank's memory accounting (memory.h): the rank loop records the step's start and end, a
   // mode the points in between where its bytes change ("forward", "backward: all-gather 4").
   MemoryLedger* memory = nullptr;
@@ -162,6 +159,9 @@ class RankMode {
   // Before the end-of-epoch evaluation: DDP's no-grad forward broadcasts rank 0's buffers;
   // DataParallel replicates device 0's module.
   virtual void before_evaluation() {}
+  // Every rank, after an iteration whose end rank 0 evaluates its model at (--eval-every): a mode
+  // whose ranks hold only shards of it (FSDP) makes it whole first.
+  virtual void before_periodic_evaluation() {}
   // After the run's last iteration (the parameter server's Done).
   virtual void finish() {}
   // Checkpoints: what the mode adds, and reads back (counters: the rank's whole rank<R>.json).

@@ -152,16 +152,15 @@ class FsdpRank : public RankMode {
     m_env.memory_at("backward");
     m_accumulated = m_synced ? 0 : m_accumulated + 1;
     if (m_synced) comm.timed(Phase::OptimizerStep, "optimizer-step", step, [&] { m_env.opt.step(); });
-    // --eval-every: rank 0 evaluates its own model after this iteration; its forward, in FSDP,
-    // would all-gather the parameters first
-    if (sharded() && m_env.evaluates_after && m_env.evaluates_after(step)) gather_all();
     return record_step(in, rec, loss, correct, -1.0, m_synced, false, "");
   }
 
-  // The evaluation's forward gathers the parameters, as FSDP's does.
+  // The evaluation's forward gathers the parameters, as FSDP's does (--eval-every: rank 0
+  // evaluates its own model after this iteration).
   void before_evaluation() override {
     if (sharded()) gather_all();
   }
+  void before_periodic_evaluation() override { before_evaluation(); }
   // The run's final weights are the gathered ones.
   void finish() override {
     if (sharded()) gather_all();
@@ -213,7 +212,8 @@ class FsdpRank : public RankMode {
     }
   }
 
-  // The unit's whole parameters from the ranks' shards, into the model's (allocated again).
+  // The unit's whole parameters from the ranks' shards, into the model's (allocated again); pass:
+  // "forward" or "backward", the memory point's name (nullptr: an evaluation's, between iterations).
   void gather(size_t u, const char* pass) {
     const FsdpUnit& unit = m_units[u];
     m_flat.assign(static_cast<size_t>(unit.shard * m_env.world), 0.0f);
@@ -224,11 +224,11 @@ class FsdpRank : public RankMode {
     unflatten(u, m_flat.data(), &Param::value);
     release(m_flat);  // (PyTorch gathers into the unsharded flat parameter itself: no second copy)
     m_env.model.host_changed(kStateParams);
-    m_env.memory_at(std::string(pass) + ": all-gather " + unit_name(u));
+    if (pass) m_env.memory_at(std::string(pass) + ": all-gather " + unit_name(u));
   }
 
   void gather_all() {
-    for (size_t u = 0; u < m_units.size(); ++u) gather(u, "evaluation");
+    for (size_t u = 0; u < m_units.size(); ++u) gather(u, nullptr);  // (between iterations: no point of one)
   }
 
   void free_params(size_t u) {

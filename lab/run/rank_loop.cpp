@@ -178,7 +178,7 @@ struct Run::RankLoop {
         opt(model.params(), optimizer_options(r.m_cfg)),
         schedule(lr_schedule_options(r.m_cfg, r.epochs_total())),
         env{r.m_cfg, rk, r.m_cfg.world_size, model, comm, transport, worker, opt, r.m_train, faults,
-            r.m_steps_per_epoch, r.m_steps_total, {}, {}, {}, &memory} {
+            r.m_steps_per_epoch, r.m_steps_total, {}, {}, &memory} {
     comm.set_allreduce_algorithm(parse_allreduce_algorithm(c.allreduce));
     if (ModelExecutor* dev = model.executor()) {
       comm.set_device_events([dev](std::vector<Event>& out) { dev->take_device_events(out); });  // its own timeline
@@ -186,7 +186,6 @@ struct Run::RankLoop {
     }
     comm.set_arrival_order(c.nondeterministic);
     env.iteration_gate = [this](int64_t step) { run.m_control->before_iteration(rank, step); };
-    env.evaluates_after = [this](int64_t step) { return run.eval_due(step + 1); };
     env.ran_out_of_data = [this](int64_t step, int64_t epoch, int64_t batches) {
       std::lock_guard<std::mutex> lock(rs.mu);
       rs.out_of_data_step = step;
@@ -285,6 +284,7 @@ struct Run::RankLoop {
     memory.sample("end");
     rec.memory = memory.points();
     record(rec, count, step, epoch, static_cast<int64_t>(bi));
+    if (run.eval_due(step + 1)) mode->before_periodic_evaluation();
     periodic_eval(step, epoch);
     return true;
   }

@@ -498,7 +498,23 @@ SummaryFields summary_fields(const nlohmann::json& j, const std::string& path) {
       throw IoError(path + ": format_version " + std::to_string(version) + " is a newer run directory format than " +
                         std::to_string(kRunDirFormatVersion) + ", the one this dtlab reads",
                     "open it with the dtlab that wrote it (" + j.value("producer", std::string("its producer")) + ")");
-    if (auto m = j.find("model"); m != j.end() && m->is_object()) s.model = m->value("name", std::string());
+    if (auto m = j.find("model"); m != j.end() && m->is_object()) {
+      s.model = m->value("name", std::string());
+      s.parameters = int_value(*m, "parameters", int64_t{0});
+    }
+    if (auto m = j.find("memory"); m != j.end() && m->is_object() && m->contains("per_rank"))
+      for (const nlohmann::json& r : m->at("per_rank")) {
+        s.memory_peak_step.push_back(int_value(r.at("peak"), "step", int64_t{-1}));
+        std::vector<MemorySample> pts;
+        for (const nlohmann::json& p : r.at("peak_step_points")) {
+          MemorySample x;
+          x.point = p.at("at").get<std::string>();
+          for (int c = 0; c < kMemCategories && c < static_cast<int>(p.at("bytes").size()); ++c)
+            x.bytes[c] = p.at("bytes").at(static_cast<size_t>(c)).get<int64_t>();
+          pts.push_back(std::move(x));
+        }
+        s.memory_peak_points.push_back(std::move(pts));
+      }
     s.interrupted = j.contains("interrupted");
     if (j.contains("test_eval_mode")) s.eval_mode = eval_result(j["test_eval_mode"]);
     if (j.contains("test_train_mode")) s.train_mode = eval_result(j["test_train_mode"]);

@@ -114,6 +114,10 @@ struct SummaryFields {
   uint64_t staged_bytes = 0;         // host-to-device plus device-to-host bytes of --device staging
   std::vector<std::string> conv_algorithms;  // rank 0's cuDNN algorithm per convolution pass
   std::string cuda_graphs;           // --cuda-graphs: "1 captured, 17 replayed, 2 eager" (steps; "" without)
+  int64_t parameters = 0;            // model.parameters (0: not written)
+  // memory.per_rank: each rank's peak step and its points (empty: an older summary)
+  std::vector<int64_t> memory_peak_step;
+  std::vector<std::vector<MemorySample>> memory_peak_points;
 };
 // The fields of a summary.json document; `where` names it in errors. Throws IoError when a field
 // has the wrong type or its format_version is newer than kRunDirFormatVersion.
