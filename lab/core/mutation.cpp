@@ -68,6 +68,17 @@ const std::vector<MutationInfo>& known_mutations() {
        "under DDP's no_sync"},
       {"checkpoint-drops-momentum",
        "a resumed run restores the parameters and buffers but not SGD's momentum buffers (a fresh optimizer)"},
+      {"fsdp-keeps-gathered",
+       "FSDP never frees the parameters it all-gathers: every rank holds the whole model between iterations, "
+       "as DDP does, beside its shards"},
+      {"fsdp-no-sync-reduces",
+       "FSDP reduce-scatters (or allreduces) every unit's gradient under no_sync too, as if no_sync only "
+       "postponed the optimizer step: the unsharded gradients are freed after every backward"},
+      {"memory-skips-optimizer-state",
+       "the memory accounting leaves the optimizer's state out (momentum, Adam's moments count 0 bytes)"},
+      {"zero-partition-unsorted",
+       "ZeroRedundancyOptimizer's partition takes the parameters in registration order instead of largest first "
+       "(each still to the rank with the fewest elements so far)"},
       {"zero-skips-sync",
        "ZeroRedundancyOptimizer steps each rank's own parameters but never broadcasts them: every rank keeps "
        "the others' parameters at their initial values"},

@@ -31,6 +31,7 @@
 #include "mode.h"
 #include "mode_ddp.h"
 #include "model.h"
+#include "mutation.h"
 #include "optim.h"
 #include "run.h"
 #include "sampler.h"
@@ -232,6 +233,7 @@ class FsdpRank : public RankMode {
   }
 
   void free_params(size_t u) {
+    if (m_keeps_gathered) return;
     const std::vector<Param*> params = m_env.model.params();
     for (int i : m_units[u].params) release(params[static_cast<size_t>(i)]->value.data);
   }
@@ -261,7 +263,7 @@ class FsdpRank : public RankMode {
                                 std::to_string(m_batch) + "): the gradient of " + m_names[static_cast<size_t>(i)] +
                                 " is NaN or infinite before the " + (sharded() ? "reduce-scatter" : "allreduce"),
                             "the reduction would have spread it to every rank; lower --lr");
-    if (m_synced) {
+    if (m_synced || m_no_sync_reduces) {
       const FsdpUnit& unit = m_units[u];
       flatten(u, &Param::grad);
       if (m_pre > 1)
@@ -300,6 +302,8 @@ class FsdpRank : public RankMode {
   int64_t m_step = 0, m_epoch = 0, m_batch = 0;
   bool m_synced = true;               // this iteration reduces gradients and steps
   int64_t m_accumulated = 0;          // no_sync iterations whose unsharded gradients are kept
+  // lessons' mutation tests (mutation.h)
+  const bool m_keeps_gathered = mutated("fsdp-keeps-gathered"), m_no_sync_reduces = mutated("fsdp-no-sync-reduces");
 };
 
 class FsdpMode : public ParallelMode {

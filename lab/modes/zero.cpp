@@ -7,6 +7,7 @@
 
 #include "communicator.h"
 #include "model.h"
+#include "mutation.h"
 
 namespace lab {
 
@@ -14,7 +15,8 @@ std::vector<std::vector<int>> zero_partition(const std::vector<int64_t>& numels,
   std::vector<int> order(numels.size());
   std::iota(order.begin(), order.end(), 0);
   // sorted(params, key=numel, reverse=True): Python's sort is stable, reverse=True keeps ties in order
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return numels[a] > numels[b]; });
+  if (!mutated("zero-partition-unsorted"))  // a lesson's mutation test (mutation.h)
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return numels[a] > numels[b]; });
   std::vector<std::vector<int>> per_rank(static_cast<size_t>(world));
   std::vector<int64_t> sizes(static_cast<size_t>(world), 0);
   for (int i : order) {

@@ -18,6 +18,7 @@
 #include "faults.h"
 #include "lr_schedule.h"
 #include "mode.h"
+#include "mutation.h"
 #include "optim.h"
 #include "parallel.h"
 #include "run.h"
@@ -201,13 +202,14 @@ struct Run::RankLoop {
         bns[i]->set_sync(syncs.back().get());
       }
     mode = mode_of(c).make_rank(env);
-    memory.set_measure([this] {
+    const bool skip_optimizer = mutated("memory-skips-optimizer-state");  // a lesson's mutation test (mutation.h)
+    memory.set_measure([this, skip_optimizer] {
       MemoryBytes b;
       for (const Param* p : model.params()) {
         b[kMemParameters] += p->value.numel() * 4;
         b[kMemGradients] += p->grad.numel() * 4;
       }
-      b[kMemOptimizerState] = opt.state_bytes();
+      b[kMemOptimizerState] = skip_optimizer ? 0 : opt.state_bytes();
       b[kMemActivations] = model.activation_bytes();
       mode->measure_memory(b);
       return b;

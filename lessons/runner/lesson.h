@@ -103,7 +103,7 @@ struct QuantitySpec {
 
 struct Observe {
   std::vector<std::string> runs;   // one run, or two shown side by side (twins)
-  std::string view;                // ring | batchnorm | batching | traineval | bench (bench train / chain runs)
+  std::string view;                // ring | batchnorm | batching | traineval | bench (bench train / chain runs) | memory
   std::string layer;               // batchnorm view: the BatchNorm layer ("2")
   int64_t channel = -1;            // batchnorm view: the channel
   int64_t step = -1;               // the iteration to look at: the run pauses when it is done (-1: the end)
