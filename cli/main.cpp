@@ -112,6 +112,17 @@ void print_mode_summary(const lab::RunConfig& c, const lab::RunSummary& s) {
   for (const std::string& line : mode.summary_lines(c, s)) std::printf("%s\n", line.c_str());
 }
 
+// The memory line: the rank that held the most, where, and its model states against ZeRO's formula.
+void print_memory_summary(const lab::RunConfig& c, const lab::RunSummary& s) {
+  const lab::RunSummary::MemoryOutline& m = s.memory;
+  if (m.rank < 0) return;
+  std::printf("memory: peak %.2f MB on %s %d at \"%s\" of iteration %lld; model states after the last iteration "
+              "%.3f MB (the ZeRO formula %s: %.3f MB)\n",
+              static_cast<double>(m.peak) / 1e6, lab::mode_of(c).member(), m.rank, m.at.c_str(),
+              static_cast<long long>(m.step), static_cast<double>(m.states_end) / 1e6, m.expression.c_str(),
+              static_cast<double>(m.formula) / 1e6);
+}
+
 void print_header(const lab::Run& run) {
   const lab::RunConfig& c = run.config();
   std::printf("dtlab %s run | model=%s world_size=%d batch_size=%lld (global %d) bn=%s broadcast_buffers=%s\n",
@@ -270,6 +281,7 @@ int cmd_run(lab::RunConfig& c, const lab::CommRuntime& runtime) {
     std::printf("\n");
   }
   print_mode_summary(c, s);
+  print_memory_summary(c, s);
   if (!s.skipped_steps.empty()) {
     std::printf("non-finite gradients: %zu iterations without an optimizer step (--on-nonfinite skip-step):",
                 s.skipped_steps.size());

@@ -144,6 +144,32 @@ const std::vector<Case>& cases() {
          c.lr = 1e-3;
          c.parameters_as_bucket_view = true;
        }},
+      // FSDP: each rank's checkpoint holds its shards and their Adam state, and (stopped inside a
+      // no_sync cycle) the unsharded gradients accumulated so far; the model's parameters are
+      // gathered again after the resume
+      {"fsdp_mlp_full_shard_layer_adam_no_sync", "mlp", 4,
+       [](lab::RunConfig& c) {
+         c.mode = "fsdp";
+         c.sharding_strategy = "full_shard";
+         c.fsdp_wrap = "layer";
+         c.optimizer = "adam";
+         c.lr = 1e-3;
+         c.no_sync_steps = 2;
+       }},
+      {"fsdp_cnn_shard_grad_op_momentum", "cnn", 3,
+       [](lab::RunConfig& c) {
+         c.mode = "fsdp";
+         c.sharding_strategy = "shard_grad_op";
+         c.momentum = 0.9;
+       }},
+      {"fsdp_mlp_no_shard", "mlp", 2,
+       [](lab::RunConfig& c) {
+         c.mode = "fsdp";
+         c.sharding_strategy = "no_shard";
+         c.momentum = 0.9;
+         c.eval_every = 4;
+         c.eval_samples = 32;
+       }},
   };
   return c;
 }
@@ -174,7 +200,7 @@ TEST_P(ResumeMatches, UninterruptedRun) {
   EXPECT_FALSE(summary_of(b.path()).contains("interrupted")) << k.name;
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, ResumeMatches, ::testing::Range<size_t>(0, 10),
+INSTANTIATE_TEST_SUITE_P(Modes, ResumeMatches, ::testing::Range<size_t>(0, 13),
                          [](const ::testing::TestParamInfo<size_t>& i) { return std::string(cases()[i.param].name); });
 
 // Checkpoints on a schedule change nothing: the run with them equals the run without.

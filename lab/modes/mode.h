@@ -114,6 +114,10 @@ struct ModeCheckpoint {
   nlohmann::json counters = nlohmann::json::object();  // merged into rank<R>.json
   std::vector<SafeTensor> tensors;                    // added to rank<R>.safetensors
   bool require_forward_param_sync = true;             // DDP: the next forward syncs buffers (state.json)
+  // Whether the model's parameters are the rank's state (saved and restored with the model). false:
+  // the mode's tensors hold them (FSDP's shards; the model's are freed between iterations) and the
+  // checkpoint keeps the model's buffers only.
+  bool model_parameters = true;
 };
 
 // One iteration of a rank.
@@ -164,7 +168,8 @@ class RankMode {
   virtual void before_periodic_evaluation() {}
   // After the run's last iteration (the parameter server's Done).
   virtual void finish() {}
-  // Checkpoints: what the mode adds, and reads back (counters: the rank's whole rank<R>.json).
+  // Checkpoints: what the mode adds, and reads back (counters: the rank's whole rank<R>.json;
+  // tensors: the checkpoint's tensors that are neither the model's nor the optimizer's).
   // epochs_done: the epochs finished before the checkpoint (DataParallel's loader replays them).
   virtual void save(ModeCheckpoint& mc) const { (void)mc; }
   // Memory accounting (memory.h): b holds the model's parameters and gradients, the optimizer's

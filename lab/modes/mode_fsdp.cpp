@@ -138,18 +138,19 @@ class FsdpRank : public RankMode {
       ~Unhook() { m.set_hooks(nullptr); }
     } unhook{model};
     int correct = 0;
-    const float loss =
-        comm.timed(Phase::Forward, "forward", step, [&] { return model.forward_loss(*in.x, *in.labels, &correct); });
+    begin_compute(Phase::Forward, "forward");
+    const float loss = model.forward_loss(*in.x, *in.labels, &correct);
+    end_compute();
     m_env.memory_at("forward");
     if (m_env.faults.here(m_env.rank, step, "nan")) model.poison_loss_grad();
-    comm.timed(Phase::Backward, "backward", step, [&] {
-      if (c.no_sync_steps == 0 || step % (c.no_sync_steps + 1) == 0) model.zero_grad();  // no_sync accumulates
-      bool first_grad = true;
-      model.backward_from_loss([&](int) {
-        if (first_grad) m_env.faults.check(m_env.rank, step, "backward");
-        first_grad = false;
-      });
+    begin_compute(Phase::Backward, "backward");
+    if (c.no_sync_steps == 0 || step % (c.no_sync_steps + 1) == 0) model.zero_grad();  // no_sync accumulates
+    bool first_grad = true;
+    model.backward_from_loss([&](int) {
+      if (first_grad) m_env.faults.check(m_env.rank, step, "backward");
+      first_grad = false;
     });
+    end_compute();
     m_env.memory_at("backward");
     m_accumulated = m_synced ? 0 : m_accumulated + 1;
     if (m_synced) comm.timed(Phase::OptimizerStep, "optimizer-step", step, [&] { m_env.opt.step(); });
@@ -165,6 +166,41 @@ class FsdpRank : public RankMode {
   // The run's final weights are the gathered ones.
   void finish() override {
     if (sharded()) gather_all();
+  }
+
+  // Checkpoints: the rank's shards (its optimizer's state is the optimizer's part, by the shards'
+  // names) and how many no_sync iterations have accumulated gradients (the unsharded gradients
+  // themselves are the checkpoint's grad.<name>). The model's parameters are not the state of a
+  // sharded rank: freed between iterations, they are gathered from the shards. No collective runs.
+  void save(ModeCheckpoint& mc) const override {
+    mc.counters["fsdp_accumulated"] = m_accumulated;
+    if (!sharded()) return;
+    mc.model_parameters = false;
+    for (const Param& s : m_shards) {
+      SafeTensor t;
+      t.name = s.name;
+      t.dtype = "F32";
+      t.shape = s.value.shape;
+      const auto* p = reinterpret_cast<const uint8_t*>(s.value.data.data());
+      t.bytes.assign(p, p + s.value.data.size() * sizeof(float));
+      mc.tensors.push_back(std::move(t));
+    }
+  }
+  void restore(const ModeCheckpoint& mc, int64_t epochs_done) override {
+    (void)epochs_done;
+    m_accumulated = mc.counters.value("fsdp_accumulated", int64_t{0});
+    if (!sharded()) return;
+    for (Param& s : m_shards) {
+      const auto it = std::find_if(mc.tensors.begin(), mc.tensors.end(), [&](const SafeTensor& t) { return t.name == s.name; });
+      if (it == mc.tensors.end())
+        throw IoError("the checkpoint has no '" + s.name + "' (rank " + std::to_string(m_env.rank) +
+                      "'s shard of FSDP's flat parameter)");
+      if (it->dtype != "F32" || it->shape != s.value.shape)
+        throw IoError("the checkpoint's '" + s.name + "' is " + it->dtype + " " + shape_str(it->shape) + ", rank " +
+                      std::to_string(m_env.rank) + "'s shard is F32 " + shape_str(s.value.shape) +
+                      " (another --fsdp-wrap or world size?)");
+      std::memcpy(s.value.ptr(), it->bytes.data(), it->bytes.size());
+    }
   }
 
   // The shards are the parameters the rank keeps; the model's own, while a unit is gathered, are
@@ -183,6 +219,36 @@ class FsdpRank : public RankMode {
 
  private:
   bool sharded() const { return m_strategy != "no_shard"; }
+
+  // Forward and backward as the timeline's compute events, cut where a unit's collective runs: the
+  // collectives run on the rank's thread between the modules, not behind them (a collective inside
+  // a compute event would count as hidden behind backward). An exception records nothing of the
+  // segment it interrupts.
+  void begin_compute(Phase phase, const char* op) {
+    m_phase = phase;
+    m_phase_op = op;
+    m_segment_t0 = now_seconds();
+  }
+  void end_compute() {
+    pause_compute();
+    m_phase_op = nullptr;
+  }
+  void pause_compute() {
+    if (!m_phase_op || m_segment_t0 < 0) return;
+    Event e;
+    e.kind = EventKind::Compute;
+    e.rank = m_env.rank;
+    e.train_step = m_step;
+    e.phase = m_phase;
+    e.op = m_phase_op;
+    e.t_start = m_segment_t0;
+    e.t_end = now_seconds();
+    m_env.comm.record(e);
+    m_segment_t0 = -1;
+  }
+  void resume_compute() {
+    if (m_phase_op) m_segment_t0 = now_seconds();
+  }
   std::string unit_name(size_t u) const { return m_units[u].name.empty() ? "model" : m_units[u].name; }
   static void release(std::vector<float>& v) { std::vector<float>().swap(v); }
 
@@ -220,8 +286,10 @@ class FsdpRank : public RankMode {
     m_flat.assign(static_cast<size_t>(unit.shard * m_env.world), 0.0f);
     std::memcpy(m_flat.data() + unit.shard * m_env.rank, m_shards[u].value.ptr(),
                 static_cast<size_t>(unit.shard) * sizeof(float));
+    pause_compute();
     m_env.comm.allgather_in_place(m_flat.data(), static_cast<size_t>(unit.shard),
                                   CollectiveInfo{"fsdp params", static_cast<int>(u)});
+    resume_compute();
     unflatten(u, m_flat.data(), &Param::value);
     release(m_flat);  // (PyTorch gathers into the unsharded flat parameter itself: no second copy)
     m_env.model.host_changed(kStateParams);
@@ -269,8 +337,10 @@ class FsdpRank : public RankMode {
       if (m_pre > 1)
         for (float& x : m_flat) x /= m_pre;
       if (sharded()) {
+        pause_compute();
         m_env.comm.reduce_scatter_sum(m_flat.data(), static_cast<size_t>(unit.shard),
                                       CollectiveInfo{"fsdp grads", static_cast<int>(u)});
+        resume_compute();
         float* mine = m_flat.data() + unit.shard * m_env.rank;
         if (m_post > 1)
           for (int64_t i = 0; i < unit.shard; ++i) mine[i] /= m_post;
@@ -278,7 +348,9 @@ class FsdpRank : public RankMode {
         m_env.memory_at("backward: reduce-scatter " + unit_name(u));
         free_grads(u);
       } else {
+        pause_compute();
         m_env.comm.allreduce_sum(m_flat.data(), m_flat.size(), CollectiveInfo{"fsdp grads", static_cast<int>(u)});
+        resume_compute();
         if (m_post > 1)
           for (float& x : m_flat) x /= m_post;
         unflatten(u, m_flat.data(), &Param::grad);
@@ -301,6 +373,9 @@ class FsdpRank : public RankMode {
   std::vector<float> m_flat;          // a unit's padded flat parameter or gradient, while a collective uses it
   int64_t m_step = 0, m_epoch = 0, m_batch = 0;
   bool m_synced = true;               // this iteration reduces gradients and steps
+  Phase m_phase = Phase::Forward;     // the compute event being timed (begin_compute), if m_phase_op
+  const char* m_phase_op = nullptr;
+  double m_segment_t0 = -1;           // its current segment's start (-1: paused)
   int64_t m_accumulated = 0;          // no_sync iterations whose unsharded gradients are kept
   // lessons' mutation tests (mutation.h)
   const bool m_keeps_gathered = mutated("fsdp-keeps-gathered"), m_no_sync_reduces = mutated("fsdp-no-sync-reduces");
@@ -322,7 +397,7 @@ class FsdpMode : public ParallelMode {
   }
   ModeCaps caps() const override {
     ModeCaps k;
-    k.sync_bn = k.no_sync = k.sharded_collectives = true;
+    k.sync_bn = k.no_sync = k.sharded_collectives = k.checkpoints = true;
     return k;
   }
   std::vector<ModeSetting> settings() const override {

@@ -82,6 +82,8 @@ class Optimizer {
   // model's parameters. Before the first step only.
   void set_params(std::vector<Param*> params);
   bool owns(size_t i) const { return m_owned.empty() || m_owned[i]; }
+  // What it steps: the model's parameters, or what set_params gave it (FSDP's shards).
+  const std::vector<Param*>& params() const { return m_params; }
   const OptimizerOptions& options() const { return m_opt; }
   double lr() const { return m_opt.is_sgd() ? m_opt.sgd.lr : m_opt.adam.lr; }
   void set_lr(double lr);  // a scheduler's new rate (param_group['lr'] = lr)

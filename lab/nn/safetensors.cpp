@@ -146,11 +146,13 @@ std::vector<SafeTensor> model_tensors(Model& model, bool buffers_only) {
   return out;
 }
 
-void load_model_tensors(Model& model, const std::vector<SafeTensor>& tensors, const std::string& path) {
+void load_model_tensors(Model& model, const std::vector<SafeTensor>& tensors, const std::string& path,
+                        bool buffers_only) {
   std::map<std::string, const SafeTensor*> by_name;
   for (const SafeTensor& t : tensors) by_name[t.name] = &t;
   std::set<std::string> used;
   for (const StateEntry& e : model.state_dict()) {
+    if (buffers_only && e.param) continue;
     auto it = by_name.find(e.name);
     if (it == by_name.end()) throw IoError(path + ": missing key '" + e.name + "' (the model is " + model.describe() + ")");
     const SafeTensor& t = *it->second;

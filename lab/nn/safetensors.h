@@ -31,9 +31,10 @@ std::vector<SafeTensor> read_safetensors(const std::string& path, std::map<std::
 
 // The model's parameters and buffers (or buffers only) as safetensors entries, state_dict order.
 std::vector<SafeTensor> model_tensors(Model& model, bool buffers_only = false);
-// Loads every parameter and buffer of the model from tensors. Missing or unexpected keys, wrong
-// shapes or dtypes are an IoError naming the file (`path`) and the key, like load_state_dict's
-// strict mode.
-void load_model_tensors(Model& model, const std::vector<SafeTensor>& tensors, const std::string& path);
+// Loads every parameter and buffer of the model (or every buffer: what model_tensors(model, true)
+// wrote) from tensors. Missing or unexpected keys, wrong shapes or dtypes are an IoError naming
+// the file (`path`) and the key, like load_state_dict's strict mode.
+void load_model_tensors(Model& model, const std::vector<SafeTensor>& tensors, const std::string& path,
+                        bool buffers_only = false);
 
 }  // namespace lab

@@ -135,6 +135,13 @@ struct RunSummary {
   double drift_max = 0, drift_mean = 0;           // over the averagings
   std::vector<std::pair<int, int64_t>> async_updates;  // async: (worker, staleness) per applied push
   std::vector<int64_t> skipped_steps;                  // --on-nonfinite skip-step: iterations without a step
+  // Memory (memory.h; summary.json's "memory"): the rank with the highest peak, where it happened,
+  // its model states after the last iteration, and the ZeRO formula's for the mode.
+  struct MemoryOutline {
+    int rank = -1;                 // -1: nothing measured
+    int64_t step = -1, peak = 0, states_end = 0, formula = 0;
+    std::string at, expression;
+  } memory;
 };
 
 enum class RunState { Created, Running, Paused, Finished, Failed };

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <set>
 
 #include "comm_stats.h"
 #include "communicator.h"
@@ -57,6 +58,16 @@ Tensor from_f32(const SafeTensor& s, const std::vector<int64_t>& shape, const st
 }  // namespace
 
 namespace {
+
+// The names of what the optimizer steps: the model's parameters' ("1.weight"), or its own
+// parameters' (FSDP's shards: "fsdp.model").
+std::vector<std::string> optimizer_param_names(const Optimizer& opt, Model& model) {
+  const std::vector<Param*> params = model.params();
+  if (opt.params() == params) return param_names(model);
+  std::vector<std::string> out;
+  for (const Param* p : opt.params()) out.push_back(p->name);
+  return out;
+}
 
 // Gradients are being accumulated across iteration `step` (DDP's no_sync: the backward passes
 // before a synchronized one add into .grad).
@@ -125,16 +136,18 @@ RankCheckpoint Run::rank_checkpoint(int rank, const RankCheckpointRefs& refs, Mo
 
   RankCheckpoint rc;
   refs.mode.save(mode_part);
-  rc.tensors = model_tensors(refs.model);
+  rc.tensors = model_tensors(refs.model, !mode_part.model_parameters);
   rc.tensors.insert(rc.tensors.end(), mode_part.tensors.begin(), mode_part.tensors.end());
   const std::vector<std::string> names = param_names(refs.model);
   const std::vector<Param*> params = refs.model.params();
   // the optimizer's state: SGD's momentum buffers, Adam's exp_avg and exp_avg_sq (optim.<name>.<param>),
-  // of the parameters this rank's optimizer owns (ZeroRedundancyOptimizer: its partition's; the state is sharded)
+  // of the parameters this rank's optimizer owns (ZeroRedundancyOptimizer: its partition's; the state is sharded;
+  // FSDP: of its shards, by their names)
+  const std::vector<std::string> opt_names = optimizer_param_names(refs.opt, refs.model);
   for (const std::string& s : refs.opt.state_names()) {
     const std::vector<Tensor>& st = refs.opt.state(s);
-    for (size_t i = 0; i < params.size(); ++i)
-      if (refs.opt.owns(i)) rc.tensors.push_back(f32_tensor("optim." + s + "." + names[i], st[i]));
+    for (size_t i = 0; i < opt_names.size(); ++i)
+      if (refs.opt.owns(i)) rc.tensors.push_back(f32_tensor("optim." + s + "." + opt_names[i], st[i]));
   }
   if (accumulating(c, S)) {
     refs.model.to_host(kStateGrads);  // a device's gradients (executor.h: keep_grads)
@@ -166,6 +179,7 @@ RankCheckpoint Run::rank_checkpoint(int rank, const RankCheckpointRefs& refs, Mo
                    {"stats", rank_stats_json(mine, rank, world, S,
                                              m_resume ? m_resume->ranks[static_cast<size_t>(rank)].counters.at("stats")
                                                       : nlohmann::json())}};
+    rc.counters["model_parameters"] = mode_part.model_parameters;
     rc.counters.update(mode_part.counters);
     // A rank of another process: its step records so far (rank 0's process writes its own below).
     if (!is_local(0)) rc.records = encode_records(std::vector<StepRecord>(rs.pending.begin(), rs.pending.end()));
@@ -341,34 +355,40 @@ void Run::restore_rank(int rank, RankCheckpointRefs& refs) {
   const CheckpointState& st = m_resume->state;
   const RankCheckpoint& rc = m_resume->ranks[static_cast<size_t>(rank)];
   const std::string where = m_resume->found.dir + "/rank" + std::to_string(rank);
-  // parameters and buffers; momentum and accumulated gradients by name
-  std::vector<SafeTensor> model_part;
+  // parameters and buffers (or, where the mode keeps the parameters, buffers only); momentum and
+  // accumulated gradients by name; the rest is the mode's
+  std::set<std::string> model_keys;
+  for (const StateEntry& e : refs.model.state_dict()) model_keys.insert(e.name);
+  std::vector<SafeTensor> model_part, mode_tensors;
   std::map<std::string, const SafeTensor*> extra;
   for (const SafeTensor& t : rc.tensors) {
     if (t.name.rfind("optim.", 0) == 0 || t.name.rfind("grad.", 0) == 0) extra[t.name] = &t;
-    else model_part.push_back(t);
+    else if (model_keys.count(t.name)) model_part.push_back(t);
+    else mode_tensors.push_back(t);
   }
-  load_model_tensors(refs.model, model_part, where + ".safetensors");
+  load_model_tensors(refs.model, model_part, where + ".safetensors", !rc.counters.value("model_parameters", true));
   const std::vector<std::string> names = param_names(refs.model);
   const std::vector<Param*> params = refs.model.params();
+  const std::vector<std::string> opt_names = optimizer_param_names(refs.opt, refs.model);
+  const std::vector<Param*>& opt_params = refs.opt.params();
   // The optimizer's state, as its steps left it. A checkpoint before any step has none.
   // (a lesson's mutation test, mutation.h: the resumed optimizer starts without its momentum)
   // (A checkpoint of an earlier dtlab counts no steps: SGD's momentum buffers say it had stepped.)
   const int64_t opt_steps = rc.counters.value(
-      "optimizer_steps", int64_t{extra.count("optim.momentum." + names[0]) ? 1 : 0});
+      "optimizer_steps", int64_t{extra.count("optim.momentum." + opt_names[0]) ? 1 : 0});
   if (opt_steps > 0 && !mutated("checkpoint-drops-momentum")) {
     std::map<std::string, std::vector<Tensor>> state;
     for (const std::string& s : Optimizer::state_names_of(refs.opt.options()))
-      for (size_t i = 0; i < params.size(); ++i) {
+      for (size_t i = 0; i < opt_params.size(); ++i) {
         if (!refs.opt.owns(i)) {  // another rank's (ZeroRedundancyOptimizer): its checkpoint holds it
           state[s].emplace_back();
           continue;
         }
-        const std::string key = "optim." + s + "." + names[i];
+        const std::string key = "optim." + s + "." + opt_names[i];
         auto it = extra.find(key);
         if (it == extra.end())
           throw IoError(where + ".safetensors: missing '" + key + "' (the " + refs.opt.options().kind + " optimizer's state)");
-        state[s].push_back(from_f32(*it->second, params[i]->value.shape, where + ".safetensors"));
+        state[s].push_back(from_f32(*it->second, opt_params[i]->value.shape, where + ".safetensors"));
       }
     refs.opt.restore_state(std::move(state), opt_steps);
   }
@@ -384,6 +404,7 @@ void Run::restore_rank(int rank, RankCheckpointRefs& refs) {
     refs.comm.restore_counters(j.at("bytes_sent").get<uint64_t>(), j.at("collectives").get<uint64_t>());
     ModeCheckpoint mode_part;  // the mode's own state (mode.h), as it was
     mode_part.counters = j;
+    mode_part.tensors = std::move(mode_tensors);
     mode_part.require_forward_param_sync = st.require_forward_param_sync;
     refs.mode.restore(mode_part, st.epoch);
     for (int64_t e = 0; e < st.epoch; ++e) refs.schedule.step();  // the schedule as after st.epoch epochs

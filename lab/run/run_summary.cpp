@@ -217,11 +217,22 @@ nlohmann::json Run::memory_json(int64_t psi) {
   f.k = optimizer_bytes_per_parameter(!opt.is_sgd(), opt.sgd.momentum);
   f.world = m_cfg.world_size;
   nlohmann::json ranks = nlohmann::json::array();
+  RunSummary::MemoryOutline& outline = m_summary.memory;
+  outline = RunSummary::MemoryOutline{};
+  outline.formula = f.model_states().total();
+  outline.expression = f.expression();
   for (size_t r = 0; r < m_ranks.size(); ++r) {
     RankState& rs = *m_ranks[r];
     std::lock_guard<std::mutex> lock(rs.mu);
     if (rs.memory_peak_step < 0) continue;
     const MemorySample& top = rs.memory_peak_points[rs.memory_peak_point];
+    if (outline.rank < 0 || top.bytes.total() > outline.peak) {
+      outline.rank = static_cast<int>(r);
+      outline.step = rs.memory_peak_step;
+      outline.peak = top.bytes.total();
+      outline.at = top.point;
+      outline.states_end = rs.memory_last_points.back().bytes.model_states();
+    }
     nlohmann::json points = nlohmann::json::array();
     for (const MemorySample& s : rs.memory_peak_points) {
       nlohmann::json b = nlohmann::json::array();
