@@ -83,7 +83,7 @@ void expect_same_run(const std::string& a, const std::string& b, const std::stri
     EXPECT_EQ(testutil::read_file(a + "/bn_stats.bin"), testutil::read_file(b + "/bn_stats.bin")) << what;
   }
   const nlohmann::json sa = summary_of(a), sb = summary_of(b);
-  for (const char* k : {"test_eval_mode", "test_train_mode", "steps", "samples", "epochs", "traffic", "local_sgd"}) {
+  for (const char* k : {"test_eval_mode", "test_train_mode", "steps", "samples", "epochs", "traffic", "local_sgd", "memory"}) {
     if (sa.contains(k)) {
       EXPECT_EQ(sa[k], sb[k]) << what << ": summary " << k;
     }

@@ -51,6 +51,12 @@ CASES = {
                       "--async-schedule", "seeded", "--async-seed", "5"], "run"),
     "zero_mlp_adam_bucket": (["--mode", "zero", "--model", "mlp", "--world-size", "3", "--batch-size", "16", "--steps",
                               "10", "--optimizer", "adam", "--lr", "0.001", "--parameters-as-bucket-view"], "run"),
+    "fsdp_mlp_full_shard_layer_adam": (["--mode", "fsdp", "--model", "mlp", "--world-size", "4", "--batch-size", "16",
+                                        "--steps", "10", "--sharding-strategy", "full_shard", "--fsdp-wrap", "layer",
+                                        "--optimizer", "adam", "--lr", "0.001", "--no-sync-steps", "1"], "run"),
+    "fsdp_cnn_shard_grad_op_eval": (["--mode", "fsdp", "--model", "cnn", "--world-size", "2", "--batch-size", "16",
+                                     "--steps", "8", "--sharding-strategy", "shard_grad_op", "--momentum", "0.9",
+                                     "--eval-every", "4", "--eval-samples", "64"], "run"),
     "one_rank_cnn_threads2": (["--model", "cnn", "--world-size", "1", "--batch-size", "32", "--steps", "6", "--threads",
                                "2"], "run"),
     "eval_every_mlp": (["--model", "mlp", "--world-size", "2", "--batch-size", "16", "--steps", "16", "--eval-every", "4",
@@ -59,6 +65,9 @@ CASES = {
                         "--checkpoint-every", "4", "--momentum", "0.9"], "resume"),
     "resume_dp_mlp": (["--mode", "dp", "--model", "mlp", "--world-size", "2", "--batch-size", "32", "--steps", "10",
                        "--checkpoint-every", "5"], "resume"),
+    "resume_fsdp_mlp_full_shard": (["--mode", "fsdp", "--model", "mlp", "--world-size", "2", "--batch-size", "16",
+                                    "--steps", "12", "--checkpoint-every", "6", "--optimizer", "adamw", "--lr", "0.001",
+                                    "--no-sync-steps", "2"], "resume"),
     "mpi_ddp_mlp_sync": (["--model", "mlp", "--batch-size", "16", "--steps", "10", "--bn", "sync"], "mpi"),
 }
 

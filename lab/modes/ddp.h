@@ -75,11 +75,12 @@ class DdpReducer {
   // Whether the buckets live on the model's device (above); decided at the first backward.
   bool buckets_on_device() const { return m_mem != nullptr; }
   bool rebuilt() const { return m_rebuilt; }
-  // Bytes of the buckets' flat buffers on the host (memory.h's "comm_buffers"; device buckets
-  // are the device's memory).
+  // Bytes of the gradient buckets (memory.h's "comm_buffers"): every bucket's gradients, as
+  // PyTorch's Reducer allocates them at DDP's construction (dtlab sizes its buffers at the first
+  // backward that uses them; a resumed local SGD run past its warm-up never does).
   int64_t bucket_bytes() const {
     int64_t b = 0;
-    for (const std::vector<float>& f : m_flat) b += static_cast<int64_t>(f.size()) * 4;
+    for (size_t i = 0; i < m_buckets.size(); ++i) b += static_cast<int64_t>(bucket_size(i)) * 4;
     return b;
   }
   // From a checkpoint: the buckets as the reducer had them (after the rebuild, in the first
