@@ -19,6 +19,17 @@ int64_t MemoryBytes::total() const {
   return t;
 }
 
+void MemoryPeak::offer(int64_t s, const std::vector<MemorySample>& pts) {
+  if (pts.empty()) return;
+  size_t top = 0;
+  for (size_t i = 1; i < pts.size(); ++i)
+    if (pts[i].bytes.total() > pts[top].bytes.total()) top = i;
+  if (!empty() && pts[top].bytes.total() <= this->top().bytes.total()) return;
+  step = s;
+  point = top;
+  points = pts;
+}
+
 void MemoryLedger::begin_step(int64_t step) {
   m_step = step;
   m_points.clear();
@@ -26,13 +37,9 @@ void MemoryLedger::begin_step(int64_t step) {
 
 void MemoryLedger::sample(const std::string& point) {
   if (!m_measure) return;
-  MemorySample s{point, m_measure()};
-  if (m_peak_step < 0 || s.bytes.total() > m_peak.bytes.total()) {
-    m_peak = s;
-    m_peak_step = m_step;
-  }
-  m_last = s;
-  m_points.push_back(std::move(s));
+  m_last = MemorySample{point, m_measure()};
+  m_points.push_back(m_last);
+  m_peak.offer(m_step, m_points);
 }
 
 MemoryBytes ZeroFormula::model_states() const {

@@ -59,6 +59,17 @@ struct MemorySample {
   MemoryBytes bytes;
 };
 
+// The step of a run whose points reached the highest total, and those points.
+struct MemoryPeak {
+  int64_t step = -1;                  // -1: none yet
+  size_t point = 0;                   // the highest of `points` (the first on a tie)
+  std::vector<MemorySample> points;
+  bool empty() const { return step < 0; }
+  const MemorySample& top() const { return points[point]; }
+  // Keeps step's points when their highest total is above the peak's (an earlier step stays on a tie).
+  void offer(int64_t step, const std::vector<MemorySample>& pts);
+};
+
 // A rank's ledger: the points of the step in progress, the last step's, and the run's peak.
 // measure() is the rank's mode's accounting (RankMode::measure_memory over the model and the
 // optimizer); sample() records it at a point. One rank thread uses a ledger.
@@ -72,8 +83,8 @@ class MemoryLedger {
   // The step in progress's points, in order.
   const std::vector<MemorySample>& points() const { return m_points; }
   // The run's highest total so far, its step and point (peak_step -1: none yet).
-  const MemorySample& peak() const { return m_peak; }
-  int64_t peak_step() const { return m_peak_step; }
+  const MemorySample& peak() const { return m_peak.empty() ? m_last : m_peak.top(); }
+  int64_t peak_step() const { return m_peak.step; }
   // The last point recorded (the end of the last step).
   const MemorySample& last() const { return m_last; }
 
@@ -81,8 +92,8 @@ class MemoryLedger {
   std::function<MemoryBytes()> m_measure;
   std::vector<MemorySample> m_points;
   int64_t m_step = -1;
-  MemorySample m_peak, m_last;
-  int64_t m_peak_step = -1;
+  MemoryPeak m_peak;
+  MemorySample m_last;
 };
 
 // The ZeRO paper's model states per rank in dtlab's fp32 (parameters 4 bytes an element,

@@ -176,15 +176,7 @@ class FsdpRank : public RankMode {
     mc.counters["fsdp_accumulated"] = m_accumulated;
     if (!sharded()) return;
     mc.model_parameters = false;
-    for (const Param& s : m_shards) {
-      SafeTensor t;
-      t.name = s.name;
-      t.dtype = "F32";
-      t.shape = s.value.shape;
-      const auto* p = reinterpret_cast<const uint8_t*>(s.value.data.data());
-      t.bytes.assign(p, p + s.value.data.size() * sizeof(float));
-      mc.tensors.push_back(std::move(t));
-    }
+    for (const Param& s : m_shards) mc.tensors.push_back(f32_tensor(s.name, s.value));
   }
   void restore(const ModeCheckpoint& mc, int64_t epochs_done) override {
     (void)epochs_done;

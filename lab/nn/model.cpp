@@ -91,7 +91,7 @@ const Tensor& Model::forward(const Tensor& x, Mode mode) {
   const ModuleHooks* hooks = mode == Mode::Train ? m_hooks : nullptr;
   m_saved_upto = 0;
   for (size_t i = 0; i < count; ++i) {
-    const size_t span = fused_at(i) ? 2 : 0;
+    const size_t span = hooks && fused_at(i) ? 2 : 0;  // (the hooks' modules of a fused run)
     if (hooks && hooks->before_forward)
       for (size_t j = i; j <= i + span; ++j) hooks->before_forward(j);
     const size_t last = forward_step(i, *in, mode);

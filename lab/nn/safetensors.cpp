@@ -118,30 +118,33 @@ std::vector<SafeTensor> read_safetensors(const std::string& path, std::map<std::
   return tensors;
 }
 
+SafeTensor f32_tensor(const std::string& name, const Tensor& t) {
+  SafeTensor s;
+  s.name = name;
+  s.dtype = "F32";
+  s.shape = t.shape;
+  const auto* p = reinterpret_cast<const uint8_t*>(t.data.data());
+  s.bytes.assign(p, p + t.data.size() * sizeof(float));
+  return s;
+}
+
 std::vector<SafeTensor> model_tensors(Model& model, bool buffers_only) {
   model.to_host(buffers_only ? kStateBuffers : kStateModel);  // a device's state (executor.h: residency)
   std::vector<SafeTensor> out;
   for (const StateEntry& e : model.state_dict()) {
-    SafeTensor t;
-    t.name = e.name;
     if (e.param) {
-      if (buffers_only) continue;
-      t.dtype = "F32";
-      t.shape = e.param->value.shape;
-      const auto* p = reinterpret_cast<const uint8_t*>(e.param->value.data.data());
-      t.bytes.assign(p, p + e.param->value.data.size() * sizeof(float));
+      if (!buffers_only) out.push_back(f32_tensor(e.name, e.param->value));
     } else if (e.buffer->is_int64) {
+      SafeTensor t;
+      t.name = e.name;
       t.dtype = "I64";
       t.shape = {};
       const auto* p = reinterpret_cast<const uint8_t*>(&e.buffer->i64);
       t.bytes.assign(p, p + sizeof(int64_t));
+      out.push_back(std::move(t));
     } else {
-      t.dtype = "F32";
-      t.shape = e.buffer->value.shape;
-      const auto* p = reinterpret_cast<const uint8_t*>(e.buffer->value.data.data());
-      t.bytes.assign(p, p + e.buffer->value.data.size() * sizeof(float));
+      out.push_back(f32_tensor(e.name, e.buffer->value));
     }
-    out.push_back(std::move(t));
   }
   return out;
 }

@@ -29,6 +29,9 @@ void write_safetensors(const std::string& path, const std::vector<SafeTensor>& t
 // Throws IoError naming the file and the problem (truncated, bad header, offsets out of range).
 std::vector<SafeTensor> read_safetensors(const std::string& path, std::map<std::string, std::string>* metadata = nullptr);
 
+// A float32 tensor as a safetensors entry called `name` ("F32", its shape, its bytes).
+SafeTensor f32_tensor(const std::string& name, const Tensor& t);
+
 // The model's parameters and buffers (or buffers only) as safetensors entries, state_dict order.
 std::vector<SafeTensor> model_tensors(Model& model, bool buffers_only = false);
 // Loads every parameter and buffer of the model (or every buffer: what model_tensors(model, true)

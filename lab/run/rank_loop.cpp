@@ -126,19 +126,6 @@ std::vector<BnLayerRecord> bn_layer_records(const std::vector<BatchNorm*>& bns, 
 
 // ---- one rank ----
 
-void Run::RankState::note_memory(const StepRecord& rec) {
-  if (rec.memory.empty()) return;
-  memory_last_points = rec.memory;
-  size_t top = 0;
-  for (size_t i = 1; i < rec.memory.size(); ++i)
-    if (rec.memory[i].bytes.total() > rec.memory[top].bytes.total()) top = i;
-  if (memory_peak_step < 0 ||
-      rec.memory[top].bytes.total() > memory_peak_points[memory_peak_point].bytes.total()) {
-    memory_peak_step = rec.step;
-    memory_peak_point = top;
-    memory_peak_points = rec.memory;
-  }
-}
 
 struct Run::RankLoop {
   Run& run;

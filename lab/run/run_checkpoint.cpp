@@ -27,6 +27,7 @@
 #include "optim.h"
 #include "run.h"
 #include "run_dir.h"
+#include "run_format.h"
 #include "run_internal.h"
 #include "mode.h"
 #include "run_wire.h"
@@ -36,16 +37,6 @@ namespace lab {
 namespace fs = std::filesystem;
 
 namespace {
-
-SafeTensor f32_tensor(const std::string& name, const Tensor& t) {
-  SafeTensor s;
-  s.name = name;
-  s.dtype = "F32";
-  s.shape = t.shape;
-  const auto* p = reinterpret_cast<const uint8_t*>(t.data.data());
-  s.bytes.assign(p, p + t.data.size() * sizeof(float));
-  return s;
-}
 
 Tensor from_f32(const SafeTensor& s, const std::vector<int64_t>& shape, const std::string& where) {
   if (s.dtype != "F32" || s.shape != shape)
@@ -90,27 +81,6 @@ nlohmann::json rank_stats_json(const std::vector<Event>& mine, int rank, int wor
     c = add_compute(compute_from_json(prior.at("compute")), c);
   }
   return {{"traffic", traffic_json(t)}, {"overlap", overlap_json(o)}, {"compute", compute_json(c)}};
-}
-
-// A rank's memory points (memory.h) in its counters: [[point, bytes of each category], ...].
-nlohmann::json points_json(const std::vector<MemorySample>& points) {
-  nlohmann::json out = nlohmann::json::array();
-  for (const MemorySample& s : points) {
-    nlohmann::json p = nlohmann::json::array({s.point});
-    for (int c = 0; c < kMemCategories; ++c) p.push_back(s.bytes[c]);
-    out.push_back(p);
-  }
-  return out;
-}
-std::vector<MemorySample> points_from_json(const nlohmann::json& j) {
-  std::vector<MemorySample> out;
-  for (const nlohmann::json& p : j) {
-    MemorySample s;
-    s.point = p.at(0).get<std::string>();
-    for (int c = 0; c < kMemCategories; ++c) s.bytes[c] = p.at(static_cast<size_t>(c) + 1).get<int64_t>();
-    out.push_back(std::move(s));
-  }
-  return out;
 }
 
 std::vector<char> encode_records(const std::vector<StepRecord>& records) {
@@ -202,11 +172,10 @@ RankCheckpoint Run::rank_checkpoint(int rank, const RankCheckpointRefs& refs, Mo
                                                       : nlohmann::json())}};
     rc.counters["model_parameters"] = mode_part.model_parameters;
     // the memory peak so far (summary.json's memory: the whole run's, not the resumed part's)
-    if (rs.memory_peak_step >= 0)
-      rc.counters["memory"] = {{"peak_step", rs.memory_peak_step},
-                               {"peak_point", rs.memory_peak_point},
-                               {"peak_points", points_json(rs.memory_peak_points)},
-                               {"last_points", points_json(rs.memory_last_points)}};
+    if (!rs.memory_peak.empty())
+      rc.counters["memory"] = {{"peak_step", rs.memory_peak.step},
+                               {"peak_points", memory_points_json(rs.memory_peak.points)},
+                               {"last_points", memory_points_json(rs.memory_last_points)}};
     rc.counters.update(mode_part.counters);
     // A rank of another process: its step records so far (rank 0's process writes its own below).
     if (!is_local(0)) rc.records = encode_records(std::vector<StepRecord>(rs.pending.begin(), rs.pending.end()));
@@ -448,13 +417,11 @@ void Run::restore_rank(int rank, RankCheckpointRefs& refs) {
     rs.steps = j.at("steps").get<int64_t>();
     rs.trained_samples = j.at("trained_samples").get<int64_t>();
     if (const auto m = j.find("memory"); m != j.end()) {
-      rs.memory_peak_step = m->at("peak_step").get<int64_t>();
-      rs.memory_peak_point = m->at("peak_point").get<size_t>();
-      rs.memory_peak_points = points_from_json(m->at("peak_points"));
-      rs.memory_last_points = points_from_json(m->at("last_points"));
-      if (rs.memory_peak_point >= rs.memory_peak_points.size() || rs.memory_last_points.empty())
-        throw IoError(where + ".json: memory: the peak's point " + std::to_string(rs.memory_peak_point) + " of " +
-                      std::to_string(rs.memory_peak_points.size()) + " points");
+      rs.memory_peak = MemoryPeak{};
+      rs.memory_peak.offer(m->at("peak_step").get<int64_t>(), memory_points_from_json(m->at("peak_points")));
+      rs.memory_last_points = memory_points_from_json(m->at("last_points"));
+      if (rs.memory_peak.empty() || rs.memory_last_points.empty())
+        throw IoError(where + ".json: memory: no points at the peak or at the last iteration");
     }
     for (const auto& d : j.at("drifts")) rs.drifts.emplace_back(d.at(0).get<int64_t>(), d.at(1).get<double>());
     rs.skipped = j.at("skipped").get<std::vector<int64_t>>();

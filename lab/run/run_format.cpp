@@ -88,17 +88,32 @@ std::string step_record_line(const StepRecord& r, bool with_bn, bool with_memory
   if (r.skipped) o += ",\"skipped\":true";
   if (!r.nonfinite.empty()) o += ",\"nonfinite\":" + nlohmann::json(r.nonfinite).dump();
   if (r.staleness >= 0) o += ",\"staleness\":" + std::to_string(r.staleness) + ",\"version\":" + std::to_string(r.version);
-  if (with_memory && !r.memory.empty()) {
-    o += ",\"memory\":[";
-    for (size_t i = 0; i < r.memory.size(); ++i) {
-      o += (i ? ",{\"at\":" : "{\"at\":") + nlohmann::json(r.memory[i].point).dump() + ",\"bytes\":[";
-      for (int c = 0; c < kMemCategories; ++c) o += (c ? "," : "") + std::to_string(r.memory[i].bytes[c]);
-      o += "]}";
-    }
-    o += ']';
-  }
+  if (with_memory && !r.memory.empty()) o += ",\"memory\":" + memory_points_json(r.memory).dump();
   o += '}';
   return o;
+}
+
+nlohmann::json memory_points_json(const std::vector<MemorySample>& points) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const MemorySample& s : points) {
+    nlohmann::json b = nlohmann::json::array();
+    for (int c = 0; c < kMemCategories; ++c) b.push_back(s.bytes[c]);
+    out.push_back({{"at", s.point}, {"bytes", b}});
+  }
+  return out;
+}
+
+std::vector<MemorySample> memory_points_from_json(const nlohmann::json& j) {
+  std::vector<MemorySample> out;
+  for (const nlohmann::json& p : j) {
+    MemorySample s;
+    s.point = p.at("at").get<std::string>();
+    const nlohmann::json& b = p.at("bytes");
+    for (int c = 0; c < kMemCategories && c < static_cast<int>(b.size()); ++c)
+      s.bytes[c] = b.at(static_cast<size_t>(c)).get<int64_t>();
+    out.push_back(std::move(s));
+  }
+  return out;
 }
 
 nlohmann::json step_record_json(const StepRecord& r) { return nlohmann::json::parse(step_record_line(r, true, true)); }
@@ -210,14 +225,7 @@ StepRecord step_record_from_json(const nlohmann::json& j) {
   r.nonfinite = j.value("nonfinite", std::string());
   r.staleness = int_value(j, "staleness", int64_t{-1});
   r.version = int_value(j, "version", int64_t{-1});
-  if (auto m = j.find("memory"); m != j.end() && m->is_array())
-    for (const auto& p : *m) {
-      MemorySample s;
-      s.point = p.value("at", std::string());
-      if (auto b = p.find("bytes"); b != p.end() && b->is_array())
-        for (int c = 0; c < kMemCategories && c < static_cast<int>(b->size()); ++c) s.bytes[c] = (*b)[c].get<int64_t>();
-      r.memory.push_back(std::move(s));
-    }
+  if (auto m = j.find("memory"); m != j.end() && m->is_array()) r.memory = memory_points_from_json(*m);
   return r;
 }
 
@@ -505,15 +513,7 @@ SummaryFields summary_fields(const nlohmann::json& j, const std::string& path) {
     if (auto m = j.find("memory"); m != j.end() && m->is_object() && m->contains("per_rank"))
       for (const nlohmann::json& r : m->at("per_rank")) {
         s.memory_peak_step.push_back(int_value(r.at("peak"), "step", int64_t{-1}));
-        std::vector<MemorySample> pts;
-        for (const nlohmann::json& p : r.at("peak_step_points")) {
-          MemorySample x;
-          x.point = p.at("at").get<std::string>();
-          for (int c = 0; c < kMemCategories && c < static_cast<int>(p.at("bytes").size()); ++c)
-            x.bytes[c] = p.at("bytes").at(static_cast<size_t>(c)).get<int64_t>();
-          pts.push_back(std::move(x));
-        }
-        s.memory_peak_points.push_back(std::move(pts));
+        s.memory_peak_points.push_back(memory_points_from_json(r.at("peak_step_points")));
       }
     s.interrupted = j.contains("interrupted");
     if (j.contains("test_eval_mode")) s.eval_mode = eval_result(j["test_eval_mode"]);

@@ -58,6 +58,11 @@ constexpr const char* kCheckpoints = "checkpoints";
 // same as a JSON value (with both).
 std::string step_record_line(const StepRecord& r, bool with_bn, bool with_memory = false);
 nlohmann::json step_record_json(const StepRecord& r);
+// Memory points (memory.h) as metrics.jsonl, summary.json and checkpoints hold them:
+// [{"at": "forward", "bytes": [one number per category, memory.h's order]}, ...]. The reader
+// throws nlohmann::json's exceptions on a malformed value (its callers name the file).
+nlohmann::json memory_points_json(const std::vector<MemorySample>& points);
+std::vector<MemorySample> memory_points_from_json(const nlohmann::json& j);
 nlohmann::json epoch_record_json(const EpochRecord& e);  // {"kind":"epoch", ...}
 nlohmann::json eval_point_json(const EvalPoint& p);      // {"kind":"eval", ...}
 

@@ -54,10 +54,13 @@ struct Run::RankState {
   int64_t out_of_data_batches = 0; // after this many batches of it
   // Memory (memory.h), from the records: the step with the highest total and its points, and the
   // last step's points.
-  int64_t memory_peak_step = -1;
-  size_t memory_peak_point = 0;
-  std::vector<MemorySample> memory_peak_points, memory_last_points;
-  void note_memory(const StepRecord& rec);
+  MemoryPeak memory_peak;
+  std::vector<MemorySample> memory_last_points;
+  void note_memory(const StepRecord& rec) {
+    if (rec.memory.empty()) return;
+    memory_last_points = rec.memory;
+    memory_peak.offer(rec.step, rec.memory);
+  }
 };
 
 // What a rank's training loop holds that a checkpoint saves and a resumed run restores (besides

@@ -224,26 +224,20 @@ nlohmann::json Run::memory_json(int64_t psi) {
   for (size_t r = 0; r < m_ranks.size(); ++r) {
     RankState& rs = *m_ranks[r];
     std::lock_guard<std::mutex> lock(rs.mu);
-    if (rs.memory_peak_step < 0) continue;
-    const MemorySample& top = rs.memory_peak_points[rs.memory_peak_point];
+    if (rs.memory_peak.empty()) continue;
+    const MemorySample& top = rs.memory_peak.top();
     if (outline.rank < 0 || top.bytes.total() > outline.peak) {
       outline.rank = static_cast<int>(r);
-      outline.step = rs.memory_peak_step;
+      outline.step = rs.memory_peak.step;
       outline.peak = top.bytes.total();
       outline.at = top.point;
       outline.states_end = rs.memory_last_points.back().bytes.model_states();
     }
-    nlohmann::json points = nlohmann::json::array();
-    for (const MemorySample& s : rs.memory_peak_points) {
-      nlohmann::json b = nlohmann::json::array();
-      for (int c = 0; c < kMemCategories; ++c) b.push_back(s.bytes[c]);
-      points.push_back({{"at", s.point}, {"bytes", b}});
-    }
     ranks.push_back({{"rank", r},
-                     {"peak", {{"bytes", top.bytes.total()}, {"step", rs.memory_peak_step}, {"at", top.point},
+                     {"peak", {{"bytes", top.bytes.total()}, {"step", rs.memory_peak.step}, {"at", top.point},
                                {"by_category", categories_json(top.bytes)}}},
                      {"end_of_step", categories_json(rs.memory_last_points.back().bytes)},
-                     {"peak_step_points", points}});
+                     {"peak_step_points", memory_points_json(rs.memory_peak.points)}});
   }
   nlohmann::json cats = nlohmann::json::array();
   for (int c = 0; c < kMemCategories; ++c) cats.push_back(memory_category_name(c));

@@ -84,17 +84,8 @@ void RunData::add_steps(const std::vector<lab::StepRecord>& recs) {
     lab::StepRecord& slot = by_step[static_cast<size_t>(r.step)][static_cast<size_t>(r.rank)];
     if (slot.rank < 0 && !r.bn.empty() && r.rank == 0) ++m_bn_steps;
     slot = r;
-    if (!r.memory.empty()) {
-      memory_peak.resize(static_cast<size_t>(w));
-      MemoryPeak& mp = memory_peak[static_cast<size_t>(r.rank)];
-      for (const lab::MemorySample& s : r.memory)
-        if (mp.step < 0 || s.bytes.total() > mp.total) {
-          mp.step = r.step;
-          mp.total = s.bytes.total();
-          mp.points = r.memory;
-        }
-      if (r.step >= kMemorySteps) by_step[static_cast<size_t>(r.step - kMemorySteps)][static_cast<size_t>(r.rank)].memory.clear();
-    }
+    if (!r.memory.empty() && r.step >= kMemorySteps)
+      by_step[static_cast<size_t>(r.step - kMemorySteps)][static_cast<size_t>(r.rank)].memory.clear();
     // local BN: the rank's own statistics are the ones used; keep one copy
     for (lab::BnLayerRecord& b : slot.bn)
       if (b.local_mean == b.batch_mean && b.local_var == b.batch_var) {

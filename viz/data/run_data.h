@@ -37,7 +37,7 @@ class RunData {
   // Keep at most this many events per rank (the oldest half is dropped when exceeded): about
   // 5 MB per rank, a few thousand iterations of the mlp.
   static constexpr size_t kMaxEvents = 60000;
-  // Keep the memory points (memory.h) of the newest steps only, and each rank's peak step.
+  // Keep the memory points (memory.h) of the newest steps only (summary.json has each rank's peak).
   static constexpr int64_t kMemorySteps = 256;
 
   std::string source;             // "live" or the run directory
@@ -62,13 +62,6 @@ class RunData {
   std::vector<std::vector<lab::Event>> events;
   std::vector<size_t> events_dropped;
   uint64_t events_version = 0;    // grows whenever any events were added
-  // Per rank: the step whose memory points reached the highest total so far, and those points.
-  struct MemoryPeak {
-    int64_t step = -1;
-    int64_t total = 0;
-    std::vector<lab::MemorySample> points;
-  };
-  std::vector<MemoryPeak> memory_peak;
 
   int world() const { return cfg.world_size; }
   // What the views call a member of the world: DataParallel has devices in one process, the
