@@ -32,6 +32,21 @@ void add_mode_flags(CLI::App& app, lab::RunConfig& c) {
       ->capture_default_str();
   app.add_option("--fsdp-wrap", c.fsdp_wrap, "fsdp: model (the whole model one unit) or layer (a unit per module)")
       ->capture_default_str();
+  app.add_option("--stages", c.stages,
+                 "pipeline: stages, one rank each (the world size follows it when --world-size is not given)")
+      ->capture_default_str();
+  app.add_option("--microbatches", c.microbatches, "pipeline: micro-batches per mini-batch (Pipe's chunks, torch.chunk)")
+      ->capture_default_str();
+  app.add_option("--schedule", c.schedule,
+                 "pipeline: gpipe (every forward, then every backward) or 1f1b (after a warm-up, one forward and one "
+                 "backward alternate)")
+      ->capture_default_str();
+  app.add_option("--balance", c.balance,
+                 "pipeline: modules per stage, e.g. 2,3,2,1 (torchgpipe's balance; default: cut before layers, "
+                 "balancing their multiply-adds)");
+  app.add_flag("--deferred-batch-norm", c.deferred_batch_norm,
+               "pipeline: Pipe(deferred_batch_norm=True): running statistics updated once per mini-batch, from every "
+               "micro-batch's sums (biased variance)");
   app.add_flag_callback("--no-overlap", [&c] { c.overlap = false; },
                "ddp: launch the bucket allreduces after the whole backward instead of overlapping it");
   app.add_option("--no-sync-steps", c.no_sync_steps,
@@ -130,6 +145,8 @@ void add_run_flags(CLI::App& app, lab::RunConfig& c, std::string& bn_momentum) {
   app.add_option("--bn-momentum", bn_momentum, "BatchNorm momentum (weight of the new batch) or 'none' (cumulative average)")
       ->capture_default_str();
   app.add_option("--bn-eps", c.bn_eps, "BatchNorm eps")->capture_default_str();
+  app.add_flag_callback("--no-batchnorm", [&c] { c.batchnorm = false; },
+               "the model without its BatchNorm layers (what bench train --no-batchnorm measures)");
   app.add_flag_callback("--no-track-running-stats", [&c] { c.track_running_stats = false; },
                "BatchNorm track_running_stats=False: batch statistics in train and eval mode");
   app.add_flag_callback("--no-broadcast-buffers", [&c] { c.broadcast_buffers = false; },
@@ -202,6 +219,8 @@ void add_run_flags(CLI::App& app, lab::RunConfig& c, std::string& bn_momentum) {
 
 void apply_steps_rule(const CLI::App& app, lab::RunConfig& c) {
   if (app.count("--steps") && c.steps > 0 && !app.count("--epochs")) c.epochs = 0;  // as many as --steps takes
+  // --stages P alone: P ranks, one per stage (with --world-size too, validate() checks they agree)
+  if (app.count("--stages") && c.stages > 0 && !app.count("--world-size")) c.world_size = c.stages;
 }
 
 std::optional<double> parse_bn_momentum(const std::string& s) {

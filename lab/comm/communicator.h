@@ -109,11 +109,13 @@ class Communicator {
   Event chunk_event(const char* op, uint64_t seq, CollectiveInfo info) const;
 
   // Runs f() and records it as this rank's compute event `op` in `phase` of training step `step`
-  // (-1: outside training); returns what f returns. An exception from f records nothing.
+  // (-1: outside training); returns what f returns. An exception from f records nothing. tag: the
+  // event's (a pipeline's micro-batch; -1 none).
   template <class F>
-  decltype(auto) timed(Phase phase, const char* op, int64_t step, F&& f) {
+  decltype(auto) timed(Phase phase, const char* op, int64_t step, F&& f, int tag = -1) {
     Event e;
     e.kind = EventKind::Compute;
+    e.tag = tag;
     e.rank = rank();
     e.train_step = step;
     e.phase = phase;

@@ -252,6 +252,7 @@ std::string to_toml(const RunConfig& c, const std::vector<std::pair<std::string,
   o << "bn_momentum = " << (c.bn_momentum ? d(*c.bn_momentum) : q("none")) << "\n";
   o << "bn_eps = " << d(c.bn_eps) << "\n";
   o << "track_running_stats = " << b(c.track_running_stats) << "\n";
+  o << "batchnorm = " << b(c.batchnorm) << "\n";
   o << "\n[data]\n";
   o << "data_dir = " << q(c.data_dir) << "\n";
   o << "limit_train = " << c.limit_train << "\n";
@@ -276,6 +277,11 @@ std::string to_toml(const RunConfig& c, const std::vector<std::pair<std::string,
   o << "parameters_as_bucket_view = " << b(c.parameters_as_bucket_view) << "\n";
   o << "sharding_strategy = " << q(c.sharding_strategy) << "\n";
   o << "fsdp_wrap = " << q(c.fsdp_wrap) << "\n";
+  o << "stages = " << c.stages << "\n";
+  o << "microbatches = " << c.microbatches << "\n";
+  o << "schedule = " << q(c.schedule) << "\n";
+  o << "balance = " << q(c.balance) << "\n";
+  o << "deferred_batch_norm = " << b(c.deferred_batch_norm) << "\n";
   o << "link_latency_us = " << d(c.link_latency_us) << "\n";
   o << "link_gbps = " << d(c.link_gbps) << "\n";
   o << "uneven_data = " << b(c.uneven_data) << "\n";
@@ -396,6 +402,7 @@ RunConfig config_from_table(const toml::table& t, const std::string& path) {
         else fail(key, "a number or \"none\"");
       } else if (key == "model.bn_eps") dbl(c.bn_eps);
       else if (key == "model.track_running_stats") bln(c.track_running_stats);
+      else if (key == "model.batchnorm") bln(c.batchnorm);
       else if (key == "data.data_dir") str(c.data_dir);
       else if (key == "data.limit_train") i64(c.limit_train);
       else if (key == "data.limit_test") i64(c.limit_test);
@@ -418,6 +425,11 @@ RunConfig config_from_table(const toml::table& t, const std::string& path) {
       else if (key == "distributed.parameters_as_bucket_view") bln(c.parameters_as_bucket_view);
       else if (key == "distributed.sharding_strategy") str(c.sharding_strategy);
       else if (key == "distributed.fsdp_wrap") str(c.fsdp_wrap);
+      else if (key == "distributed.stages") i32(c.stages);
+      else if (key == "distributed.microbatches") i64(c.microbatches);
+      else if (key == "distributed.schedule") str(c.schedule);
+      else if (key == "distributed.balance") str(c.balance);
+      else if (key == "distributed.deferred_batch_norm") bln(c.deferred_batch_norm);
       else if (key == "distributed.link_latency_us") dbl(c.link_latency_us);
       else if (key == "distributed.link_gbps") dbl(c.link_gbps);
       else if (key == "distributed.uneven_data") bln(c.uneven_data);

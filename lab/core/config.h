@@ -60,6 +60,7 @@ struct RunConfig {
   std::optional<double> bn_momentum = 0.1;  // nullopt: cumulative average ("none")
   double bn_eps = 1e-5;
   bool track_running_stats = true;
+  bool batchnorm = true;               // false: the model without its BatchNorm layers (--no-batchnorm)
   // reproducibility and resources
   uint64_t seed = 0;
   int threads = 0;                     // 0: one per core
@@ -111,6 +112,13 @@ struct RunConfig {
   bool parameters_as_bucket_view = false;  // zero: ZeroRedundancyOptimizer broadcasts one bucket per rank
   std::string sharding_strategy = "full_shard";  // fsdp: full_shard | shard_grad_op | no_shard
   std::string fsdp_wrap = "model";               // fsdp: model (one unit) | layer (a unit per module)
+  // --mode pipeline (pipeline.h): one rank per stage of the model; each mini-batch cut into
+  // microbatches (torch.chunk), run by the schedule gpipe or 1f1b
+  int stages = 0;                      // pipeline: stages (0: world_size; given, world_size follows it)
+  int64_t microbatches = 4;            // pipeline: Pipe's chunks
+  std::string schedule = "gpipe";      // pipeline: gpipe | 1f1b
+  std::string balance;                 // pipeline: modules per stage, "2,3,2,1" (empty: automatic)
+  bool deferred_batch_norm = false;    // pipeline: Pipe(deferred_batch_norm=True)
   double link_latency_us = 0;          // simulated link between emulated ranks: latency per message
   double link_gbps = 0;                // ... and bandwidth (0: unlimited); both 0: no simulated link
   bool uneven_data = false;            // rank r drops the last r batches of its shard every epoch

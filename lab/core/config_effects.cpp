@@ -192,6 +192,11 @@ std::vector<IneffectiveSetting> ineffective_settings(const RunConfig& c, const R
         "--parameters-as-bucket-view");
   check("sharding_strategy", c.sharding_strategy != d.sharding_strategy, "--sharding-strategy " + c.sharding_strategy);
   check("fsdp_wrap", c.fsdp_wrap != d.fsdp_wrap, "--fsdp-wrap " + c.fsdp_wrap);
+  check("stages", c.stages != d.stages, "--stages " + std::to_string(c.stages));
+  check("microbatches", c.microbatches != d.microbatches, "--microbatches " + std::to_string(c.microbatches));
+  check("schedule", c.schedule != d.schedule, "--schedule " + c.schedule);
+  check("balance", c.balance != d.balance, "--balance " + c.balance);
+  check("deferred_batch_norm", c.deferred_batch_norm != d.deferred_batch_norm, "--deferred-batch-norm");
   check("async_schedule", c.async_schedule != d.async_schedule, "--async-schedule " + c.async_schedule);
   check("async_seed", c.async_seed != d.async_seed, "--async-seed " + std::to_string(c.async_seed));
   check("link_latency_us", c.link_latency_us != d.link_latency_us, "--link-latency-us " + num(c.link_latency_us));

@@ -17,6 +17,7 @@ const char* phase_name(Phase p) {
     case Phase::Eval: return "eval";
     case Phase::Scatter: return "scatter";
     case Phase::Reduce: return "reduce";
+    case Phase::Send: return "send";
   }
   return "?";
 }

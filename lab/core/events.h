@@ -30,7 +30,9 @@ enum class Phase : uint8_t {
   Eval,
   Scatter,  // DataParallel: device 0 sends a slice of a batch (inputs, output gradients) to a device
   Reduce,   // DataParallel: a device sends its gradients to device 0, which adds them up
-  kLast = Reduce,  // keep last: files and messages that carry phases check against it
+  Send,     // pipeline: a stage sends a micro-batch's activations to the next stage, or their gradient
+            // to the previous one (point to point, no collective)
+  kLast = Send,  // keep last: files and messages that carry phases check against it
 };
 
 const char* phase_name(Phase p);  // "reduce-scatter", "allgather", "forward", ...

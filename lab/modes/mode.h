@@ -63,6 +63,8 @@ struct ModeCaps {
   bool replicas_are_models = true;   // every rank's model is a model of its own (not a per-step replica)
   bool counts_trained_samples = false;  // the run's samples are counted as trained, not from the sampler
   bool sharded_collectives = false;  // reduce-scatter and all-gather carry training (FSDP): the views name them
+  bool one_loader = false;           // every rank iterates the same batches of one loader (a pipeline's stages):
+                                     // --batch-size is the global batch, cut into micro-batches, not over ranks
 };
 
 // ---- the mode's own settings: what the app shows and what has no effect elsewhere ----
@@ -230,6 +232,9 @@ class ParallelMode {
     (void)c, (void)setting;
     return "";
   }
+  // Settings the mode derives when the configuration leaves them open (the pipeline's stage map,
+  // --balance), filled in before the run prints and writes its configuration.
+  virtual void resolve(RunConfig& c) const { (void)c; }
   // Short words: "DDP, 4 ranks, ring allreduce", "DataParallel, 4 devices".
   virtual std::string describe(const RunConfig& c) const = 0;
   // What a member of the world is called: "rank" (DataParallel: "device").

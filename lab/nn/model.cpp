@@ -36,7 +36,7 @@ void round_mantissa_bits(float* p, size_t n, int bits) {
 }  // namespace
 
 bool Model::fused_at(size_t i) const {
-  if (!m_fusion || i + 2 >= m_modules.size()) return false;
+  if (!m_fusion || i + 2 >= std::min(m_end, m_modules.size())) return false;
   const auto* pool = dynamic_cast<const MaxPool2d*>(m_modules[i + 2].get());
   return dynamic_cast<const BatchNorm*>(m_modules[i].get()) && dynamic_cast<const ReLU*>(m_modules[i + 1].get()) &&
          pool && pool->kernel_size() == 2;
@@ -76,6 +76,13 @@ void Model::set_autocast(Autocast a) {
 const Tensor& Model::forward(const Tensor& x, Mode mode) {
   assert(!m_modules.empty());
   if (m_exec) return m_exec->forward(x, mode);
+  return forward_range(0, m_modules.size(), x, mode);
+}
+
+const Tensor& Model::forward_range(size_t begin, size_t end, const Tensor& x, Mode mode) {
+  assert(begin < end && end <= m_modules.size());
+  if (m_exec && (begin != 0 || end != m_modules.size()))
+    throw ConfigError("a pipeline stage's forward runs on the CPU's modules: " + m_exec->describe() + " runs whole models");
   if (m_autocast != Autocast::None && mode == Mode::Train)
     throw ConfigError("autocast bf16 emulates inference only: a train-mode forward (model.train(), batch "
                       "statistics, backward) is not emulated under it",
@@ -85,12 +92,14 @@ const Tensor& Model::forward(const Tensor& x, Mode mode) {
   m_fused.resize(count);
   m_fused_end.assign(count, -1);
   m_input = &x;
+  m_begin = begin;
+  m_end = end;
   const Tensor* in = &x;
   bool bf16 = false;  // autocast: *in is a bfloat16 tensor in PyTorch
   const bool coarse = m_autocast == Autocast::BF16 && mutated("autocast-coarse-activations");
   const ModuleHooks* hooks = mode == Mode::Train ? m_hooks : nullptr;
   m_saved_upto = 0;
-  for (size_t i = 0; i < count; ++i) {
+  for (size_t i = begin; i < end; ++i) {
     const size_t span = hooks && fused_at(i) ? 2 : 0;  // (the hooks' modules of a fused run)
     if (hooks && hooks->before_forward)
       for (size_t j = i; j <= i + span; ++j) hooks->before_forward(j);
@@ -105,8 +114,8 @@ const Tensor& Model::forward(const Tensor& x, Mode mode) {
     in = &m_acts[last];
     i = last;
   }
-  m_saved_upto = mode == Mode::Train ? count : 0;
-  return m_acts.back();
+  m_saved_upto = mode == Mode::Train ? end : 0;
+  return m_acts[end - 1];
 }
 
 float Model::forward_loss(const Tensor& x, const std::vector<int>& labels, int* correct) {
@@ -153,14 +162,26 @@ GraphStepOutcome Model::graph_step(const Tensor& x, const std::vector<int>& labe
 
 void Model::backward(const Tensor& dlogits, const std::function<void(int)>& on_param_ready) {
   if (m_exec) return m_exec->backward(dlogits, on_param_ready);
+  assert(m_begin == 0 && m_end == m_modules.size());
+  backward_modules(dlogits, param_layout().first_with_params, on_param_ready);
+}
+
+const Tensor* Model::backward_range(const Tensor& dy) {
+  assert(!m_exec && m_end > m_begin);
+  const size_t first_with_params = param_layout().first_with_params;
+  backward_modules(dy, std::max(m_begin, first_with_params), {});
+  return m_begin > first_with_params ? &m_grads[m_begin - 1] : nullptr;
+}
+
+void Model::backward_modules(const Tensor& dlogits, size_t stop, const std::function<void(int)>& on_param_ready) {
   const size_t count = m_modules.size();
   m_grads.resize(count);
   const ParamLayout layout = param_layout();
   const size_t first_with_params = layout.first_with_params;
   // m_grads[i] holds the gradient of module i's output; module i writes its dx into m_grads[i - 1].
   const ModuleHooks* hooks = m_hooks;
-  for (size_t i = count; i-- > first_with_params;) {
-    const Tensor& dy = i + 1 == count ? dlogits : m_grads[i];
+  for (size_t i = m_end; i-- > stop;) {
+    const Tensor& dy = i + 1 == m_end ? dlogits : m_grads[i];
     const size_t end = i;
     const size_t start = m_fused_end.size() == count && m_fused_end[i] >= 0 ? static_cast<size_t>(m_fused_end[i]) : i;
     if (hooks && hooks->before_backward)
@@ -183,8 +204,9 @@ void Model::backward(const Tensor& dlogits, const std::function<void(int)>& on_p
 int64_t Model::activation_bytes() const {
   if (m_saved_upto == 0 || m_exec) return 0;
   const size_t upto = std::min(m_saved_upto, m_modules.size());
-  int64_t b = upto == m_modules.size() ? m_dloss.numel() * 4 : 0;  // the loss's gradient, until backward starts
-  for (size_t i = 0; i < upto; ++i) {
+  // the loss's gradient, until backward starts (forward_loss's: a pipeline stage's loss is its mode's)
+  int64_t b = upto == m_modules.size() && m_begin == 0 ? m_dloss.numel() * 4 : 0;
+  for (size_t i = m_begin; i < upto; ++i) {
     const bool fused_run = m_fused_end.size() == m_modules.size() && i + 2 < upto &&
                            m_fused_end[i + 2] == static_cast<int>(i);
     if (fused_run) {  // the run's output and what the fused layer saved
@@ -211,7 +233,7 @@ Model::ParamLayout Model::param_layout() {
   return l;
 }
 
-int64_t Model::train_flops_per_sample(const std::vector<int64_t>& sample_shape) {
+std::vector<int64_t> Model::module_macs(const std::vector<int64_t>& sample_shape) {
   std::vector<int64_t> shape{1};
   shape.insert(shape.end(), sample_shape.begin(), sample_shape.end());
   const Tensor x(shape);
@@ -219,13 +241,19 @@ int64_t Model::train_flops_per_sample(const std::vector<int64_t>& sample_shape) 
   std::unique_ptr<ModelExecutor> exec = std::move(m_exec);
   forward(x, Mode::Eval);
   m_exec = std::move(exec);
+  std::vector<int64_t> out;
+  for (size_t i = 0; i < m_modules.size(); ++i) out.push_back(m_modules[i]->forward_macs(i == 0 ? x.shape : m_acts[i - 1].shape));
+  return out;
+}
+
+int64_t Model::train_flops_per_sample(const std::vector<int64_t>& sample_shape) {
+  const std::vector<int64_t> macs = module_macs(sample_shape);
   int64_t fwd = 0, dx = 0;
   bool first = true;
   for (size_t i = 0; i < m_modules.size(); ++i) {
-    const int64_t macs = m_modules[i]->forward_macs(i == 0 ? x.shape : m_acts[i - 1].shape);
-    fwd += macs;
+    fwd += macs[i];
     if (m_modules[i]->params().empty()) continue;
-    if (!first) dx += macs;
+    if (!first) dx += macs[i];
     first = false;
   }
   return 2 * (2 * fwd + dx);  // forward and weight gradients: fwd each; input gradients: dx

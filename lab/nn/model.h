@@ -48,6 +48,20 @@ class Model {
   // logits = model(x). x: (N, 1, 28, 28); logits: (N, 10). Throws ConfigError for a Train-mode
   // forward under autocast.
   const Tensor& forward(const Tensor& x, Mode mode);
+  // A pipeline stage's part of forward (pipeline.h): modules [begin, end) on x, the input of module
+  // `begin` (the previous stage's output, or the batch). forward(x, mode) is forward_range(0, size()).
+  // A fused BatchNorm -> ReLU -> MaxPool2d run is fused only where all three lie in the range.
+  const Tensor& forward_range(size_t begin, size_t end, const Tensor& x, Mode mode);
+  // Backpropagates dy (the gradient of module end - 1's output) through the last Train
+  // forward_range, accumulating parameter gradients as backward() does. Returns the gradient of
+  // the range's input (what the previous stage needs), or nullptr when the range starts at or
+  // before the model's first module with parameters (nothing below needs one).
+  const Tensor* backward_range(const Tensor& dy);
+  // The input module i had in the last forward (within its range): the range's input or module
+  // i - 1's output (a pipeline's deferred BatchNorm tracks its statistics).
+  const Tensor& module_input(size_t i) const {
+    return i == m_begin ? *m_input : m_acts[i - 1];
+  }
   // Backpropagates dlogits (N, 10) through the last Train forward. Parameter gradients are
   // accumulated (+=). on_param_ready(i) is called for parameter index i (params() order) as soon
   // as its gradient is final for this backward, which happens in reverse order: the hook DDP's
@@ -121,6 +135,8 @@ class Model {
   // needs none): 2 x multiply-adds, the usual count for a roofline. sample_shape: (1, 28, 28).
   // Runs one eval-mode forward of a zero sample (no buffer changes) to learn every layer's input.
   int64_t train_flops_per_sample(const std::vector<int64_t>& sample_shape);
+  // Each module's forward multiply-adds for one sample (Module::forward_macs), by the same walk.
+  std::vector<int64_t> module_macs(const std::vector<int64_t>& sample_shape);
   // Runs forward and backward on a device from now on (executor.h): the modules keep the state
   // (parameters, gradients, buffers) on the host, the executor computes. nullptr: the CPU modules
   // again. Autocast is the CPU's emulation: it cannot be combined with an executor.
@@ -151,10 +167,14 @@ class Model {
   std::vector<std::unique_ptr<Module>> m_modules;
   // The fused BatchNorm2d -> ReLU -> MaxPool2d at module i (the BatchNorm) when module i + 2 is
   // the end of a run computed by it in the last forward (m_fused_end[i + 2] == i).
+  // (within the last forward's range: the run ends before m_end)
   bool fused_at(size_t i) const;
   // Runs module i on `in`, or the fused run that starts there; returns the index of the last
   // module computed, whose output is m_acts[last].
   size_t forward_step(size_t i, const Tensor& in, Mode mode);
+  // backward()'s walk from module m_end - 1 down to `stop` (dy: the gradient of that module's output).
+  void backward_modules(const Tensor& dy, size_t stop, const std::function<void(int)>& on_param_ready);
+  size_t m_begin = 0, m_end = 0;  // the last forward's module range
   bool m_fusion = true;
   Autocast m_autocast = Autocast::None;
   std::vector<char> m_lower_precision;  // per module: on the lower_precision_fp list (Linear, Conv2d)

@@ -13,6 +13,12 @@
 namespace lab {
 
 float cross_entropy(const Tensor& logits, const std::vector<int>& labels, Tensor* dlogits, int* correct) {
+  const int64_t n = logits.ndim() == 2 ? logits.dim(0) : 0;
+  return static_cast<float>(cross_entropy_part(logits, labels, n, dlogits, correct) / static_cast<double>(n));
+}
+
+double cross_entropy_part(const Tensor& logits, const std::vector<int>& labels, int64_t mean_over, Tensor* dlogits,
+                          int* correct) {
   assert(logits.ndim() == 2 && logits.dim(0) == static_cast<int64_t>(labels.size()));
   const int64_t n = logits.dim(0), c = logits.dim(1);
   if (dlogits) dlogits->resize(logits.shape);
@@ -25,11 +31,12 @@ float cross_entropy(const Tensor& logits, const std::vector<int>& labels, Tensor
     // with torch.argmax's rules; d(mean loss)/dz = (softmax(z) - onehot(label)) / N. One row of
     // elementwise.h, shared with the GPU.
     int64_t best = 0;
-    total += cross_entropy_row(logits.ptr() + i * c, c, label, n, dlogits ? dlogits->ptr() + i * c : nullptr, &best);
+    total += cross_entropy_row(logits.ptr() + i * c, c, label, mean_over, dlogits ? dlogits->ptr() + i * c : nullptr,
+                               &best);
     if (best == label) ++hits;
   }
   if (correct) *correct = hits;
-  return static_cast<float>(total / static_cast<double>(n));
+  return total;
 }
 
 Optimizer::Optimizer(std::vector<Param*> params, const OptimizerOptions& opt) : m_params(std::move(params)), m_opt(opt) {

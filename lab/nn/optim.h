@@ -15,6 +15,12 @@ namespace lab {
 // Returns the mean loss; writes dlogits (N, C) = (softmax - onehot) / N. correct = number of
 // argmax hits (ties: first index, like torch.argmax).
 float cross_entropy(const Tensor& logits, const std::vector<int>& labels, Tensor* dlogits, int* correct);
+// One part of a batch's nn.CrossEntropyLoss (mean over mean_over rows, of which logits holds some:
+// a pipeline's micro-batch of a loss over the whole mini-batch, as PyTorch's Pipe computes it on the
+// concatenated outputs): returns the sum of the rows' losses in double; dlogits gets (softmax -
+// onehot) / mean_over, the mini-batch loss's gradient.
+double cross_entropy_part(const Tensor& logits, const std::vector<int>& labels, int64_t mean_over, Tensor* dlogits,
+                          int* correct);
 
 // Whether every value of t is finite (no NaN, no infinity): AMP's found_inf test of a gradient.
 // Reads the exponent bits, so it is exact whatever the values and runs at memory speed.

@@ -46,6 +46,7 @@ ModelOptions model_options(const RunConfig& c) {
   m.bn.eps = c.bn_eps;
   m.bn.momentum = c.bn_momentum;
   m.bn.track_running_stats = c.track_running_stats;
+  if (!c.batchnorm) m.make_batchnorm = [](int, int) -> std::unique_ptr<Module> { return nullptr; };
   return m;
 }
 
@@ -53,6 +54,7 @@ ModelOptions model_options(const RunConfig& c) {
 
 Run::Run(const RunConfig& cfg, const WorldFactory& make_world) : m_cfg(cfg) {
   validate(m_cfg);
+  mode_of(m_cfg).resolve(m_cfg);  // what the mode derives (the pipeline's stage map) is in config.toml
   make_ranks(make_world);
   // A run is never written over another unasked (run_dir.h); a resumed run continues its own
   // directory, or a copy in a new one (--out elsewhere).

@@ -181,6 +181,12 @@ bool apply_choice(lab::RunConfig& c, const std::string& setting, const std::stri
   else if (setting == "parameters_as_bucket_view") return boolean(c.parameters_as_bucket_view);
   else if (setting == "sharding_strategy") c.sharding_strategy = value;
   else if (setting == "fsdp_wrap") c.fsdp_wrap = value;
+  else if (setting == "schedule") c.schedule = value;
+  else if (setting == "balance") c.balance = value;
+  else if (setting == "stages") return integer(c.stages);
+  else if (setting == "microbatches") return integer(c.microbatches);
+  else if (setting == "deferred_batch_norm") return boolean(c.deferred_batch_norm);
+  else if (setting == "batchnorm") return boolean(c.batchnorm);
   else if (setting == "world_size") return integer(c.world_size);
   else if (setting == "batch_size") return integer(c.batch_size);
   else if (setting == "average_every") return integer(c.average_every);
@@ -207,6 +213,12 @@ std::string setting_value(const lab::RunConfig& c, const std::string& setting) {
   if (setting == "parameters_as_bucket_view") return b(c.parameters_as_bucket_view);
   if (setting == "sharding_strategy") return c.sharding_strategy;
   if (setting == "fsdp_wrap") return c.fsdp_wrap;
+  if (setting == "schedule") return c.schedule;
+  if (setting == "balance") return c.balance;
+  if (setting == "stages") return std::to_string(c.stages);
+  if (setting == "microbatches") return std::to_string(c.microbatches);
+  if (setting == "deferred_batch_norm") return b(c.deferred_batch_norm);
+  if (setting == "batchnorm") return b(c.batchnorm);
   if (setting == "world_size") return std::to_string(c.world_size);
   if (setting == "batch_size") return std::to_string(c.batch_size);
   if (setting == "average_every") return std::to_string(c.average_every);
