@@ -47,7 +47,7 @@ void add_gui_flags(CLI::App& app, GuiOptions& o) {
   app.add_option("--frame-stats", o.frame_stats,
                  "write frame-time percentiles (p50, p95, p99, max) and training samples/s as JSON at exit");
   app.add_option("--view", o.view, "bring views to the front, full window: ring, batchnorm, batching, traineval, "
-                                   "bench, memory, layout (all panels), or a comma list");
+                                   "bench, memory, pipeline, layout (all panels), or a comma list");
   app.add_option("--ui-scale", o.ui_scale, "scale of text and widgets (default: the monitor's content scale)");
   app.add_option("--ring-steps", o.ring_steps,
                  "with --screenshot: after --steps iterations, stop K steps into the next gradient allreduce");

@@ -273,9 +273,19 @@ TEST(RunFormat, TraceEventsOfEveryKindReadBack) {
   copy.what = "copy";
   copy.tag = -1;
   copy.bytes = 1200;
+  lab::Event block = compute;  // a pipeline's forward of micro-batch 2, and its send to the next stage
+  block.phase = lab::Phase::Forward;
+  block.op = "forward";
+  block.tag = 2;
+  lab::Event send = chunk;
+  send.phase = lab::Phase::Send;
+  send.op = "send";
+  send.what = "activations";
+  send.tag = 2;
+  send.ring_step = -1;
   lab::Event late = compute;
   late.train_step = 5;  // at or after max_step: not written
-  events[1] = {compute, coll, chunk, kernels, copy, late};
+  events[1] = {compute, coll, chunk, kernels, copy, block, send, late};
   const std::string path = d.file("trace.json");
   lab::write_trace(path, events, 5, {{"train_samples", 256}, {"test_samples", 64}});
   const lab::TraceContents t = lab::read_trace(path, 2, kept);
@@ -283,8 +293,8 @@ TEST(RunFormat, TraceEventsOfEveryKindReadBack) {
   EXPECT_EQ(t.test_samples, 64);
   ASSERT_EQ(t.per_rank.size(), 2u);
   EXPECT_TRUE(t.per_rank[0].empty());
-  ASSERT_EQ(t.per_rank[1].size(), 5u);
-  for (size_t i = 0; i < 5; ++i) {
+  ASSERT_EQ(t.per_rank[1].size(), 7u);
+  for (size_t i = 0; i < 7; ++i) {
     const lab::Event &a = events[1][i], &b = t.per_rank[1][i];
     SCOPED_TRACE("event " + std::to_string(i));
     EXPECT_EQ(a.kind, b.kind);

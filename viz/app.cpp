@@ -40,6 +40,7 @@ const char* view_key(ViewId v) {
     case ViewId::TrainEval: return "traineval";
     case ViewId::Bench: return "bench";
     case ViewId::Memory: return "memory";
+    case ViewId::Pipeline: return "pipeline";
   }
   return "?";
 }
@@ -52,6 +53,7 @@ const char* view_title(ViewId v) {
     case ViewId::TrainEval: return "Train vs eval";
     case ViewId::Bench: return "Benchmark";
     case ViewId::Memory: return "Memory";
+    case ViewId::Pipeline: return "Pipeline";
   }
   return "?";
 }
@@ -664,6 +666,7 @@ void draw_view(AppState& app, ViewId v, Commands& cmd) {
       case ViewId::Batching: draw_batching_view(d, twin ? app.batching_twin : app.batching); break;
       case ViewId::TrainEval: draw_train_eval_view(d, twin ? app.train_eval_twin : app.train_eval, app.bn); break;
       case ViewId::Memory: draw_memory_view(d, twin ? app.memory_twin : app.memory); break;
+      case ViewId::Pipeline: draw_pipeline_view(d, twin ? app.pipeline_twin : app.pipeline); break;
       case ViewId::BatchNorm:
       case ViewId::Bench: break;
     }
@@ -871,7 +874,7 @@ std::vector<std::pair<std::string, std::optional<ViewId>>> parse_views(const std
       }
     if (!found)
       throw lab::ConfigError("--view: unknown view '" + name + "'",
-                             "choose ring, batchnorm, batching, traineval, bench, memory or layout (a comma list for several)");
+                             "choose ring, batchnorm, batching, traineval, bench, memory, pipeline or layout (a comma list for several)");
   }
   return out;
 }

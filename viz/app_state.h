@@ -29,9 +29,9 @@
 
 namespace viz {
 
-enum class ViewId { Ring = 0, BatchNorm, Batching, TrainEval, Bench, Memory };
-constexpr int kViewCount = 6;
-const char* view_key(ViewId v);    // "ring", "batchnorm", "batching", "traineval", "bench", "memory"
+enum class ViewId { Ring = 0, BatchNorm, Batching, TrainEval, Bench, Memory, Pipeline };
+constexpr int kViewCount = 7;
+const char* view_key(ViewId v);    // "ring", "batchnorm", "batching", "traineval", "bench", "memory", "pipeline"
 const char* view_title(ViewId v);  // tab titles
 
 // Time and animation for one frame.
@@ -125,6 +125,12 @@ struct MemoryViewState {
   int64_t first_step = -1, last_step = -1;  // iterations that still have their points
   std::string psi_model;     // Psi of this model (built once)
   int64_t psi = 0;
+};
+
+// The Pipeline view (panel_pipeline.cpp).
+struct PipelineViewState {
+  bool follow = true;        // the newest iteration
+  int64_t step = -1;         // the iteration drawn
 };
 
 struct TrainEvalViewState {
@@ -238,6 +244,7 @@ struct AppState {
   BnViewState bn;
   BatchingViewState batching, batching_twin;
   MemoryViewState memory, memory_twin;
+  PipelineViewState pipeline, pipeline_twin;
   TrainEvalViewState train_eval, train_eval_twin;
   std::string bn_layer_wanted;          // a BatchNorm layer to select by name ("2") once the run has steps
   // a benchmark's result.json (--open, File > Open, a lesson's bench run), independent of the runs;

@@ -53,6 +53,10 @@ void draw_help_window(bool* open) {
                      "communication buffers, gathered parameters) at a point of an iteration, the iteration's curve "
                      "point by point (FSDP's all-gather, use, free), and the ZeRO paper's formula with the run's "
                      "numbers.");
+  ImGui::TextWrapped("Pipeline (--mode pipeline): stages by time, each micro-batch's forward and backward as a block, "
+                     "the idle time shaded; one iteration as recorded and the schedule with equal stages, the bubble "
+                     "measured, played and by the formula (p-1)/(m+p-1), and per stage the micro-batches in flight "
+                     "with their activations.");
   ImGui::Separator();
   ImGui::TextWrapped("Headless: `dtlab run` trains with the same flags and writes a run directory (--out DIR); "
                      "`dtlab gui --open DIR` shows it here again, as a recording: the views' own sliders move through "

@@ -24,6 +24,8 @@ void draw_train_eval_view(const RunData& d, TrainEvalViewState& st, BnViewState&
 void draw_bench_view(const BenchResult& r, const BenchResult* twin, BenchViewState& st);
 // 6. Memory: every rank's bytes by category at a point of a step, the step's curve, ZeRO's formula.
 void draw_memory_view(const RunData& d, MemoryViewState& st);
+// 7. Pipeline: stages by time, each micro-batch's forward and backward, the bubble three ways.
+void draw_pipeline_view(const RunData& d, PipelineViewState& st);
 // Compute and communication per rank over time.
 void draw_timeline_panel(const RunData& d, TimelineState& st);
 // Loss and accuracy per rank.

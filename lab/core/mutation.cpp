@@ -68,6 +68,12 @@ const std::vector<MutationInfo>& known_mutations() {
        "under DDP's no_sync"},
       {"checkpoint-drops-momentum",
        "a resumed run restores the parameters and buffers but not SGD's momentum buffers (a fresh optimizer)"},
+      {"pipeline-whole-batch",
+       "--mode pipeline does not cut the mini-batch: every stage runs one forward and one backward of the whole "
+       "batch, whatever --microbatches says"},
+      {"pipeline-1f1b-is-gpipe", "--schedule 1f1b runs GPipe's order: every forward, then every backward"},
+      {"pipeline-deferred-bn-ignored",
+       "--deferred-batch-norm has no effect: the running statistics move with every micro-batch's statistics"},
       {"fsdp-keeps-gathered",
        "FSDP never frees the parameters it all-gathers: every rank holds the whole model between iterations, "
        "as DDP does, beside its shards"},

@@ -38,6 +38,7 @@
 #include "mode.h"
 #include "mode_ddp.h"
 #include "model.h"
+#include "mutation.h"
 #include "optim.h"
 #include "pipeline.h"
 #include "run.h"
@@ -74,8 +75,9 @@ class PipelineRank : public RankMode {
         m_stages(stages_for(env.cfg, env.model)),
         m_mine(m_stages[static_cast<size_t>(env.rank)]),
         m_last(env.rank + 1 == env.world),
-        m_chunks(static_cast<int>(env.cfg.microbatches)),
-        m_deferred(env.cfg.deferred_batch_norm) {
+        m_chunks(mutated("pipeline-whole-batch") ? 1 : static_cast<int>(env.cfg.microbatches)),
+        m_deferred(env.cfg.deferred_batch_norm && !mutated("pipeline-deferred-bn-ignored")),
+        m_schedule(mutated("pipeline-1f1b-is-gpipe") ? std::string("gpipe") : env.cfg.schedule) {
     const std::vector<std::vector<int64_t>> shapes = output_shapes(env.cfg);
     m_in_shape = m_mine.begin == 0 ? std::vector<int64_t>{1, 28, 28} : shapes[m_mine.begin - 1];
     m_out_shape = shapes[m_mine.end - 1];
@@ -119,7 +121,7 @@ class PipelineRank : public RankMode {
     m_correct = 0;
     m_held.assign(static_cast<size_t>(micro), false);
 
-    const std::vector<PipeStep> order = pipeline_schedule(m_env.cfg.schedule, m_env.world, m_env.rank, micro);
+    const std::vector<PipeStep> order = pipeline_schedule(m_schedule, m_env.world, m_env.rank, micro);
     m_received_input.assign(static_cast<size_t>(micro), false);
     m_received_grad.assign(static_cast<size_t>(micro), false);
     for (size_t k = 0; k < order.size(); ++k) {
@@ -428,6 +430,7 @@ class PipelineRank : public RankMode {
   const bool m_last;
   const int m_chunks;     // --microbatches: Pipe's chunks
   const bool m_deferred;  // --deferred-batch-norm
+  const std::string m_schedule;  // --schedule (lessons' mutation tests: mutation.h)
   std::vector<int64_t> m_in_shape, m_out_shape;  // per sample: the stage's input and output
   std::vector<Param*> m_params;    // the stage's parameters (the model's), which its optimizer steps
   std::vector<Buffer*> m_buffers;  // the stage's buffers (BatchNorm's running statistics)
@@ -560,10 +563,20 @@ class PipelineMode : public ParallelMode {
 };
 
 // The iteration's blocks as the timeline recorded them: per step, per stage, the forward and
-// backward compute events (tag: the micro-batch).
+// backward compute events (tag: the micro-batch), and each stage's order of them.
 struct StepBlocks {
   std::vector<double> busy;  // per stage
   double t0 = 1e300, t1 = -1e300;
+  std::vector<std::vector<std::pair<double, PipeStep>>> order;  // per stage: (start, block)
+  std::vector<std::vector<PipeStep>> orders() const {
+    std::vector<std::vector<PipeStep>> out;
+    for (auto o : order) {
+      std::stable_sort(o.begin(), o.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+      out.emplace_back();
+      for (const auto& x : o) out.back().push_back(x.second);
+    }
+    return out;
+  }
 };
 
 std::map<int64_t, StepBlocks> blocks_by_step(const std::vector<std::vector<Event>>& events, int stages) {
@@ -573,8 +586,11 @@ std::map<int64_t, StepBlocks> blocks_by_step(const std::vector<std::vector<Event
       if (e.kind != EventKind::Compute || e.train_step < 0 || e.tag < 0) continue;
       if (e.phase != Phase::Forward && e.phase != Phase::Backward) continue;
       StepBlocks& b = out[e.train_step];
-      if (b.busy.empty()) b.busy.assign(static_cast<size_t>(stages), 0.0);
-      if (e.rank >= 0 && e.rank < stages) b.busy[static_cast<size_t>(e.rank)] += e.t_end - e.t_start;
+      if (b.busy.empty()) b.busy.assign(static_cast<size_t>(stages), 0.0), b.order.resize(static_cast<size_t>(stages));
+      if (e.rank < 0 || e.rank >= stages) continue;
+      b.busy[static_cast<size_t>(e.rank)] += e.t_end - e.t_start;
+      b.order[static_cast<size_t>(e.rank)].push_back(
+          {e.t_start, PipeStep{e.phase == Phase::Forward ? PipeOp::Forward : PipeOp::Backward, e.tag}});
       b.t0 = std::min(b.t0, e.t_start);
       b.t1 = std::max(b.t1, e.t_end);
     }
@@ -598,7 +614,8 @@ void PipelineMode::summary(const SummaryEnv& env, nlohmann::json& j) const {
   std::vector<double> bubbles;
   std::vector<double> fwd(static_cast<size_t>(P), 0.0), bwd(static_cast<size_t>(P), 0.0);
   std::vector<int64_t> nf(static_cast<size_t>(P), 0), nb(static_cast<size_t>(P), 0);
-  for (const auto& [step, b] : blocks_by_step(env.events, P)) bubbles.push_back(measured_bubble(b.busy, b.t1 - b.t0));
+  const std::map<int64_t, StepBlocks> steps = blocks_by_step(env.events, P);
+  for (const auto& [step, b] : steps) bubbles.push_back(measured_bubble(b.busy, b.t1 - b.t0));
   for (const auto& rank_events : env.events)
     for (const Event& e : rank_events) {
       if (e.kind != EventKind::Compute || e.train_step < 0 || e.tag < 0 || e.rank < 0 || e.rank >= P) continue;
@@ -619,10 +636,30 @@ void PipelineMode::summary(const SummaryEnv& env, nlohmann::json& j) const {
     bubble["measured_per_step"] = bubbles;
     bubble["schedule_measured_costs"] = simulate_pipeline(c.schedule, P, M, fwd, bwd).bubble;
   }
+  // What the stages did: the first recorded iteration's order of blocks on each stage, played with
+  // equal stages (its bubble and micro-batches in flight are the schedule's unless the run
+  // departed from it)
+  nlohmann::json as_run = nullptr;
+  if (!steps.empty()) {
+    const StepBlocks& first = steps.begin()->second;
+    try {
+      const PipeTimeline t = simulate_orders(first.orders(), std::vector<double>(static_cast<size_t>(P), 1.0),
+                                             std::vector<double>(static_cast<size_t>(P), 2.0));
+      int micro = 0;
+      for (const auto& o : first.orders())
+        for (const PipeStep& x : o) micro = std::max(micro, x.micro + 1);
+      as_run = {{"step", steps.begin()->first}, {"micro_batches", micro}, {"bubble", t.bubble},
+                {"in_flight_peak", t.peak_in_flight}};
+    } catch (const Error&) {
+      as_run = nullptr;  // events of an incomplete iteration
+    }
+  }
+  bubble["as_run"] = as_run;
   bubble["what"] =
       "the idle share of the stages over an iteration: formula (p-1)/(m+p-1); schedule: the schedule played with "
       "equal stages (forward 1, backward 2) and free messages; schedule_measured_costs: played with each stage's "
-      "mean measured forward and backward; measured: 1 - the stages' busy time / (stages x the iteration's span)";
+      "mean measured forward and backward; measured: 1 - the stages' busy time / (stages x the iteration's span); "
+      "as_run: each stage's recorded order of blocks in the first iteration, played with equal stages";
   j["pipeline"] = {{"schedule", c.schedule}, {"stages", stages}, {"microbatches", M}, {"balance", balance_text(st)},
                    {"deferred_batch_norm", c.deferred_batch_norm}, {"bubble", bubble},
                    {"forward_seconds", fwd}, {"backward_seconds", bwd}};

@@ -178,12 +178,19 @@ PipeTimeline simulate_pipeline(const std::string& schedule, int stages, int micr
 
 PipeTimeline simulate_pipeline(const std::string& schedule, int stages, int micro,
                                const std::vector<double>& forward_cost, const std::vector<double>& backward_cost) {
+  std::vector<std::vector<PipeStep>> orders;
+  for (int s = 0; s < stages; ++s) orders.push_back(pipeline_schedule(schedule, stages, s, micro));
+  return simulate_orders(orders, forward_cost, backward_cost);
+}
+
+PipeTimeline simulate_orders(const std::vector<std::vector<PipeStep>>& order, const std::vector<double>& forward_cost,
+                             const std::vector<double>& backward_cost) {
   PipeTimeline t;
-  const size_t P = static_cast<size_t>(stages), M = static_cast<size_t>(micro);
-  std::vector<std::vector<PipeStep>> order(P);
-  for (size_t s = 0; s < P; ++s) {
-    order[s] = pipeline_schedule(schedule, stages, static_cast<int>(s), micro);
-    t.peak_in_flight.push_back(peak_in_flight(order[s]));
+  const size_t P = order.size();
+  size_t M = 0;
+  for (const auto& o : order) {
+    t.peak_in_flight.push_back(peak_in_flight(o));
+    for (const PipeStep& st : o) M = std::max(M, static_cast<size_t>(st.micro) + 1);
   }
   const double unset = -1;
   std::vector<std::vector<double>> fwd_end(P, std::vector<double>(M, unset)), bwd_end = fwd_end;
@@ -211,7 +218,7 @@ PipeTimeline simulate_pipeline(const std::string& schedule, int stages, int micr
         progressed = true;
       }
     }
-    if (!progressed) throw Error("pipeline schedule '" + schedule + "' deadlocks");  // a bug in pipeline_schedule
+    if (!progressed) throw Error("a pipeline's orders of blocks deadlock: a block waits for one that never runs");
   }
   double busy = 0;
   for (const PipeBlock& b : t.blocks) t.makespan = std::max(t.makespan, b.end), busy += b.end - b.start;

@@ -75,6 +75,10 @@ PipeTimeline simulate_pipeline(const std::string& schedule, int stages, int micr
                                double backward_cost);
 PipeTimeline simulate_pipeline(const std::string& schedule, int stages, int micro,
                                const std::vector<double>& forward_cost, const std::vector<double>& backward_cost);
+// The same for each stage's own order of blocks (orders[s]: stage s's, e.g. as a run recorded them).
+// Throws Error when the orders deadlock (a forward waiting for one that never runs).
+PipeTimeline simulate_orders(const std::vector<std::vector<PipeStep>>& orders, const std::vector<double>& forward_cost,
+                             const std::vector<double>& backward_cost);
 // GPipe's bubble, (p - 1) / (m + p - 1).
 double bubble_formula(int stages, int micro);
 // The measured bubble of one iteration from each stage's busy time (seconds of its forward and

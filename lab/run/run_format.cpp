@@ -343,6 +343,7 @@ void write_trace(const std::string& path, const std::vector<std::vector<Event>>&
         j["name"] = phase_name(e.phase);
         j["cat"] = "compute";
         if (std::strcmp(e.op, phase_name(e.phase)) != 0) args["op"] = e.op;
+        if (e.tag >= 0) args["tag"] = e.tag;  // a pipeline's micro-batch
       } else if (e.kind == EventKind::Device) {
         j["tid"] = 3;
         j["name"] = std::string(e.op) + (e.tag >= 0 ? " " + std::to_string(e.tag) : "");
@@ -388,9 +389,8 @@ void write_trace(const std::string& path, const std::vector<std::vector<Event>>&
 namespace {
 
 Phase phase_from_name(const std::string& n) {
-  for (Phase p : {Phase::ReduceScatter, Phase::Allgather, Phase::Broadcast, Phase::Gather, Phase::Forward,
-                  Phase::Backward, Phase::OptimizerStep, Phase::Eval})
-    if (n == phase_name(p)) return p;
+  for (int i = 1; i <= static_cast<int>(Phase::kLast); ++i)
+    if (n == phase_name(static_cast<Phase>(i))) return static_cast<Phase>(i);
   return Phase::None;
 }
 
@@ -440,6 +440,7 @@ TraceContents read_trace(const std::string& path, int world,
         e.kind = EventKind::Compute;
         e.phase = phase_from_name(name);
         e.op = intern(args.value("op", name));
+        e.tag = int_value(args, "tag", -1);
       } else if (cat == "collective") {
         e.kind = EventKind::Collective;
         e.op_seq = int_value(args, "op_seq", uint64_t{0});

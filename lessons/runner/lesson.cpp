@@ -214,7 +214,7 @@ class Reader {
 
 // ---- 3. the parts of a lesson ----
 
-const std::vector<std::string> kViews = {"ring", "batchnorm", "batching", "traineval", "bench", "memory"};
+const std::vector<std::string> kViews = {"ring", "batchnorm", "batching", "traineval", "bench", "memory", "pipeline"};
 const std::vector<std::string> kSources = {"summary", "metrics", "trace", "tensor", "result", "config", "exit_code", "error", "expr"};
 const std::vector<std::string> kReduces = {"last", "first", "mean", "sum", "min", "max", "spread", "std", "count", "series"};
 

@@ -146,7 +146,9 @@ std::vector<SettingCheck> check_settings(const lab::RunConfig& c, int64_t datase
 std::string describe_parallelism(const lab::RunConfig& c) { return lab::mode_of(c).describe(c); }
 
 std::string describe_batch(const lab::RunConfig& c) {
-  return "batch " + std::to_string(c.batch_size) + (lab::mode_of(c).caps().global_batch ? " (global)" : "/rank");
+  const lab::ModeCaps k = lab::mode_of(c).caps();
+  if (k.one_loader) return "batch " + std::to_string(c.batch_size) + " in " + std::to_string(c.microbatches) + " micro-batches";
+  return "batch " + std::to_string(c.batch_size) + (k.global_batch ? " (global)" : "/rank");
 }
 
 const SettingCheck* find_check(const std::vector<SettingCheck>& checks, const std::string& setting, Severity min) {
