@@ -34,6 +34,18 @@ How PyTorch runs each kind of case:
                directly. Its k devices are emulated as tools/fixtures/gen_dp.py does (torch.chunk
                scatter, one replica per chunk, replica 0's buffers survive, gradients summed in
                device order), on DataLoader(shuffle, generator=manual_seed(seed)) batches.
+  pipeline     torch.distributed.pipeline.sync.Pipe in one process (init_rpc("worker", rank=0,
+               world_size=1)): the model loaded from init.safetensors, cut into nn.Sequential
+               stages by `balance` (all on the CPU), Pipe(chunks=M, checkpoint="never",
+               deferred_batch_norm as the case says); the one-process data order, and per step one
+               CrossEntropyLoss over Pipe's concatenated output (pipe(x).local_value()), backward,
+               optimizer.step(). dtlab's loss is its last stage's (rank P-1; the other ranks write
+               none) and final.safetensors the whole model. GPipe and 1F1B give bitwise the same
+               weights in dtlab (it sums each parameter's micro-batch gradients in reverse
+               micro-batch order under either schedule), so a 1F1B case is compared with the same
+               Pipe. The case's balance, chunks, schedule and deferred_batch_norm are also
+               compared with those dtlab ran (config.toml), its automatic balance where the case
+               passes no --balance.
 
 Usage (Debian's python3-torch):
   /usr/bin/python3 tools/parity/parity.py                   # every case; exit 0 when all pass
@@ -79,6 +91,9 @@ def _openblas_env():
 
 
 _openblas_env()
+# PyTorch's RPC agent (Pipe needs one) logs INFO lines through glog ("RPC agent for worker is shutting
+# down"); glog reads its level when torch is imported. Warnings and errors still show.
+os.environ.setdefault("GLOG_minloglevel", "1")
 
 try:
     import numpy as np
@@ -117,7 +132,7 @@ class Case:
     limit_train: int = 1000
     limit_test: int = 100
     steps: int = 20
-    mode: str = "ddp"            # ddp | dp | local-sgd | zero
+    mode: str = "ddp"            # ddp | dp | local-sgd | zero | pipeline
     bn: str = "local"            # local | sync
     shuffle: bool = True
     drop_last: bool = False      # DataLoader drop_last
@@ -129,17 +144,26 @@ class Case:
     lr: float = LR
     optimizer: str = "sgd"       # sgd | adam | adamw
     bucket_view: bool = False    # zero: ZeroRedundancyOptimizer(parameters_as_bucket_view=True)
+    batchnorm: bool = True       # False: --no-batchnorm (the model without its BatchNorm layers)
+    # pipeline: world stays 1 (one data replica, the Pipe); its ranks are the stages
+    stages: int = 0              # --stages P
+    microbatches: int = 4        # --microbatches M: Pipe's chunks
+    schedule: str = "gpipe"      # gpipe | 1f1b
+    balance: str = ""            # modules per stage, the split PyTorch's stages use
+    auto_balance: bool = True    # True: dtlab chooses (and must choose `balance`); False: --balance
+    deferred_bn: bool = False    # --deferred-batch-norm: Pipe(deferred_batch_norm=True)
 
     @property
     def kind(self):
-        if self.mode == "dp":
-            return "dp"
+        if self.mode in ("dp", "pipeline"):
+            return self.mode
         if self.bn == "sync":
             return "sync"
         return "single" if self.world == 1 else "ddp"
 
     def dtlab_args(self):
-        a = ["--model", self.model, "--world-size", str(self.world), "--batch-size", str(self.batch),
+        ranks = ["--stages", str(self.stages)] if self.mode == "pipeline" else ["--world-size", str(self.world)]
+        a = ["--model", self.model, *ranks, "--batch-size", str(self.batch),
              "--limit-train", str(self.limit_train), "--limit-test", str(self.limit_test),
              "--steps", str(self.steps), "--mode", self.mode, "--bn", self.bn,
              "--lr", repr(self.lr), "--weight-decay", repr(WEIGHT_DECAY),
@@ -157,6 +181,14 @@ class Case:
             a += ["--average-every", str(self.average_every), "--warmup-steps", str(self.warmup_steps)]
         if self.bucket_view:
             a.append("--parameters-as-bucket-view")
+        if not self.batchnorm:
+            a.append("--no-batchnorm")
+        if self.mode == "pipeline":
+            a += ["--microbatches", str(self.microbatches), "--schedule", self.schedule]
+            if not self.auto_balance:
+                a += ["--balance", self.balance]
+            if self.deferred_bn:
+                a.append("--deferred-batch-norm")
         return a
 
 
@@ -222,6 +254,26 @@ CASES = [
          mode="zero", optimizer="adam", lr=1e-3, seed=1),
     Case("cnn_w4_zero_adam_bucket", "ZeRO-1 4 ranks x 8 with Adam (lr 1e-3), bucket view, no broadcast", "cnn", 4, 8,
          150, steps=6, mode="zero", optimizer="adam", lr=1e-3, bucket_view=True, broadcast_buffers=False),
+    # Pipeline parallelism = Pipe over P stages (one process, no data parallelism: world 1). The
+    # balance is dtlab's automatic one, checked against the case's, unless auto_balance=False.
+    # Deferred BatchNorm only on the cnn: Pipe's DeferredBatchNorm refuses BatchNorm1d's 2D input.
+    Case("mlp_p3_m4_gpipe", "Pipe 3 stages (4,3,1), GPipe, batch 64 in 4 micro-batches; last 40 (4x10)", "mlp",
+         batch=64, limit_train=1000, steps=20, mode="pipeline", stages=3, balance="4,3,1"),
+    Case("mlp_p3_m4_1f1b", "Pipe 3 stages (4,3,1), 1F1B: the same Pipe as mlp_p3_m4_gpipe", "mlp",
+         batch=64, limit_train=1000, steps=20, mode="pipeline", stages=3, balance="4,3,1", schedule="1f1b"),
+    Case("mlp_p3_m3_b50", "Pipe 3 stages, 1F1B, batch 50 in 3 (17,17,16); last 20 (7,7,6); 2 epochs", "mlp",
+         batch=50, limit_train=970, steps=24, mode="pipeline", stages=3, microbatches=3, balance="4,3,1",
+         schedule="1f1b", seed=2),
+    Case("mlp_p3_m4_nobn", "Pipe 3 stages (3,2,1), --no-batchnorm, batch 64 in 4; last 40", "mlp",
+         batch=64, limit_train=1000, steps=20, mode="pipeline", stages=3, balance="3,2,1", batchnorm=False),
+    Case("cnn_p4_m4_gpipe", "Pipe 4 stages (4,5,2,1), GPipe, batch 32 in 4; last 12 (4x3); 2 epochs", "cnn",
+         batch=32, limit_train=300, steps=12, mode="pipeline", stages=4, balance="4,5,2,1", lr=CNN_LR),
+    Case("cnn_p2_m4_deferred", "Pipe 2 stages (9,3), deferred BatchNorm, 1F1B, batch 32 in 4; 2 epochs", "cnn",
+         batch=32, limit_train=256, steps=12, mode="pipeline", stages=2, balance="9,3", deferred_bn=True,
+         schedule="1f1b", lr=CNN_LR, seed=1),
+    Case("cnn_p2_m4_deferred_short", "Pipe --balance 2,10, deferred BN, batch 32 in 4; last 2 (2 chunks): carried",
+         "cnn", batch=32, limit_train=258, steps=15, mode="pipeline", stages=2, balance="2,10", auto_balance=False,
+         deferred_bn=True, lr=CNN_LR),
 ]
 
 # ---- 2. tolerances ----
@@ -245,11 +297,24 @@ CASES = [
 #      mlp_w2_localsgd (SkylakeX kernels for dtlab: 2.3e-5 in 1.weight row 99 and 2.bias[99]): at
 #      step 17 on rank 0 one ReLU input of unit 99 at 6e-8 of its layer's largest; pushing it
 #      across zero reproduces dtlab's difference exactly (cosine 1.0000).
+#  The 7 pipeline cases (Haswell kernels) agree to within 5e-7 in every loss, 1.5e-6 in every
+#  parameter and 8e-6 in every buffer, but for one near-tie of the second kind:
+#      cnn_p2_m4_deferred (3.5e-6 in a loss, 9.6e-5 in 0.weight, 5.0e-5 in 5.running_mean): at step
+#      8, micro-batch 1, the first ReLU's input at (2, 1, 4, 13) is -1.7e-6 in PyTorch float32 and
+#      +2.2e-6 in float64 (its layer's largest: 7.2), and the maxpool window above it is all zeros
+#      in float32; dtlab stays within 5e-7 of float64 at every step while PyTorch float32 parts
+#      from it there. Setting that input to +2.2e-6 in PyTorch float32 brings the case to 4e-7 in
+#      the loss, 6e-7 in the parameters and 5e-7 in the buffers.
 # The tolerances sit at 3-5 times the largest difference seen. A wrong semantic fails them by far:
 # a wrong sample order or seed moves losses by 0.3 and more; a BatchNorm momentum of 0.11 instead
 # of 0.1 moves running statistics by 3e-2; buffers that missed (or got) DDP's broadcast differ by
 # 7e-2 and more; a local SGD period off by one moves losses by 0.2 (all measured by mutating one
-# side of this harness).
+# side of this harness). Pipe: committing the short mini-batch's deferred sums instead of carrying
+# them into the next mini-batch moves buffers by 2.3e-2 (cnn_p2_m4_deferred_short); BatchNorm per
+# micro-batch instead of deferred, by 0.23 to 0.28; another chunk count moves losses by 0.04 to 0.18.
+# Below the tolerance: DeferredBatchNorm's commit with the unbiased variance instead of the biased
+# one moves buffers by only 5e-5 (cnn_p2_m4_deferred_short) and 1e-4 (cnn_p2_m4_deferred): n/(n-1)
+# with n = 6,272 to 25,088 values per channel and commit. dtlab's 2.4e-7 there shows the biased one.
 TOLERANCES = {
     "loss": {"atol": 5e-4, "rtol": 0.0},      # per step and rank; losses are 0.2-2.5
     "param": {"atol": 1e-3, "rtol": 1e-3},    # every element of every parameter
@@ -287,7 +352,7 @@ def run_dtlab(dtlab, case, out, data_dir, timeout):
 def read_dtlab(case, out):
     """losses[rank][step] and state[rank] = {name: numpy array} from a run directory."""
     world = 1 if case.mode == "dp" else case.world  # DataParallel: device 0 holds the module
-    losses = [[] for _ in range(case.world)]
+    losses = [[] for _ in range(case.stages if case.mode == "pipeline" else case.world)]
     with open(os.path.join(out, "metrics.jsonl")) as f:
         for line in f:
             j = json.loads(line)
@@ -295,6 +360,11 @@ def read_dtlab(case, out):
                 if j["step"] != len(losses[j["rank"]]):
                     die(f"{out}/metrics.jsonl: rank {j['rank']} step {j['step']} out of order")
                 losses[j["rank"]].append(j["loss"])
+    if case.mode == "pipeline":  # the last stage computes the loss; the others have none
+        for r, rl in enumerate(losses[:-1]):
+            if any(v is not None and not math.isnan(v) for v in rl):
+                die(f"{out}/metrics.jsonl: pipeline stage {r} of {case.stages} has a loss; only the last has one")
+        losses = losses[-1:]
     rank0 = dtlab_safetensors.load_file(os.path.join(out, "final.safetensors"))
     states = []
     for r in range(world):
@@ -305,6 +375,16 @@ def read_dtlab(case, out):
                 s.update({k: v.numpy() for k, v in dtlab_safetensors.load_file(path).items()})
         states.append(s)
     return losses[:world], states
+
+
+def read_dtlab_pipeline(out):
+    """--mode pipeline: config.toml's resolved [distributed] and [model] settings of the pipeline."""
+    import tomllib
+    with open(os.path.join(out, "config.toml"), "rb") as f:
+        c = tomllib.load(f)
+    d = c["distributed"]
+    return {"balance": d["balance"], "microbatches": d["microbatches"], "schedule": d["schedule"],
+            "deferred_batch_norm": d["deferred_batch_norm"], "batchnorm": c["model"]["batchnorm"]}
 
 
 def read_dtlab_partition(out):
@@ -327,7 +407,7 @@ def data(train, limit, dtype):
 
 
 def new_model(case, init, dtype):
-    model = common.MODELS[case.model]()
+    model = common.MODELS[case.model](batchnorm=case.batchnorm)
     model.load_state_dict(dtlab_safetensors.load_file(init), strict=True)
     return model.to(dtype)
 
@@ -449,6 +529,47 @@ def torch_dp(case, init, dtype):
     return [losses], [state_of(master)]
 
 
+def torch_pipeline(case, init, dtype):
+    """Pipe over case.stages CPU stages cut by case.balance, in this process (RPC initialized)."""
+    from torch.distributed.pipeline.sync import Pipe
+    x, y = data(True, case.limit_train, dtype)
+    model = new_model(case, init, dtype)
+    layers = list(model.children())
+    sizes = [int(n) for n in case.balance.split(",")]
+    if len(sizes) != case.stages or sum(sizes) != len(layers):
+        die(f"{case.name}: balance {case.balance} does not cut {len(layers)} modules into {case.stages} stages")
+    cuts = [sum(sizes[:k]) for k in range(len(sizes) + 1)]
+    stages = [torch.nn.Sequential(*layers[a:b]) for a, b in zip(cuts, cuts[1:])]
+    pipe = Pipe(torch.nn.Sequential(*stages), chunks=case.microbatches, checkpoint="never",
+                deferred_batch_norm=case.deferred_bn)
+    # Pipe's partitions hold the model's layers in order (DeferredBatchNorm in place of BatchNorm,
+    # with the same parameters and buffers, plus its pending sums): layer i is the model's module i.
+    leaves = [m for part in pipe.partitions for m in part.modules() if not list(m.children())]
+    assert len(leaves) == len(layers), (len(leaves), len(layers))
+    opt = new_optimizer(case, pipe.parameters())
+    lossf = torch.nn.CrossEntropyLoss()
+    sampler = sampler_for(case, len(x), 0)
+    loader = DataLoader(TensorDataset(x, y), batch_size=case.batch, sampler=sampler, drop_last=case.drop_last)
+    losses, step, epoch = [], 0, 0
+    while step < case.steps:
+        sampler.set_epoch(epoch)
+        pipe.train()
+        for xb, yb in loader:
+            if step == case.steps:
+                break
+            opt.zero_grad(set_to_none=True)
+            loss = lossf(pipe(xb).local_value(), yb)
+            loss.backward()
+            opt.step()
+            losses.append(float(loss))
+            step += 1
+        epoch += 1  # (eval mode changes no buffer, DeferredBatchNorm's pending sums included)
+    state = {f"{i}.{k}": v.detach().cpu().numpy().copy() for i, m in enumerate(leaves)
+             for k, v in m.state_dict().items() if k not in ("sum", "sum_squares")}
+    assert set(state) == set(model.state_dict()), sorted(set(state) ^ set(model.state_dict()))
+    return [losses], [state]
+
+
 def ddp_case(rank, case, init, dtype):
     """One rank of a DDP (or post-local SGD) case, in a process of an initialized gloo group."""
     from torch.distributed.algorithms.ddp_comm_hooks import post_localSGD_hook as post_local
@@ -523,12 +644,19 @@ def run_torch(jobs, work):
     torch.set_num_threads(1)
     results = {}
     by_world = {}
+    rpc = None
+    if any(case.kind == "pipeline" for _, case, _, _ in jobs):  # Pipe needs the RPC framework, even alone
+        from torch.distributed import rpc
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+        rpc.init_rpc("worker", rank=0, world_size=1)
     for key, case, init, dtype in jobs:
         if case.kind == "ddp":
             by_world.setdefault(case.world, []).append((key, case, init, dtype))
         else:
-            fn = {"single": torch_single, "sync": torch_sync, "dp": torch_dp}[case.kind]
+            fn = {"single": torch_single, "sync": torch_sync, "dp": torch_dp, "pipeline": torch_pipeline}[case.kind]
             results[key] = fn(case, init, dtype)
+    if rpc:
+        rpc.shutdown()
     # One group of processes per world size runs all its cases: PyTorch starts once per rank.
     for world, group in by_world.items():
         results_dir = tempfile.mkdtemp(prefix=f"torch-w{world}-", dir=work)
@@ -630,7 +758,9 @@ def compare(case, mine, theirs, check=True):
 # dtlab settings, the tolerances above, every rank's per-step losses and every rank's final state:
 # buffers and parameters of up to FULL_MAX elements in full, num_batches_tracked as an integer, and
 # larger parameters as a summary: numel, sum, sum of |x|, sum of squares, and N_SAMPLES values at
-# evenly spaced indices. A rank > 0 lists only the tensors that differ from rank 0's.
+# evenly spaced indices. A rank > 0 lists only the tensors that differ from rank 0's. Pipeline cases
+# get no fixture: tests/test_parity.cpp lists its cases and has none of them (its
+# ParityFixtures.EveryFixtureIsTested would fail on an unlisted fixture).
 
 FULL_MAX, N_SAMPLES = 512, 64
 
@@ -749,14 +879,14 @@ def main():
     work = a.keep or tempfile.mkdtemp(prefix="dtlab-parity-")
     os.makedirs(work, exist_ok=True)
     print(f"# parity: dtlab ({a.dtlab}) vs PyTorch {torch.__version__} (CPU; DDP over gloo, one process per "
-          f"rank), Fashion-MNIST from {common.DATA_DIR}", flush=True)
+          f"rank; Pipe in one process over RPC), Fashion-MNIST from {common.DATA_DIR}", flush=True)
     print(f"# SGD lr {LR} (cnn {CNN_LR}), momentum {MOMENTUM}, weight_decay {WEIGHT_DECAY} (Adam, AdamW: lr 1e-3, the same weight_decay); "
           f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(not set)')}", flush=True)
     print("# pass: |dtlab - torch| <= atol + rtol |torch|, " +
           "; ".join(f"{k} {v['atol']:g} + {v['rtol']:g}" for k, v in TOLERANCES.items()) +
           "; num_batches_tracked (nbt) equal", flush=True)
     print("# rel: |d| / |torch loss|; for tensors, max |d| of a tensor / its max |torch value|", flush=True)
-    mine, cmds, partitions = {}, {}, {}
+    mine, cmds, partitions, pipelines = {}, {}, {}, {}
     try:
         t_dtlab = time.time()
         for c in cases:
@@ -765,6 +895,8 @@ def main():
             mine[c.name] = read_dtlab(c, out)
             if c.mode == "zero":
                 partitions[c.name] = read_dtlab_partition(out)
+            if c.mode == "pipeline":
+                pipelines[c.name] = read_dtlab_pipeline(out)
         t_dtlab = time.time() - t_dtlab
         t_torch = time.time()
         jobs = [(c.name, c, os.path.join(work, c.name, "init.safetensors"), torch.float32) for c in cases]
@@ -789,6 +921,11 @@ def main():
             got = partitions[c.name]
             if got != want:
                 d.fail(f"ZeroRedundancyOptimizer's partition: dtlab {got} torch {want}")
+        if c.mode == "pipeline":  # the stages PyTorch was given are the ones dtlab ran
+            want = {"balance": c.balance, "microbatches": c.microbatches, "schedule": c.schedule,
+                    "deferred_batch_norm": c.deferred_bn, "batchnorm": c.batchnorm}
+            if pipelines[c.name] != want:
+                d.fail(f"config.toml's pipeline: dtlab {pipelines[c.name]} case {want}")
         ranks = len(theirs[c.name][1])
         print(f"{c.name:26s} {ranks:5d} {c.steps:5d} {fmt(d.loss_abs):>10s} {fmt(d.loss_rel):>8s} "
               f"{fmt(d.param_abs):>11s} {fmt(d.param_rel):>8s} {fmt(d.buffer_abs):>9s} {fmt(d.buffer_rel):>8s} "
@@ -798,7 +935,7 @@ def main():
             print(f"    {c.what}\n    {' '.join(cmds[c.name])}\n    first mismatches:")
             for m in d.mismatches:
                 print("      " + m)
-        if a.write_fixtures and d.ok:
+        if a.write_fixtures and d.ok and c.kind != "pipeline":  # (tests/test_parity.cpp runs no pipeline yet)
             fx = fixture_for(c, theirs[c.name])
             if c.name in EXTRAS:
                 fx.update(EXTRAS[c.name])
