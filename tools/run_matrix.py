@@ -69,10 +69,21 @@ CASES = {
                                     "--steps", "12", "--checkpoint-every", "6", "--optimizer", "adamw", "--lr", "0.001",
                                     "--no-sync-steps", "2"], "resume"),
     "mpi_ddp_mlp_sync": (["--model", "mlp", "--batch-size", "16", "--steps", "10", "--bn", "sync"], "mpi"),
+    "pipeline_cnn_gpipe": (["--mode", "pipeline", "--model", "cnn", "--stages", "4", "--microbatches", "4",
+                            "--batch-size", "32", "--steps", "6", "--eval-every", "3", "--eval-samples", "64"], "run"),
+    "pipeline_cnn_1f1b_deferred": (["--mode", "pipeline", "--model", "cnn", "--stages", "2", "--microbatches", "3",
+                                    "--schedule", "1f1b", "--deferred-batch-norm", "--batch-size", "30", "--steps",
+                                    "8"], "run"),
+    "pipeline_mlp_nobn_adam": (["--mode", "pipeline", "--model", "mlp", "--stages", "3", "--microbatches", "4",
+                                "--no-batchnorm", "--optimizer", "adam", "--lr", "0.001", "--batch-size", "32",
+                                "--steps", "6"], "run"),
+    "mpi_pipeline_mlp_1f1b": (["--mode", "pipeline", "--model", "mlp", "--microbatches", "4", "--schedule", "1f1b",
+                               "--batch-size", "32", "--steps", "6"], "mpi"),
 }
 
 DROP_KEYS = {"t", "seconds", "samples_per_s", "train_seconds", "comm_seconds", "hidden_seconds", "hidden_fraction",
-             "forward_seconds", "backward_seconds", "optimizer_seconds", "wait_seconds"}
+             "forward_seconds", "backward_seconds", "optimizer_seconds", "wait_seconds",
+             "measured_median", "measured_per_step", "schedule_measured_costs"}  # (the pipeline's bubble by the clock)
 DROP_SECTIONS = {"communication", "compute"}
 
 

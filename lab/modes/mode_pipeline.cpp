@@ -155,7 +155,9 @@ class PipelineRank : public RankMode {
     count.counts = m_last;            // the loss is the last stage's
     count.samples = m_last ? batch : 0;
     count.trained = m_env.rank == 0 ? batch : 0;  // the run's samples, counted once
-    count.record_bn = !m_bns.empty();
+    // (a rank's model holds the other stages' layers too, stale until an evaluation shares them, and
+    // its own BatchNorm layers computed on the micro-batches' replicas: no per-step statistics)
+    count.record_bn = false;
     return count;
   }
 
