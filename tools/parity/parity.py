@@ -445,28 +445,36 @@ def state_of(model):
     return {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()}
 
 
-def torch_single(case, init, dtype):
-    """One process, plain model, the DataLoader a user writes around DistributedSampler(1, 0)."""
-    x, y = data(True, case.limit_train, dtype)
-    model = new_model(case, init, dtype)
-    opt = new_optimizer(case, model.parameters())
+def train_one_loader(case, x, y, module, forward):
+    """The loop a user writes around one DataLoader over DistributedSampler(1, 0): zero_grad, one
+    CrossEntropyLoss over forward(batch), backward, step; train mode throughout (eval mode
+    changes no buffer: nothing to mirror in one process). Returns every step's loss."""
+    opt = new_optimizer(case, module.parameters())
     lossf = torch.nn.CrossEntropyLoss()
     sampler = sampler_for(case, len(x), 0)
     loader = DataLoader(TensorDataset(x, y), batch_size=case.batch, sampler=sampler, drop_last=case.drop_last)
     losses, step, epoch = [], 0, 0
     while step < case.steps:
         sampler.set_epoch(epoch)
-        model.train()
+        module.train()
         for xb, yb in loader:
             if step == case.steps:
                 break
             opt.zero_grad(set_to_none=True)
-            loss = lossf(model(xb), yb)
+            loss = lossf(forward(xb), yb)
             loss.backward()
             opt.step()
             losses.append(float(loss))
             step += 1
-        epoch += 1  # (eval mode changes no buffer: nothing to mirror in one process)
+        epoch += 1
+    return losses
+
+
+def torch_single(case, init, dtype):
+    """One process, plain model, the DataLoader a user writes around DistributedSampler(1, 0)."""
+    x, y = data(True, case.limit_train, dtype)
+    model = new_model(case, init, dtype)
+    losses = train_one_loader(case, x, y, model, model)
     return [losses], [state_of(model)]
 
 
@@ -546,24 +554,8 @@ def torch_pipeline(case, init, dtype):
     # with the same parameters and buffers, plus its pending sums): layer i is the model's module i.
     leaves = [m for part in pipe.partitions for m in part.modules() if not list(m.children())]
     assert len(leaves) == len(layers), (len(leaves), len(layers))
-    opt = new_optimizer(case, pipe.parameters())
-    lossf = torch.nn.CrossEntropyLoss()
-    sampler = sampler_for(case, len(x), 0)
-    loader = DataLoader(TensorDataset(x, y), batch_size=case.batch, sampler=sampler, drop_last=case.drop_last)
-    losses, step, epoch = [], 0, 0
-    while step < case.steps:
-        sampler.set_epoch(epoch)
-        pipe.train()
-        for xb, yb in loader:
-            if step == case.steps:
-                break
-            opt.zero_grad(set_to_none=True)
-            loss = lossf(pipe(xb).local_value(), yb)
-            loss.backward()
-            opt.step()
-            losses.append(float(loss))
-            step += 1
-        epoch += 1  # (eval mode changes no buffer, DeferredBatchNorm's pending sums included)
+    # (eval mode changes no buffer, DeferredBatchNorm's pending sums included)
+    losses = train_one_loader(case, x, y, pipe, lambda xb: pipe(xb).local_value())
     state = {f"{i}.{k}": v.detach().cpu().numpy().copy() for i, m in enumerate(leaves)
              for k, v in m.state_dict().items() if k not in ("sum", "sum_squares")}
     assert set(state) == set(model.state_dict()), sorted(set(state) ^ set(model.state_dict()))
