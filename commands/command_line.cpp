@@ -35,6 +35,10 @@ void add_mode_flags(CLI::App& app, lab::RunConfig& c) {
   app.add_option("--stages", c.stages,
                  "pipeline: stages, one rank each (the world size follows it when --world-size is not given)")
       ->capture_default_str();
+  app.add_option("--dp", c.dp,
+                 "pipeline: data-parallel replicas of the whole pipeline, each stage's gradients allreduced over them "
+                 "(world size = stages x dp)")
+      ->capture_default_str();
   app.add_option("--microbatches", c.microbatches, "pipeline: micro-batches per mini-batch (Pipe's chunks, torch.chunk)")
       ->capture_default_str();
   app.add_option("--schedule", c.schedule,
@@ -220,7 +224,7 @@ void add_run_flags(CLI::App& app, lab::RunConfig& c, std::string& bn_momentum) {
 void apply_steps_rule(const CLI::App& app, lab::RunConfig& c) {
   if (app.count("--steps") && c.steps > 0 && !app.count("--epochs")) c.epochs = 0;  // as many as --steps takes
   // --stages P alone: P ranks, one per stage (with --world-size too, validate() checks they agree)
-  if (app.count("--stages") && c.stages > 0 && !app.count("--world-size")) c.world_size = c.stages;
+  if (app.count("--stages") && c.stages > 0 && !app.count("--world-size")) c.world_size = c.stages * std::max(1, c.dp);
 }
 
 std::optional<double> parse_bn_momentum(const std::string& s) {

@@ -1,5 +1,6 @@
 #include "run_progress.h"
 
+#include <cmath>
 #include <cstdio>
 
 #include "checkpoint.h"
@@ -31,8 +32,12 @@ std::string ProgressLine::line(const lab::Snapshot& s, double now, int waiting_f
     std::snprintf(tail, sizeof tail, "  no iteration finished for %.0f s: iteration %lld is still running%s; a "
                   "collective fails after --timeout %g s", stalled, static_cast<long long>(done), whom.c_str(), timeout_s);
   } else {
-    std::snprintf(tail, sizeof tail, "  loss %.4f  acc %.3f  %.0f samples/s", r.loss,
-                  r.batch_size ? static_cast<double>(r.correct) / static_cast<double>(r.batch_size) : 0.0,
+    // the loss of a rank that computes one (a pipeline's last stage; rank 0 elsewhere)
+    const lab::StepRecord* shown = &r;
+    for (const lab::StepRecord& x : s.latest)
+      if (std::isnan(shown->loss) && !std::isnan(x.loss)) shown = &x;
+    std::snprintf(tail, sizeof tail, "  loss %.4f  acc %.3f  %.0f samples/s", shown->loss,
+                  shown->batch_size ? static_cast<double>(shown->correct) / static_cast<double>(shown->batch_size) : 0.0,
                   s.samples_per_s);
   }
   return std::string(head) + tail;

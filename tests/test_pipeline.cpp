@@ -16,9 +16,11 @@
 #include "batchnorm.h"
 #include "dataset.h"
 #include "errors.h"
+#include "group_transport.h"
 #include "model.h"
 #include "optim.h"
 #include "pipeline.h"
+#include "rank_threads.h"
 #include "run.h"
 #include "test_util.h"
 #include "torch_rng.h"
@@ -390,4 +392,87 @@ TEST(PipelineRun, SummaryHasTheBubbleAndTheStageMap) {
   const auto& per_rank = j.at("memory").at("per_rank");
   EXPECT_GT(per_rank[0].at("peak").at("by_category").at("activations").get<int64_t>(),
             per_rank[3].at("peak").at("by_category").at("activations").get<int64_t>());
+}
+
+// ---- grids: data-parallel replicas of the pipeline (--dp) ----
+
+// Megatron-LM's placement, tensor fastest, then data, then pipeline: each rank's three groups.
+TEST(ProcessGroups, GridPlacementIsMegatrons) {
+  const lab::GridShape g{2, 2, 2};  // dp, pp, tp
+  EXPECT_EQ(g.size(), 8);
+  for (int r = 0; r < 8; ++r) EXPECT_EQ(g.rank_of(g.coords(r)), r);
+  EXPECT_EQ(g.tensor_group(5), (std::vector<int>{4, 5}));
+  EXPECT_EQ(g.data_group(5), (std::vector<int>{5, 7}));
+  EXPECT_EQ(g.pipeline_group(5), (std::vector<int>{1, 5}));
+  const lab::GridShape pipe{2, 3, 1};
+  EXPECT_EQ(pipe.pipeline_group(1), (std::vector<int>{1, 3, 5}));
+  EXPECT_EQ(pipe.data_group(4), (std::vector<int>{4, 5}));
+}
+
+// A group of ranks 1 and 3 of a world of 4 runs the ring allreduce among them only; its events
+// name the world's ranks and the group, while ranks 0 and 2 allreduce in their own group at the
+// same time.
+TEST(ProcessGroups, AGroupsAllreduceRunsAmongItsMembersAndRecordsWorldRanks) {
+  labtest::RankWorld w(4);
+  std::vector<std::vector<float>> out(4);
+  const auto errors = w.run([&](int r, lab::Communicator& comm) {
+    const std::vector<int> members = r % 2 ? std::vector<int>{1, 3} : std::vector<int>{0, 2};
+    lab::GroupTransport g(comm.transport(), members, r % 2 ? "odd" : "even");
+    auto sub = comm.sub(g);
+    EXPECT_EQ(sub->rank(), r / 2);
+    EXPECT_EQ(sub->world_size(), 2);
+    std::vector<float> v(1000);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(r * 1000 + static_cast<int>(i));
+    sub->allreduce_sum(v.data(), v.size(), lab::CollectiveInfo{"x", 0});
+    out[static_cast<size_t>(r)] = v;
+  });
+  for (const auto& e : errors) EXPECT_EQ(labtest::message_of(e), "");
+  for (size_t i = 0; i < 1000; ++i) {
+    EXPECT_EQ(out[1][i], static_cast<float>(1000 + 3000 + 2 * static_cast<int>(i)));
+    EXPECT_EQ(out[3][i], out[1][i]);
+    EXPECT_EQ(out[0][i], static_cast<float>(2000 + 2 * static_cast<int>(i)));
+  }
+  for (const lab::Event& e : w.events(3)) {
+    EXPECT_STREQ(e.group, "odd");
+    EXPECT_EQ(e.rank, 3);
+    if (e.kind == lab::EventKind::Chunk) {
+      EXPECT_EQ(e.dst, 1);
+    }
+  }
+  EXPECT_THROW(lab::GroupTransport(w.world.transport(0), {1, 3}, "x"), lab::Error);  // rank 0 is no member
+}
+
+// Two replicas of a pipeline of 3 stages with one micro-batch each are DDP on two ranks (each
+// replica's stages compute what one process does; each stage's gradients averaged over the
+// replicas as DDP's buckets are): the same bits. With 4 micro-batches GPipe and 1F1B still agree.
+TEST(PipelineRun, DataParallelReplicasOfAPipelineAreDdp) {
+  DTLAB_REQUIRE_DATASET();
+  testutil::TempDir d0, d1, d2, d3;
+  lab::RunConfig ddp = pipeline_run("mlp", 2, 1, d0.path());
+  ddp.mode = "ddp";
+  lab::RunConfig grid = pipeline_run("mlp", 6, 1, d1.path());
+  grid.dp = 2;
+  grid.stages = 3;
+  lab::Run a(ddp, lab::make_world), b(grid, lab::make_world);
+  a.run();
+  b.run();
+  EXPECT_EQ(apart(a.replica(0), b.replica(0)).differ, 0u);
+  lab::RunConfig g4 = grid;
+  g4.out_dir = d2.path();
+  g4.microbatches = 4;
+  lab::RunConfig f4 = g4;
+  f4.out_dir = d3.path();
+  f4.schedule = "1f1b";
+  lab::Run c(g4, lab::make_world), e(f4, lab::make_world);
+  c.run();
+  e.run();
+  EXPECT_EQ(apart(c.replica(0), e.replica(0)).differ, 0u);
+  const auto j = nlohmann::json::parse(testutil::read_file(d2.file("summary.json")));
+  EXPECT_EQ(j.at("pipeline").at("replica_ranks"), nlohmann::json::parse("[[0, 2, 4], [1, 3, 5]]"));
+  EXPECT_GT(j.at("pipeline").at("bytes_per_iteration_by_group").at("dp").get<double>(), 0.0);
+  EXPECT_GT(j.at("pipeline").at("bytes_per_iteration_by_group").at("pp").get<double>(), 0.0);
+  // --stages x --dp must be the world size
+  lab::RunConfig bad = grid;
+  bad.world_size = 4;
+  EXPECT_THROW(lab::validate(bad), lab::ConfigError);
 }

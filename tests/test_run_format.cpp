@@ -261,6 +261,7 @@ TEST(RunFormat, TraceEventsOfEveryKindReadBack) {
   chunk.dst = 0;
   chunk.chunk = 1;
   chunk.bytes = 2048;
+  chunk.group = "dp";
   lab::Event kernels = compute;  // what a device did within the backward (--device)
   kernels.kind = lab::EventKind::Device;
   kernels.op = "conv2d";
@@ -301,6 +302,7 @@ TEST(RunFormat, TraceEventsOfEveryKindReadBack) {
     EXPECT_EQ(a.phase, b.phase);
     EXPECT_STREQ(a.op, b.op);
     EXPECT_STREQ(a.what, b.what);
+    EXPECT_STREQ(a.group, b.group);
     EXPECT_EQ(a.tag, b.tag);
     EXPECT_EQ(b.rank, 1);
     EXPECT_EQ(a.src, b.src);
@@ -335,6 +337,7 @@ TEST(RunWire, EventsOfEveryKindCrossProcessesAndAnUnknownKindIsRefused) {
     e.train_step = 3;
     e.t_start = 0.25;
     e.t_end = 0.5;
+    if (k == lab::EventKind::Chunk) e.group = "dp";  // a process group's (group_transport.h)
     rep.events.push_back(e);
   }
   const auto intern = kept;
@@ -344,6 +347,7 @@ TEST(RunWire, EventsOfEveryKindCrossProcessesAndAnUnknownKindIsRefused) {
   for (size_t i = 0; i < 4; ++i) {
     EXPECT_EQ(back.events[i].kind, rep.events[i].kind);
     EXPECT_STREQ(back.events[i].op, rep.events[i].op);
+    EXPECT_STREQ(back.events[i].group, rep.events[i].group);
     EXPECT_EQ(back.events[i].bytes, 640u);
   }
   // the kind byte of the last event: one past Device

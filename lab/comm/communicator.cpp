@@ -76,11 +76,30 @@ void guarded(Communicator& comm, const char* op, uint64_t seq, CollectiveInfo in
 Communicator::Communicator(Transport& transport, EventLog* log, StepGate* gate)
     : m_t(transport), m_log(log), m_gate(gate) {}
 
+std::unique_ptr<Communicator> Communicator::sub(Transport& group) const {
+  auto c = std::make_unique<Communicator>(group, m_log, m_gate);
+  c->m_algorithm = m_algorithm;
+  c->m_arrival_order = m_arrival_order;
+  return c;
+}
+
 int Communicator::rank() const { return m_t.rank(); }
 int Communicator::world_size() const { return m_t.world_size(); }
 
+// Events carry world ranks: a process group's (group_transport.h) are translated here, with its name.
+Event Communicator::in_world(const Event& e) const {
+  const char* g = m_t.group_name();
+  if (!g || !g[0]) return e;
+  Event w = e;
+  w.group = g;
+  if (w.rank >= 0 && w.rank < m_t.world_size()) w.rank = m_t.world_rank(w.rank);
+  if (w.src >= 0 && w.src < m_t.world_size()) w.src = m_t.world_rank(w.src);
+  if (w.dst >= 0 && w.dst < m_t.world_size()) w.dst = m_t.world_rank(w.dst);
+  return w;
+}
+
 void Communicator::record(const Event& e) {
-  if (m_log) m_log->record(e);
+  if (m_log) m_log->record(in_world(e));
 }
 
 void Communicator::record_device_events(int64_t step) {
@@ -96,7 +115,7 @@ void Communicator::record_device_events(int64_t step) {
 }
 
 void Communicator::gate(const Event& next) {
-  if (m_gate) m_gate->before_step(rank(), next);
+  if (m_gate) m_gate->before_step(m_t.world_rank(rank()), in_world(next));
 }
 
 const char* allreduce_algorithm_name(AllreduceAlgorithm a) {

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -48,6 +49,9 @@ struct CollectiveInfo {
 class Communicator {
  public:
   Communicator(Transport& transport, EventLog* log, StepGate* gate = nullptr);
+  // A communicator over a process group of this rank (group_transport.h), recording into the same
+  // log through the same gate, with this one's algorithm. Its collectives are numbered on their own.
+  std::unique_ptr<Communicator> sub(Transport& group) const;
   int rank() const;
   int world_size() const;
   Transport& transport() { return m_t; }
@@ -140,8 +144,10 @@ class Communicator {
 
   // Used by algorithms: record one chunk event / call the gate.
   uint64_t next_seq() { return m_seq++; }
+  // (over a process group: the event's ranks translated to the world's, and its group named)
   void record(const Event& e);
   void gate(const Event& next);
+  Event in_world(const Event& e) const;
   void add_bytes_sent(uint64_t b) { m_bytes_sent += b; }
 
  private:

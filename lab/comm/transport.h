@@ -28,6 +28,10 @@ class Transport {
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
   virtual const char* name() const = 0;  // "threads", "mpi", ...
+  // A process group's (group_transport.h): the world rank of its rank r, and its name ("dp", ...).
+  // A world's own transport: r, and "".
+  virtual int world_rank(int r) const { return r; }
+  virtual const char* group_name() const { return ""; }
 
   virtual void send(int dst, const void* buf, size_t bytes, uint64_t tag) = 0;
   virtual void recv(int src, void* buf, size_t bytes, uint64_t tag) = 0;

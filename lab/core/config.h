@@ -119,6 +119,7 @@ struct RunConfig {
   std::string schedule = "gpipe";      // pipeline: gpipe | 1f1b
   std::string balance;                 // pipeline: modules per stage, "2,3,2,1" (empty: automatic)
   bool deferred_batch_norm = false;    // pipeline: Pipe(deferred_batch_norm=True)
+  int dp = 1;                          // pipeline: data-parallel replicas of the pipeline (world = stages x dp)
   double link_latency_us = 0;          // simulated link between emulated ranks: latency per message
   double link_gbps = 0;                // ... and bandwidth (0: unlimited); both 0: no simulated link
   bool uneven_data = false;            // rank r drops the last r batches of its shard every epoch

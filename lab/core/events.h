@@ -49,7 +49,8 @@ struct Event {
   int32_t dst = -1;        // Chunk: receiver
   int32_t chunk = -1;      // Chunk: chunk index within the buffer
   int32_t ring_step = -1;  // Chunk: step within its phase (0 .. N-2 for a ring)
-  uint64_t op_seq = 0;     // sequence number of the collective, identical on every rank
+  uint64_t op_seq = 0;     // sequence number of the collective, identical on every rank (of its group)
+  const char* group = "";  // static string: the process group that ran it ("dp", "pp", "tp"; "": the world)
   int64_t train_step = -1; // training iteration (global step counter), -1 outside training
   uint64_t bytes = 0;      // Chunk: payload bytes; Collective: buffer bytes; Device copy: bytes copied
   double t_start = 0, t_end = 0;  // seconds since the run's clock origin (now_seconds())

@@ -27,10 +27,12 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <set>
 
 #include "batchnorm.h"
 #include "communicator.h"
 #include "data_parallel.h"
+#include "group_transport.h"
 #include "dataset.h"
 #include "device.h"
 #include "errors.h"
@@ -48,7 +50,15 @@ namespace lab {
 
 namespace {
 
-int stages_of(const RunConfig& c) { return c.stages > 0 ? c.stages : c.world_size; }
+int stages_of(const RunConfig& c) { return c.stages > 0 ? c.stages : c.world_size / std::max(1, c.dp); }
+
+// The grid of --dp replicas of the pipeline (group_transport.h's placement: world rank = d + D p).
+GridShape grid_of(const RunConfig& c) {
+  GridShape g;
+  g.dp = std::max(1, c.dp);
+  g.pp = stages_of(c);
+  return g;
+}
 
 std::vector<PipelineStage> stages_for(const RunConfig& c, Model& model) {
   return pipeline_stages(model, stages_of(c), c.balance, c.model);
@@ -71,10 +81,15 @@ class PipelineRank : public RankMode {
  public:
   explicit PipelineRank(RankEnv& env)
       : m_env(env),
-        m_sampler({env.train.size, 1, 0, env.cfg.shuffle, env.cfg.seed, env.cfg.sampler_drop_last}),
+        m_grid(grid_of(env.cfg)),
+        m_at(m_grid.coords(env.rank)),
+        m_sampler({env.train.size, m_grid.dp, m_at.d, env.cfg.shuffle, env.cfg.seed, env.cfg.sampler_drop_last}),
         m_stages(stages_for(env.cfg, env.model)),
-        m_mine(m_stages[static_cast<size_t>(env.rank)]),
-        m_last(env.rank + 1 == env.world),
+        m_stage(m_at.p),
+        m_mine(m_stages[static_cast<size_t>(m_stage)]),
+        m_last(m_stage + 1 == m_grid.pp),
+        m_prev(m_stage > 0 ? m_grid.rank_of({m_at.d, m_stage - 1, 0}) : -1),
+        m_next(m_last ? -1 : m_grid.rank_of({m_at.d, m_stage + 1, 0})),
         m_chunks(mutated("pipeline-whole-batch") ? 1 : static_cast<int>(env.cfg.microbatches)),
         m_deferred(env.cfg.deferred_batch_norm && !mutated("pipeline-deferred-bn-ignored")),
         m_schedule(mutated("pipeline-1f1b-is-gpipe") ? std::string("gpipe") : env.cfg.schedule) {
@@ -89,6 +104,10 @@ class PipelineRank : public RankMode {
     }
     m_deferred_stats.resize(m_bns.size());
     env.opt.set_params(m_params);  // the stage's optimizer steps the stage's parameters
+    if (m_grid.dp > 1) {  // the stage's data-parallel group: the same stage of every replica
+      m_dp_transport = std::make_unique<GroupTransport>(env.transport, m_grid.data_group(env.rank), "dp");
+      m_dp_comm = env.comm.sub(*m_dp_transport);
+    }
   }
 
   std::vector<std::vector<int64_t>> batches(int64_t epoch) override {
@@ -121,14 +140,14 @@ class PipelineRank : public RankMode {
     m_correct = 0;
     m_held.assign(static_cast<size_t>(micro), false);
 
-    const std::vector<PipeStep> order = pipeline_schedule(m_schedule, m_env.world, m_env.rank, micro);
+    const std::vector<PipeStep> order = pipeline_schedule(m_schedule, m_grid.pp, m_stage, micro);
     m_received_input.assign(static_cast<size_t>(micro), false);
     m_received_grad.assign(static_cast<size_t>(micro), false);
     for (size_t k = 0; k < order.size(); ++k) {
       const PipeStep st = order[k];
       const PipeStep* next = k + 1 < order.size() ? &order[k + 1] : nullptr;
       if (st.op == PipeOp::Forward) {
-        if (m_env.rank > 0 && !m_received_input[static_cast<size_t>(st.micro)]) recv_input(st.micro);
+        if (m_stage > 0 && !m_received_input[static_cast<size_t>(st.micro)]) recv_input(st.micro);
         forward(st.micro, in);
         if (!m_last) {  // the output goes to the next stage, with the receive of a gradient from it if one is next
           if (next && next->op == PipeOp::Backward) send_output_recv_grad(st.micro, next->micro);
@@ -137,7 +156,7 @@ class PipelineRank : public RankMode {
       } else {
         if (!m_last && !m_received_grad[static_cast<size_t>(st.micro)]) recv_grad(st.micro);
         backward(st.micro);
-        if (m_env.rank > 0) {  // the input's gradient goes to the previous stage
+        if (m_stage > 0) {  // the input's gradient goes to the previous stage
           if (next && next->op == PipeOp::Forward) send_grad_recv_input(st.micro, next->micro);
           else send_grad(st.micro);
         }
@@ -146,6 +165,7 @@ class PipelineRank : public RankMode {
     // The micro-batches' gradients, added in reverse micro-batch order, into the stage's
     comm.timed(Phase::OptimizerStep, "accumulate", m_step, [&] { accumulate(micro); });
     m_env.memory_at("backward");
+    if (m_dp_comm) average_over_replicas();
     comm.timed(Phase::OptimizerStep, "optimizer-step", m_step, [&] { m_env.opt.step(); });
     m_env.model.host_changed(kStateParams);
     StepCount count = record_step(in, rec, m_last ? static_cast<float>(m_loss_sum / static_cast<double>(batch))
@@ -154,7 +174,7 @@ class PipelineRank : public RankMode {
     rec.chunks = sizes;
     count.counts = m_last;            // the loss is the last stage's
     count.samples = m_last ? batch : 0;
-    count.trained = m_env.rank == 0 ? batch : 0;  // the run's samples, counted once
+    count.trained = m_stage == 0 ? batch : 0;  // the run's samples, counted once per replica
     // (a rank's model holds the other stages' layers too, stale until an evaluation shares them, and
     // its own BatchNorm layers computed on the micro-batches' replicas: no per-step statistics)
     count.record_bn = false;
@@ -215,7 +235,7 @@ class PipelineRank : public RankMode {
   void forward(int micro, const StepInput& in) {
     const size_t m = static_cast<size_t>(micro);
     const int64_t n = m_sizes[m], off = m_offsets[m];
-    if (m_env.rank == 0) {  // the micro-batch: rows [off, off + n) of the batch (torch.chunk)
+    if (m_stage == 0) {  // the micro-batch: rows [off, off + n) of the batch (torch.chunk)
       const int64_t per = in.x->numel() / std::max<int64_t>(1, in.x->dim(0));
       std::vector<int64_t> shape = in.x->shape;
       shape[0] = n;
@@ -256,11 +276,11 @@ class PipelineRank : public RankMode {
         ~Back() { self.swap_state(m); }
       } back{*this, m};
       const Tensor* dx = r.backward_range(m_out_grads[m]);
-      if (dx && m_env.rank > 0) m_in_grads[m] = *dx;
+      if (dx && m_stage > 0) m_in_grads[m] = *dx;
     }, micro);
     m_held[m] = false;
     m_outputs[m] = Tensor();
-    if (m_env.rank > 0) m_inputs[m] = Tensor();
+    if (m_stage > 0) m_inputs[m] = Tensor();
     m_env.memory_at("backward " + std::to_string(micro));
   }
 
@@ -318,6 +338,7 @@ class PipelineRank : public RankMode {
     e.phase = Phase::Send;
     e.op = "send";
     e.what = forward ? "activations" : "activation grads";
+    e.group = "pp";  // (the pipeline's neighbours: one of its groups in a grid)
     e.rank = m_env.rank;
     e.src = m_env.rank;
     e.dst = dst;
@@ -338,7 +359,7 @@ class PipelineRank : public RankMode {
       f();
     } catch (const CommError& err) {
       m_env.transport.abort(err.what());
-      throw CommError("rank " + std::to_string(m_env.rank) + " (stage " + std::to_string(m_env.rank) + "): the " +
+      throw CommError("rank " + std::to_string(m_env.rank) + " (stage " + std::to_string(m_stage) + "): the " +
                           std::string(e.what) + " of micro-batch " + std::to_string(e.chunk) + " at step " +
                           std::to_string(m_step) + ": " + err.what(),
                       err.hint());
@@ -352,41 +373,41 @@ class PipelineRank : public RankMode {
   void recv_input(int micro) {
     shape_input(micro);
     Event e = send_event(-1, micro, true, 0);
-    transfer(e, [&] { m_env.transport.recv(m_env.rank - 1, m_inputs[static_cast<size_t>(micro)].ptr(), in_bytes(micro), tag()); });
+    transfer(e, [&] { m_env.transport.recv(m_prev, m_inputs[static_cast<size_t>(micro)].ptr(), in_bytes(micro), tag()); });
     m_received_input[static_cast<size_t>(micro)] = true;
   }
   void recv_grad(int micro) {
     shape_grad(micro);
     Event e = send_event(-1, micro, false, 0);
     transfer(e, [&] {
-      m_env.transport.recv(m_env.rank + 1, m_out_grads[static_cast<size_t>(micro)].ptr(), act_bytes(micro), tag());
+      m_env.transport.recv(m_next, m_out_grads[static_cast<size_t>(micro)].ptr(), act_bytes(micro), tag());
     });
     m_received_grad[static_cast<size_t>(micro)] = true;
   }
   void send_output(int micro) {
-    transfer(send_event(m_env.rank + 1, micro, true, act_bytes(micro)), [&] {
-      m_env.transport.send(m_env.rank + 1, m_outputs[static_cast<size_t>(micro)].ptr(), act_bytes(micro), tag());
+    transfer(send_event(m_next, micro, true, act_bytes(micro)), [&] {
+      m_env.transport.send(m_next, m_outputs[static_cast<size_t>(micro)].ptr(), act_bytes(micro), tag());
     });
   }
   void send_grad(int micro) {
-    transfer(send_event(m_env.rank - 1, micro, false, in_bytes(micro)), [&] {
-      m_env.transport.send(m_env.rank - 1, m_in_grads[static_cast<size_t>(micro)].ptr(), in_bytes(micro), tag());
+    transfer(send_event(m_prev, micro, false, in_bytes(micro)), [&] {
+      m_env.transport.send(m_prev, m_in_grads[static_cast<size_t>(micro)].ptr(), in_bytes(micro), tag());
     });
   }
   void send_output_recv_grad(int micro, int grad_micro) {
     shape_grad(grad_micro);
-    transfer(send_event(m_env.rank + 1, micro, true, act_bytes(micro)), [&] {
-      m_env.transport.sendrecv(m_env.rank + 1, m_outputs[static_cast<size_t>(micro)].ptr(), act_bytes(micro),
-                               m_env.rank + 1, m_out_grads[static_cast<size_t>(grad_micro)].ptr(), act_bytes(grad_micro),
+    transfer(send_event(m_next, micro, true, act_bytes(micro)), [&] {
+      m_env.transport.sendrecv(m_next, m_outputs[static_cast<size_t>(micro)].ptr(), act_bytes(micro),
+                               m_next, m_out_grads[static_cast<size_t>(grad_micro)].ptr(), act_bytes(grad_micro),
                                tag());
     });
     m_received_grad[static_cast<size_t>(grad_micro)] = true;
   }
   void send_grad_recv_input(int micro, int input_micro) {
     shape_input(input_micro);
-    transfer(send_event(m_env.rank - 1, micro, false, in_bytes(micro)), [&] {
-      m_env.transport.sendrecv(m_env.rank - 1, m_in_grads[static_cast<size_t>(micro)].ptr(), in_bytes(micro),
-                               m_env.rank - 1, m_inputs[static_cast<size_t>(input_micro)].ptr(), in_bytes(input_micro),
+    transfer(send_event(m_prev, micro, false, in_bytes(micro)), [&] {
+      m_env.transport.sendrecv(m_prev, m_in_grads[static_cast<size_t>(micro)].ptr(), in_bytes(micro),
+                               m_prev, m_inputs[static_cast<size_t>(input_micro)].ptr(), in_bytes(input_micro),
                                tag());
     });
     m_received_input[static_cast<size_t>(input_micro)] = true;
@@ -409,13 +430,14 @@ class PipelineRank : public RankMode {
       for (Tensor* t : parts) total += t->data.size();
       if (total == 0) continue;
       flat.resize(total);
-      const bool root = static_cast<int>(s) == m_env.rank;
+      const int owner = m_grid.rank_of({0, static_cast<int>(s), 0});  // replica 0's stage s
+      const bool root = owner == m_env.rank;
       size_t off = 0;
       if (root) {
         for (Tensor* t : parts) std::memcpy(flat.data() + off, t->ptr(), t->data.size() * 4), off += t->data.size();
         for (int64_t* c : counts) std::memcpy(flat.data() + off, c, 8), off += 2;
       }
-      m_env.comm.broadcast(flat.data(), flat.size() * sizeof(float), static_cast<int>(s),
+      m_env.comm.broadcast(flat.data(), flat.size() * sizeof(float), owner,
                            CollectiveInfo{"stage state", static_cast<int>(s)});
       if (!root) {
         for (Tensor* t : parts) std::memcpy(t->ptr(), flat.data() + off, t->data.size() * 4), off += t->data.size();
@@ -425,11 +447,38 @@ class PipelineRank : public RankMode {
     m_env.model.host_changed(kStateModel);
   }
 
+  // Data parallelism over the replicas (--dp): the stage's gradient, as one DDP bucket, multiplied by
+  // 1/D and summed over the stage's data-parallel group (DDP's averaging), then the optimizer step.
+  void average_over_replicas() {
+    size_t n = 0;
+    for (const Param* p : m_params) n += p->grad.data.size();
+    m_flat.resize(n);
+    const float scale = static_cast<float>(1.0 / m_grid.dp);  // PyTorch multiplies by 1/world_size
+    size_t off = 0;
+    for (const Param* p : m_params)
+      for (float g : p->grad.data) m_flat[off++] = g * scale;
+    const uint64_t before = m_dp_comm->bytes_sent();
+    m_dp_comm->set_train_step(m_step);
+    m_dp_comm->allreduce_sum(m_flat.data(), n, CollectiveInfo{"grad bucket", m_stage});
+    m_env.comm.add_bytes_sent(m_dp_comm->bytes_sent() - before);  // (the rank's total, as DDP's)
+    off = 0;
+    for (Param* p : m_params)
+      for (float& g : p->grad.data) g = m_flat[off++];
+    m_env.memory_at("backward: allreduce over the replicas");
+  }
+
   RankEnv& m_env;
+  const GridShape m_grid;   // --dp replicas x the stages
+  const GridCoords m_at;    // this rank's replica (d) and stage (p)
   DistributedSampler m_sampler;
   const std::vector<PipelineStage> m_stages;
+  const int m_stage;
   const PipelineStage m_mine;
   const bool m_last;
+  const int m_prev, m_next;  // the world ranks of the previous and next stage of this replica (-1: none)
+  std::unique_ptr<GroupTransport> m_dp_transport;  // --dp > 1: the stage's data-parallel group
+  std::unique_ptr<Communicator> m_dp_comm;
+  std::vector<float> m_flat;
   const int m_chunks;     // --microbatches: Pipe's chunks
   const bool m_deferred;  // --deferred-batch-norm
   const std::string m_schedule;  // --schedule (lessons' mutation tests: mutation.h)
@@ -473,7 +522,7 @@ class PipelineMode : public ParallelMode {
     stages.label = "stages";
     stages.min = 0;
     stages.pytorch = "Pipe's partitions";
-    stages.help = "Stages, one rank each (0: the world size).";
+    stages.help = "Stages, one rank each (0: the world size over --dp).";
     ModeSetting micro;
     micro.field = "microbatches";
     micro.flag = "--microbatches";
@@ -505,7 +554,15 @@ class PipelineMode : public ParallelMode {
     deferred.kind = ModeSetting::Kind::Bool;
     deferred.pytorch = "deferred_batch_norm";
     deferred.help = "Pipe(deferred_batch_norm=True): running statistics once per mini-batch, not per micro-batch.";
-    return {stages, micro, sched, balance, deferred};
+    ModeSetting dp;
+    dp.field = "dp";
+    dp.flag = "--dp";
+    dp.label = "dp";
+    dp.min = 1;
+    dp.pytorch = "data-parallel group size";
+    dp.help = "Data-parallel replicas of the whole pipeline: each stage's gradients averaged over them (DDP), world "
+              "size = stages x dp.";
+    return {stages, micro, sched, balance, deferred, dp};
   }
   void validate_settings(const RunConfig& c) const override {
     check_schedule_name(c.schedule);
@@ -513,9 +570,15 @@ class PipelineMode : public ParallelMode {
     if (c.stages < 0) throw ConfigError("--stages must be at least 1, got " + std::to_string(c.stages));
   }
   void validate(const RunConfig& c) const override {
-    if (c.stages > 0 && c.stages != c.world_size)
-      throw ConfigError("--stages " + std::to_string(c.stages) + " with --world-size " + std::to_string(c.world_size),
-                        "a pipeline has one rank per stage: give one of them");
+    if (c.dp < 1) throw ConfigError("--dp must be at least 1, got " + std::to_string(c.dp));
+    if (c.stages > 0 && c.stages * c.dp != c.world_size)
+      throw ConfigError("--stages " + std::to_string(c.stages) + " x --dp " + std::to_string(c.dp) + " with --world-size " +
+                            std::to_string(c.world_size),
+                        "a pipeline has one rank per stage of each data-parallel replica: --world-size is stages x dp "
+                        "(leave it out and it follows)");
+    if (c.world_size % c.dp != 0)
+      throw ConfigError("--world-size " + std::to_string(c.world_size) + " is not a multiple of --dp " + std::to_string(c.dp),
+                        "every data-parallel replica of the pipeline has the same stages");
     if (!parse_device(c.compute.device).is_cpu())
       throw ConfigError("--mode pipeline runs on the CPU reference only, not --device " + c.compute.device,
                         "its stages run the CPU's modules; use --device cpu");
@@ -537,21 +600,33 @@ class PipelineMode : public ParallelMode {
     if (setting == "deferred_batch_norm" && (!c.batchnorm || !c.track_running_stats))
       return !c.batchnorm ? "the model has no BatchNorm (--no-batchnorm)"
                           : "BatchNorm keeps no running statistics (--no-track-running-stats)";
-    if (setting == "schedule" && c.world_size == 1) return "with one stage there is nothing to schedule";
+    if (setting == "schedule" && stages_of(c) == 1) return "with one stage there is nothing to schedule";
     if (setting == "sampler_drop_last")
       return "every stage reads the same batches of the whole dataset: there is no shard to pad or cut";
     return "";
   }
   std::string describe(const RunConfig& c) const override {
-    return "pipeline " + c.schedule + ", " + std::to_string(c.world_size) + (c.world_size == 1 ? " stage, " : " stages, ") +
-           std::to_string(c.microbatches) + " micro-batches";
+    const int P = stages_of(c);
+    return "pipeline " + c.schedule + ", " + std::to_string(P) + (P == 1 ? " stage, " : " stages, ") +
+           std::to_string(c.microbatches) + " micro-batches" +
+           (c.dp > 1 ? ", " + std::to_string(c.dp) + " data-parallel replicas" : "");
   }
   std::string header(const RunConfig& c) const override {
     std::unique_ptr<Model> m = build_model(model_options(c), c.seed);
     const std::vector<PipelineStage> st = stages_for(c, *m);
-    return " schedule=" + c.schedule + " microbatches=" + std::to_string(c.microbatches) + " balance=" +
-           balance_text(st) + (c.deferred_batch_norm ? " deferred_batch_norm" : "") + "\nstages: " +
-           stage_map_text(*m, st);
+    std::string h = " schedule=" + c.schedule + " microbatches=" + std::to_string(c.microbatches) + " balance=" +
+                    balance_text(st) + (c.deferred_batch_norm ? " deferred_batch_norm" : "") +
+                    (c.dp > 1 ? " dp=" + std::to_string(c.dp) : "") + "\nstages: " + stage_map_text(*m, st);
+    if (c.dp > 1) {  // where each replica's stages are: Megatron-LM's placement
+      const GridShape g = grid_of(c);
+      h += "\nranks: ";
+      for (int d = 0; d < g.dp; ++d) {
+        h += (d ? " | " : "") + std::string("replica ") + std::to_string(d) + ":";
+        for (int p = 0; p < g.pp; ++p) h += " " + std::to_string(g.rank_of({d, p, 0}));
+      }
+      h += " (ranks of stage s in every replica allreduce its gradients)";
+    }
+    return h;
   }
   void resolve(RunConfig& c) const override {
     if (!c.balance.empty()) return;
@@ -581,10 +656,14 @@ struct StepBlocks {
   }
 };
 
-std::map<int64_t, StepBlocks> blocks_by_step(const std::vector<std::vector<Event>>& events, int stages) {
+// (replica 0's stages: rank stage_rank[s] is stage s)
+std::map<int64_t, StepBlocks> blocks_by_step(const std::vector<std::vector<Event>>& events, const GridShape& g) {
+  const int stages = g.pp;
   std::map<int64_t, StepBlocks> out;
   for (const auto& rank_events : events)
-    for (const Event& e : rank_events) {
+    for (Event e : rank_events) {
+      if (e.rank < 0 || e.rank >= g.size() || g.coords(e.rank).d != 0) continue;
+      e.rank = g.coords(e.rank).p;
       if (e.kind != EventKind::Compute || e.train_step < 0 || e.tag < 0) continue;
       if (e.phase != Phase::Forward && e.phase != Phase::Backward) continue;
       StepBlocks& b = out[e.train_step];
@@ -601,7 +680,8 @@ std::map<int64_t, StepBlocks> blocks_by_step(const std::vector<std::vector<Event
 
 void PipelineMode::summary(const SummaryEnv& env, nlohmann::json& j) const {
   const RunConfig& c = env.cfg;
-  const int P = c.world_size, M = static_cast<int>(c.microbatches);
+  const GridShape grid = grid_of(c);
+  const int P = grid.pp, M = static_cast<int>(c.microbatches);
   std::unique_ptr<Model> model = build_model(model_options(c), c.seed);
   const std::vector<PipelineStage> st = stages_for(c, *model);
   nlohmann::json stages = nlohmann::json::array();
@@ -616,12 +696,13 @@ void PipelineMode::summary(const SummaryEnv& env, nlohmann::json& j) const {
   std::vector<double> bubbles;
   std::vector<double> fwd(static_cast<size_t>(P), 0.0), bwd(static_cast<size_t>(P), 0.0);
   std::vector<int64_t> nf(static_cast<size_t>(P), 0), nb(static_cast<size_t>(P), 0);
-  const std::map<int64_t, StepBlocks> steps = blocks_by_step(env.events, P);
+  const std::map<int64_t, StepBlocks> steps = blocks_by_step(env.events, grid);
   for (const auto& [step, b] : steps) bubbles.push_back(measured_bubble(b.busy, b.t1 - b.t0));
   for (const auto& rank_events : env.events)
     for (const Event& e : rank_events) {
-      if (e.kind != EventKind::Compute || e.train_step < 0 || e.tag < 0 || e.rank < 0 || e.rank >= P) continue;
-      const size_t r = static_cast<size_t>(e.rank);
+      if (e.kind != EventKind::Compute || e.train_step < 0 || e.tag < 0 || e.rank < 0 || e.rank >= grid.size()) continue;
+      if (grid.coords(e.rank).d != 0) continue;  // (replica 0's)
+      const size_t r = static_cast<size_t>(grid.coords(e.rank).p);
       if (e.phase == Phase::Forward) fwd[r] += e.t_end - e.t_start, ++nf[r];
       if (e.phase == Phase::Backward) bwd[r] += e.t_end - e.t_start, ++nb[r];
     }
@@ -661,15 +742,36 @@ void PipelineMode::summary(const SummaryEnv& env, nlohmann::json& j) const {
       "the idle share of the stages over an iteration: formula (p-1)/(m+p-1); schedule: the schedule played with "
       "equal stages (forward 1, backward 2) and free messages; schedule_measured_costs: played with each stage's "
       "mean measured forward and backward; measured: 1 - the stages' busy time / (stages x the iteration's span); "
-      "as_run: each stage's recorded order of blocks in the first iteration, played with equal stages";
+      "as_run: each stage's recorded order of blocks in the first iteration, played with equal stages (with --dp: "
+      "data-parallel replica 0's stages)";
+  nlohmann::json placement = nlohmann::json::array();  // per replica, the ranks of its stages
+  for (int d = 0; d < grid.dp; ++d) {
+    nlohmann::json ranks = nlohmann::json::array();
+    for (int p = 0; p < grid.pp; ++p) ranks.push_back(grid.rank_of({d, p, 0}));
+    placement.push_back(ranks);
+  }
+  // Bytes per iteration in each process group (pp: the activations and their gradients between
+  // stages; dp: the stages' gradient allreduces over the replicas), over the training iterations
+  std::map<std::string, uint64_t> group_bytes;
+  std::set<int64_t> iterations;
+  for (const auto& rank_events : env.events)
+    for (const Event& e : rank_events)
+      if (e.kind == EventKind::Chunk && e.train_step >= 0) {
+        group_bytes[e.group[0] ? e.group : "world"] += e.bytes;
+        iterations.insert(e.train_step);
+      }
+  nlohmann::json per_group = nlohmann::json::object();
+  for (const auto& [g, b] : group_bytes)
+    per_group[g] = static_cast<double>(b) / static_cast<double>(std::max<size_t>(1, iterations.size()));
   j["pipeline"] = {{"schedule", c.schedule}, {"stages", stages}, {"microbatches", M}, {"balance", balance_text(st)},
+                   {"dp", grid.dp}, {"replica_ranks", placement}, {"bytes_per_iteration_by_group", per_group},
                    {"deferred_batch_norm", c.deferred_batch_norm}, {"bubble", bubble},
                    {"forward_seconds", fwd}, {"backward_seconds", bwd}};
 }
 
 std::vector<std::string> PipelineMode::summary_lines(const RunConfig& c, const RunSummary& s) const {
   (void)s;
-  const int P = c.world_size, M = static_cast<int>(c.microbatches);
+  const int P = stages_of(c), M = static_cast<int>(c.microbatches);
   std::string peaks;
   for (int st = 0; st < P; ++st)
     peaks += (st ? ", " : "") + std::to_string(peak_in_flight(pipeline_schedule(c.schedule, P, st, M)));

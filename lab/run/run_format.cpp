@@ -362,6 +362,7 @@ void write_trace(const std::string& path, const std::vector<std::vector<Event>>&
         args["tag"] = e.tag;
         args["op_seq"] = e.op_seq;
         args["bytes"] = e.bytes;
+        if (e.group[0]) args["group"] = e.group;
       } else {
         j["tid"] = 2;
         j["name"] = std::string(phase_name(e.phase)) + " chunk " + std::to_string(e.chunk);
@@ -372,6 +373,7 @@ void write_trace(const std::string& path, const std::vector<std::vector<Event>>&
         args["phase"] = phase_name(e.phase);
         args["op_seq"] = e.op_seq;
         args["ring_step"] = e.ring_step;
+        if (e.group[0]) args["group"] = e.group;
         args["src"] = e.src;
         args["dst"] = e.dst;
         args["chunk"] = e.chunk;
@@ -443,6 +445,7 @@ TraceContents read_trace(const std::string& path, int world,
         e.tag = int_value(args, "tag", -1);
       } else if (cat == "collective") {
         e.kind = EventKind::Collective;
+        e.group = intern(args.value("group", std::string()));
         e.op_seq = int_value(args, "op_seq", uint64_t{0});
         e.bytes = int_value(args, "bytes", uint64_t{0});
         if (args.contains("op")) {
@@ -464,6 +467,7 @@ TraceContents read_trace(const std::string& path, int world,
         }
       } else if (cat == "chunk") {
         e.kind = EventKind::Chunk;
+        e.group = intern(args.value("group", std::string()));
         e.op = intern(args.value("op", std::string()));
         e.what = intern(args.value("what", std::string()));
         e.tag = int_value(args, "tag", -1);

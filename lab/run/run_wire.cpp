@@ -3,6 +3,8 @@
 // checked and a mismatch is an error).
 #include "run_wire.h"
 
+#include <array>
+
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -14,7 +16,7 @@ namespace lab {
 namespace {
 
 constexpr uint32_t kMagic = 0x524c5444;  // "DTLR"
-constexpr uint32_t kVersion = 3;
+constexpr uint32_t kVersion = 4;  // 4: events name their process group
 
 class Writer {
  public:
@@ -154,11 +156,12 @@ std::vector<char> encode_rank_report(const RankReport& r) {
     names.push_back(key);
     return i;
   };
-  std::vector<std::pair<uint32_t, uint32_t>> event_names;
+  std::vector<std::array<uint32_t, 3>> event_names;
   event_names.reserve(r.events.size());
   for (const Event& e : r.events) {
     const uint32_t op = name_of(e.op);
-    event_names.emplace_back(op, name_of(e.what));
+    const uint32_t what = name_of(e.what);
+    event_names.push_back({op, what, name_of(e.group)});
   }
   w.put<uint64_t>(names.size());
   for (const std::string& n : names) w.str(n);
@@ -167,8 +170,9 @@ std::vector<char> encode_rank_report(const RankReport& r) {
     const Event& e = r.events[i];
     w.put(static_cast<uint8_t>(e.kind));
     w.put(static_cast<uint8_t>(e.phase));
-    w.put(event_names[i].first);
-    w.put(event_names[i].second);
+    w.put(event_names[i][0]);
+    w.put(event_names[i][1]);
+    w.put(event_names[i][2]);
     w.put(e.tag);
     w.put(e.rank);
     w.put(e.src);
@@ -248,10 +252,11 @@ RankReport decode_rank_report(const std::vector<char>& bytes, int from_rank,
       rd.bad("an event of kind " + std::to_string(kind) + ", phase " + std::to_string(phase));
     e.kind = static_cast<EventKind>(kind);
     e.phase = static_cast<Phase>(phase);
-    const uint32_t op = rd.get<uint32_t>(), what = rd.get<uint32_t>();
-    if (op >= names.size() || what >= names.size()) rd.bad("an event name index out of range");
+    const uint32_t op = rd.get<uint32_t>(), what = rd.get<uint32_t>(), group = rd.get<uint32_t>();
+    if (op >= names.size() || what >= names.size() || group >= names.size()) rd.bad("an event name index out of range");
     e.op = names[op];
     e.what = names[what];
+    e.group = names[group];
     e.tag = rd.get<int32_t>();
     e.rank = rd.get<int32_t>();
     e.src = rd.get<int32_t>();

@@ -10,7 +10,7 @@
 //       i64 count, 6 float arrays (u64 length + values), i64 num_batches_tracked,
 //       u64 #memory points, then per point: str point, i64 bytes of each memory.h category
 //   u64 #names, then str each          (the op/what strings of the events)
-//   u64 #events, then per event: u8 kind, u8 phase, u32 op, u32 what (name indices),
+//   u64 #events, then per event: u8 kind, u8 phase, u32 op, u32 what, u32 group (name indices),
 //       i32 tag, rank, src, dst, chunk, ring_step, u64 op_seq, i64 train_step, u64 bytes,
 //       f64 t_start, t_end
 //   u64 #tensors, then per tensor: str name, str dtype, u64 #dims, i64 dims, u64 #bytes, bytes

@@ -187,6 +187,7 @@ bool apply_choice(lab::RunConfig& c, const std::string& setting, const std::stri
   else if (setting == "balance") c.balance = value;
   else if (setting == "stages") return integer(c.stages);
   else if (setting == "microbatches") return integer(c.microbatches);
+  else if (setting == "dp") return integer(c.dp);
   else if (setting == "deferred_batch_norm") return boolean(c.deferred_batch_norm);
   else if (setting == "batchnorm") return boolean(c.batchnorm);
   else if (setting == "world_size") return integer(c.world_size);
@@ -219,6 +220,7 @@ std::string setting_value(const lab::RunConfig& c, const std::string& setting) {
   if (setting == "balance") return c.balance;
   if (setting == "stages") return std::to_string(c.stages);
   if (setting == "microbatches") return std::to_string(c.microbatches);
+  if (setting == "dp") return std::to_string(c.dp);
   if (setting == "deferred_batch_norm") return b(c.deferred_batch_norm);
   if (setting == "batchnorm") return b(c.batchnorm);
   if (setting == "world_size") return std::to_string(c.world_size);
