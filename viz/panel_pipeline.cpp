@@ -17,6 +17,7 @@
 #include "memory.h"
 #include "mode.h"
 #include "model.h"
+#include "group_transport.h"
 #include "panels.h"
 #include "pipeline.h"
 #include "run.h"
@@ -52,25 +53,35 @@ struct StepDiagram {
 };
 
 // The blocks and sends of iteration `step` in the recorded events.
-StepDiagram diagram_of(const RunData& d, int64_t step, int stages) {
+// (replica 0's stages under --dp: rank rank_of(0, s) is stage s)
+StepDiagram diagram_of(const RunData& d, int64_t step, const lab::GridShape& grid) {
+  const int stages = grid.pp;
+  auto stage_of = [&](int rank) {  // -1: another replica's
+    if (rank < 0 || rank >= grid.size()) return -1;
+    const lab::GridCoords c = grid.coords(rank);
+    return c.d == 0 ? c.p : -1;
+  };
   StepDiagram g;
   g.busy.assign(static_cast<size_t>(stages), 0.0);
   g.t0 = 1e300;
   g.t1 = -1e300;
-  for (size_t r = 0; r < d.events.size() && r < static_cast<size_t>(stages); ++r)
+  for (size_t r = 0; r < d.events.size(); ++r) {
+    const int s = stage_of(static_cast<int>(r));
+    if (s < 0) continue;
     for (const lab::Event& e : d.events[r]) {
       if (e.train_step != step) continue;
       if (e.kind == lab::EventKind::Compute && e.tag >= 0 &&
           (e.phase == lab::Phase::Forward || e.phase == lab::Phase::Backward)) {
-        g.blocks.push_back({static_cast<int>(r), e.phase == lab::Phase::Forward, e.tag, e.t_start, e.t_end});
-        g.busy[r] += e.t_end - e.t_start;
+        g.blocks.push_back({s, e.phase == lab::Phase::Forward, e.tag, e.t_start, e.t_end});
+        g.busy[static_cast<size_t>(s)] += e.t_end - e.t_start;
         g.t0 = std::min(g.t0, e.t_start);
         g.t1 = std::max(g.t1, e.t_end);
         g.micro = std::max(g.micro, e.tag + 1);
-      } else if (e.kind == lab::EventKind::Chunk && e.phase == lab::Phase::Send) {
-        g.sends.push_back({e.src, e.dst, e.tag, std::string(e.what) == "activations", e.t_end, e.bytes});
+      } else if (e.kind == lab::EventKind::Chunk && e.phase == lab::Phase::Send && stage_of(e.dst) >= 0) {
+        g.sends.push_back({s, stage_of(e.dst), e.tag, std::string(e.what) == "activations", e.t_end, e.bytes});
       }
     }
+  }
   if (g.blocks.empty()) g.t0 = g.t1 = 0;
   return g;
 }
@@ -155,9 +166,73 @@ void legend() {
   ImGui::TextDisabled("| ticks: sends (activations forward, their gradients back), number: the micro-batch");
 }
 
+// ---- 2b. the grid (--dp) ----
+
+// Replicas by stages: each cell a rank; between neighbouring stages of a replica the pipeline's
+// messages (activations forward, their gradients back), down each stage's column the
+// data-parallel group's gradient allreduce, each with its bytes in the iteration shown.
+void draw_grid(const RunData& d, const lab::GridShape& g, int64_t step) {
+  std::map<std::pair<int, int>, uint64_t> pp;  // (lower rank, higher rank) of a pipeline pair
+  std::vector<uint64_t> dp(static_cast<size_t>(g.pp), 0);  // per stage: its allreduce's bytes (all members)
+  for (size_t r = 0; r < d.events.size(); ++r)
+    for (const lab::Event& e : d.events[r]) {
+      if (e.kind != lab::EventKind::Chunk || e.train_step != step || e.src < 0 || e.dst < 0) continue;
+      if (std::string(e.group) == "pp") pp[{std::min(e.src, e.dst), std::max(e.src, e.dst)}] += e.bytes;
+      else if (std::string(e.group) == "dp" && e.src < g.size()) dp[static_cast<size_t>(g.coords(e.src).p)] += e.bytes;
+    }
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const float fs = ImGui::GetFontSize();
+  const ImVec2 p0 = ImGui::GetCursorScreenPos();
+  const float cw = fs * 7.0f, ch = fs * 2.2f, gx = fs * 7.5f, gy = fs * 2.0f, left = fs * 6.0f;
+  auto cell = [&](int dd, int pp_) { return ImVec2(p0.x + left + static_cast<float>(pp_) * (cw + gx), p0.y + fs * 1.4f + static_cast<float>(dd) * (ch + gy)); };
+  for (int p = 0; p < g.pp; ++p) {
+    const ImVec2 c = cell(0, p);
+    dl->AddText(ImVec2(c.x, p0.y), col::kDim, fmt("stage %d", p).c_str());
+  }
+  for (int dd = 0; dd < g.dp; ++dd) {
+    const ImVec2 c = cell(dd, 0);
+    dl->AddText(ImVec2(p0.x, c.y + (ch - fs) / 2), col::kDim, fmt("replica %d", dd).c_str());
+    for (int p = 0; p < g.pp; ++p) {
+      const int r = g.rank_of({dd, p, 0});
+      const ImVec2 a = cell(dd, p);
+      dl->AddRectFilled(a, ImVec2(a.x + cw, a.y + ch), with_alpha(rank_color(r), 0.35f), 4.0f);
+      dl->AddRect(a, ImVec2(a.x + cw, a.y + ch), rank_color(r), 4.0f, 0, 1.5f);
+      const std::string t = fmt("rank %d", r);
+      const ImVec2 ts = ImGui::CalcTextSize(t.c_str());
+      dl->AddText(ImVec2(a.x + (cw - ts.x) / 2, a.y + (ch - ts.y) / 2), col::kText, t.c_str());
+      if (p + 1 < g.pp) {  // the pipeline's pair
+        const int q = g.rank_of({dd, p + 1, 0});
+        const auto it = pp.find({std::min(r, q), std::max(r, q)});
+        const float y = a.y + ch / 2;
+        dl->AddLine(ImVec2(a.x + cw, y), ImVec2(a.x + cw + gx, y), kForward, 2.0f);
+        const std::string b = it == pp.end() ? "-" : fmt_bytes(static_cast<double>(it->second));
+        const ImVec2 bs = ImGui::CalcTextSize(b.c_str());
+        dl->AddText(ImVec2(a.x + cw + (gx - bs.x) / 2, y - fs * 1.1f), col::kEval, b.c_str());
+      }
+    }
+  }
+  if (g.dp > 1)
+    for (int p = 0; p < g.pp; ++p) {  // the stage's data-parallel group, down its column
+      const ImVec2 top = cell(0, p), bottom = cell(g.dp - 1, p);
+      const float x = top.x + cw + fs * 0.6f;
+      dl->AddLine(ImVec2(x, top.y + ch / 2), ImVec2(x, bottom.y + ch / 2), kBackward, 2.0f);
+      for (int dd = 0; dd < g.dp; ++dd) {
+        const float y = cell(dd, p).y + ch / 2;
+        dl->AddLine(ImVec2(x - fs * 0.6f, y), ImVec2(x, y), kBackward, 2.0f);
+      }
+      const std::string b = fmt_bytes(static_cast<double>(dp[static_cast<size_t>(p)]));
+      dl->AddText(ImVec2(x + 3, (top.y + bottom.y + ch) / 2 - fs / 2), col::kTrain, b.c_str());
+    }
+  ImGui::Dummy(ImVec2(left + static_cast<float>(g.pp) * (cw + gx), fs * 1.4f + static_cast<float>(g.dp) * (ch + gy)));
+  ImGui::TextDisabled("blue: the pipeline's messages between neighbouring stages (activations and their gradients); "
+                      "orange: each stage's gradient allreduce over the replicas (its data-parallel group); bytes of "
+                      "the iteration shown");
+}
+
 // ---- 3. the table ----
 
-void draw_stage_table(const RunData& d, const StepDiagram& g, int64_t step, int stages, int micro) {
+void draw_stage_table(const RunData& d, const StepDiagram& g, int64_t step, const lab::GridShape& grid, int micro) {
+  const int stages = grid.pp;
   const lab::RunConfig& c = d.cfg;
   std::unique_ptr<lab::Model> model;
   std::vector<lab::PipelineStage> st;
@@ -196,8 +271,9 @@ void draw_stage_table(const RunData& d, const StepDiagram& g, int64_t step, int 
                                   : fmt("1F1B: min(p - s, m) = min(%d - %d, %d)", stages, s, micro));
     ImGui::TableNextColumn();
     int64_t acts = -1;
-    if (recs && static_cast<size_t>(s) < recs->size())
-      for (const lab::MemorySample& p : (*recs)[static_cast<size_t>(s)].memory)
+    const size_t rank = static_cast<size_t>(grid.rank_of({0, s, 0}));
+    if (recs && rank < recs->size())
+      for (const lab::MemorySample& p : (*recs)[rank].memory)
         acts = std::max(acts, p.bytes[lab::kMemActivations]);
     ImGui::TextUnformatted(acts >= 0 ? fmt_bytes(static_cast<double>(acts)).c_str() : "-");
     tooltip("the most bytes of saved activations (each micro-batch's input, output and what its modules saved for "
@@ -226,7 +302,10 @@ void draw_pipeline_view(const RunData& d, PipelineViewState& st) {
     ImGui::TextDisabled("(The run shown is --mode %s.)", c.mode.c_str());
     return;
   }
-  const int stages = c.world_size;
+  lab::GridShape grid;
+  grid.dp = std::max(1, c.dp);
+  grid.pp = c.stages > 0 ? c.stages : std::max(1, c.world_size / grid.dp);
+  const int stages = grid.pp;
   const int configured = static_cast<int>(c.microbatches);
   const int64_t newest = newest_complete(d);
   if (st.follow || st.step > newest) st.step = newest;
@@ -240,7 +319,7 @@ void draw_pipeline_view(const RunData& d, PipelineViewState& st) {
       st.follow = false;
     }
   }
-  const StepDiagram g = st.step >= 0 ? diagram_of(d, st.step, stages) : StepDiagram{};
+  const StepDiagram g = st.step >= 0 ? diagram_of(d, st.step, grid) : StepDiagram{};
   const int micro = g.micro > 0 ? g.micro : configured;
   const StepDiagram ideal = ideal_of(c.schedule, stages, micro);
   const double formula = lab::bubble_formula(stages, micro);
@@ -263,6 +342,12 @@ void draw_pipeline_view(const RunData& d, PipelineViewState& st) {
                 "this iteration: 1 - (every stage's forward and backward time) / (stages x the iteration's span). "
                 "Stages of unequal work wait for the slowest, so it exceeds the formula's; on fewer cores than "
                 "stages the stages also wait for a core.");
+  if (grid.dp > 1) {
+    ImGui::Spacing();
+    ImGui::TextUnformatted(fmt("the grid: %d data-parallel replicas x %d stages (below: replica 0's stages)", grid.dp,
+                               stages).c_str());
+    draw_grid(d, grid, st.step);
+  }
   ImGui::Spacing();
   ImGui::TextUnformatted(st.step >= 0 ? fmt("iteration %lld as the timeline recorded it", static_cast<long long>(st.step)).c_str()
                                       : "no iteration recorded yet");
@@ -271,7 +356,7 @@ void draw_pipeline_view(const RunData& d, PipelineViewState& st) {
   draw_diagram("ideal", ideal, stages, 1.0, "units");
   legend();
   ImGui::Spacing();
-  draw_stage_table(d, g, st.step, stages, micro);
+  draw_stage_table(d, g, st.step, grid, micro);
 }
 
 }  // namespace viz
