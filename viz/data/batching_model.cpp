@@ -4,6 +4,7 @@
 
 #include "data_parallel.h"
 #include "errors.h"
+#include "mode.h"
 #include "sampler.h"
 
 namespace viz {
@@ -16,13 +17,16 @@ int64_t EpochLayout::batch_len(int64_t b) const {
 EpochLayout layout_epoch(const lab::RunConfig& c, int64_t dataset_size, int64_t epoch) {
   EpochLayout l;
   l.dataset_size = dataset_size;
-  l.world = c.world_size;
+  // the samplers: one per rank, or per data-parallel replica where every rank of one reads the
+  // same batches (a pipeline's stages)
+  const int samplers = lab::mode_of(c).caps().one_loader ? std::max(1, c.dp) : c.world_size;
+  l.world = samplers;
   l.batch_size = c.batch_size;
   l.epoch = epoch;
   l.shuffle = c.shuffle;
   l.sampler_drop_last = c.sampler_drop_last;
   l.loader_drop_last = c.drop_last;
-  lab::DistributedSampler s({dataset_size, c.world_size, 0, c.shuffle, c.seed, c.sampler_drop_last});
+  lab::DistributedSampler s({dataset_size, samplers, 0, c.shuffle, c.seed, c.sampler_drop_last});
   s.set_epoch(epoch);
   l.num_samples = s.num_samples();
   l.total_size = s.total_size();
