@@ -65,6 +65,8 @@ struct ModeCaps {
   bool sharded_collectives = false;  // reduce-scatter and all-gather carry training (FSDP): the views name them
   bool one_loader = false;           // every rank iterates the same batches of one loader (a pipeline's stages):
                                      // --batch-size is the global batch, cut into micro-batches, not over ranks
+  bool same_batch = false;           // every rank computes on the same whole batch (tensor parallelism: the ranks
+                                     // split the layers, not the data): --batch-size is the samples per iteration
 };
 
 // ---- the mode's own settings: what the app shows and what has no effect elsewhere ----
