@@ -51,6 +51,10 @@ void add_mode_flags(CLI::App& app, lab::RunConfig& c) {
   app.add_flag("--deferred-batch-norm", c.deferred_batch_norm,
                "pipeline: Pipe(deferred_batch_norm=True): running statistics updated once per mini-batch, from every "
                "micro-batch's sums (biased variance)");
+  app.add_option("--tp", c.tp,
+                 "tensor: ranks each split layer is cut over (Megatron-LM's tensor_model_parallel_size; the world "
+                 "size follows it when --world-size is not given)")
+      ->capture_default_str();
   app.add_flag_callback("--no-overlap", [&c] { c.overlap = false; },
                "ddp: launch the bucket allreduces after the whole backward instead of overlapping it");
   app.add_option("--no-sync-steps", c.no_sync_steps,
@@ -225,6 +229,8 @@ void apply_steps_rule(const CLI::App& app, lab::RunConfig& c) {
   if (app.count("--steps") && c.steps > 0 && !app.count("--epochs")) c.epochs = 0;  // as many as --steps takes
   // --stages P alone: P ranks, one per stage (with --world-size too, validate() checks they agree)
   if (app.count("--stages") && c.stages > 0 && !app.count("--world-size")) c.world_size = c.stages * std::max(1, c.dp);
+  // --tp T alone: T ranks, one per slice (with --world-size too, validate() checks they agree)
+  if (app.count("--tp") && c.tp > 0 && !app.count("--world-size")) c.world_size = c.tp;
 }
 
 std::optional<double> parse_bn_momentum(const std::string& s) {

@@ -28,7 +28,8 @@ void add_compute_flags(CLI::App& app, lab::ComputeOptions& o, bool has_comm = tr
 void add_run_flags(CLI::App& app, lab::RunConfig& c, std::string& bn_momentum);
 std::optional<double> parse_bn_momentum(const std::string& s);
 // --steps without --epochs: as many epochs as the steps take (epochs 0). With both, the run ends
-// at whichever limit it reaches first (Run). --stages without --world-size: one rank per stage.
+// at whichever limit it reaches first (Run). --stages (--tp) without --world-size: one rank per stage
+// (per slice).
 void apply_steps_rule(const CLI::App& app, lab::RunConfig& c);
 // `dtlab run --resume DIR`: the configuration of DIR's newest committed checkpoint, with the
 // flags a resumed run may change taken from `given` (--out, --timeout, --threads, --comm,

@@ -69,7 +69,7 @@ TEST(VizSettings, WhatValidateRejectsIsGreyedOutWithItsReason) {
       }
   ASSERT_GE(bases.size(), 8u);
   const std::vector<std::pair<std::string, std::vector<std::string>>> choices = {
-      {"mode", {"ddp", "dp", "local-sgd", "pipeline"}},
+      {"mode", {"ddp", "dp", "local-sgd", "pipeline", "tensor"}},
       {"allreduce", {"ring", "naive", "tree", "mpi"}},
       {"bn", {"local", "sync"}},
       {"sampler_drop_last", {"true", "false"}},

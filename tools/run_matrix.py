@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A matrix of dtlab runs, recorded and compared file by file: proof that a refactoring changed no
-number. Every mode, both BatchNorm modes, ring/tree/naive, overlap on and off, no_sync, an uneven
+number. Every mode (tensor parallelism included), both BatchNorm modes, ring/tree/naive, overlap on and off, no_sync, an uneven
 last batch, checkpoint and resume, MPI with 2 ranks (when mpirun and the MPI transport exist), and
 the seeded parameter server.
 
@@ -57,6 +57,10 @@ CASES = {
     "fsdp_cnn_shard_grad_op_eval": (["--mode", "fsdp", "--model", "cnn", "--world-size", "2", "--batch-size", "16",
                                      "--steps", "8", "--sharding-strategy", "shard_grad_op", "--momentum", "0.9",
                                      "--eval-every", "4", "--eval-samples", "64"], "run"),
+    "tensor_mlp_tp4_eval": (["--mode", "tensor", "--model", "mlp", "--tp", "4", "--batch-size", "32", "--steps", "10",
+                             "--eval-every", "5", "--eval-samples", "64"], "run"),
+    "tensor_cnn_tp2_adam": (["--mode", "tensor", "--model", "cnn", "--tp", "2", "--batch-size", "16", "--steps", "8",
+                             "--optimizer", "adam", "--lr", "0.001", "--allreduce", "tree"], "run"),
     "one_rank_cnn_threads2": (["--model", "cnn", "--world-size", "1", "--batch-size", "32", "--steps", "6", "--threads",
                                "2"], "run"),
     "eval_every_mlp": (["--model", "mlp", "--world-size", "2", "--batch-size", "16", "--steps", "16", "--eval-every", "4",

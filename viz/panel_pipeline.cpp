@@ -297,7 +297,7 @@ void draw_stage_table(const RunData& d, const StepDiagram& g, int64_t step, cons
 
 void draw_pipeline_view(const RunData& d, PipelineViewState& st) {
   const lab::RunConfig& c = d.cfg;
-  if (!d.caps().one_loader) {
+  if (!d.caps().micro_batches) {
     ImGui::TextDisabled("This view draws a pipeline: --mode pipeline --stages P --microbatches M --schedule gpipe|1f1b.");
     ImGui::TextDisabled("(The run shown is --mode %s.)", c.mode.c_str());
     return;

@@ -283,6 +283,7 @@ std::string to_toml(const RunConfig& c, const std::vector<std::pair<std::string,
   o << "balance = " << q(c.balance) << "\n";
   o << "deferred_batch_norm = " << b(c.deferred_batch_norm) << "\n";
   o << "dp = " << c.dp << "\n";
+  o << "tp = " << c.tp << "\n";
   o << "link_latency_us = " << d(c.link_latency_us) << "\n";
   o << "link_gbps = " << d(c.link_gbps) << "\n";
   o << "uneven_data = " << b(c.uneven_data) << "\n";
@@ -432,6 +433,7 @@ RunConfig config_from_table(const toml::table& t, const std::string& path) {
       else if (key == "distributed.balance") str(c.balance);
       else if (key == "distributed.deferred_batch_norm") bln(c.deferred_batch_norm);
       else if (key == "distributed.dp") i32(c.dp);
+      else if (key == "distributed.tp") i32(c.tp);
       else if (key == "distributed.link_latency_us") dbl(c.link_latency_us);
       else if (key == "distributed.link_gbps") dbl(c.link_gbps);
       else if (key == "distributed.uneven_data") bln(c.uneven_data);

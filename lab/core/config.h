@@ -120,6 +120,9 @@ struct RunConfig {
   std::string balance;                 // pipeline: modules per stage, "2,3,2,1" (empty: automatic)
   bool deferred_batch_norm = false;    // pipeline: Pipe(deferred_batch_norm=True)
   int dp = 1;                          // pipeline: data-parallel replicas of the pipeline (world = stages x dp)
+  // --mode tensor (tensor_parallel.h): Megatron-LM's column- and row-parallel layers over tp ranks
+  int tp = 0;                          // tensor: ranks each split layer is cut over (0: world_size; given,
+                                       // world_size follows it)
   double link_latency_us = 0;          // simulated link between emulated ranks: latency per message
   double link_gbps = 0;                // ... and bandwidth (0: unlimited); both 0: no simulated link
   bool uneven_data = false;            // rank r drops the last r batches of its shard every epoch

@@ -198,6 +198,7 @@ std::vector<IneffectiveSetting> ineffective_settings(const RunConfig& c, const R
   check("balance", c.balance != d.balance, "--balance " + c.balance);
   check("deferred_batch_norm", c.deferred_batch_norm != d.deferred_batch_norm, "--deferred-batch-norm");
   check("dp", c.dp != d.dp, "--dp " + std::to_string(c.dp));
+  check("tp", c.tp != d.tp, "--tp " + std::to_string(c.tp));
   check("async_schedule", c.async_schedule != d.async_schedule, "--async-schedule " + c.async_schedule);
   check("async_seed", c.async_seed != d.async_seed, "--async-seed " + std::to_string(c.async_seed));
   check("link_latency_us", c.link_latency_us != d.link_latency_us, "--link-latency-us " + num(c.link_latency_us));

@@ -63,8 +63,12 @@ struct ModeCaps {
   bool replicas_are_models = true;   // every rank's model is a model of its own (not a per-step replica)
   bool counts_trained_samples = false;  // the run's samples are counted as trained, not from the sampler
   bool sharded_collectives = false;  // reduce-scatter and all-gather carry training (FSDP): the views name them
-  bool one_loader = false;           // every rank iterates the same batches of one loader (a pipeline's stages):
-                                     // --batch-size is the global batch, cut into micro-batches, not over ranks
+  bool one_loader = false;           // the ranks split the model, not the data: every rank of a data-parallel
+                                     // replica (--dp; one by default) iterates the same batches of one loader
+                                     // (a pipeline's stages, tensor parallelism's slices), and --batch-size is
+                                     // the replica's samples per iteration
+  bool micro_batches = false;        // the batch is cut into --microbatches that flow through stages (a
+                                     // pipeline): the Pipeline view draws it
 };
 
 // ---- the mode's own settings: what the app shows and what has no effect elsewhere ----

@@ -512,7 +512,7 @@ class PipelineMode : public ParallelMode {
   ModeCaps caps() const override {
     ModeCaps k;
     k.distributed_sampler = false;
-    k.counts_trained_samples = k.one_loader = true;
+    k.counts_trained_samples = k.one_loader = k.micro_batches = true;
     return k;
   }
   std::vector<ModeSetting> settings() const override {

@@ -15,6 +15,7 @@ std::unique_ptr<ParallelMode> make_async_mode();
 std::unique_ptr<ParallelMode> make_zero_mode();
 std::unique_ptr<ParallelMode> make_fsdp_mode();
 std::unique_ptr<ParallelMode> make_pipeline_mode();
+std::unique_ptr<ParallelMode> make_tensor_mode();
 
 namespace {
 
@@ -26,7 +27,7 @@ struct Registry {
 Registry& registry() {
   static Registry r = [] {
     Registry reg;
-    for (auto make : {make_ddp_mode, make_dp_mode, make_local_sgd_mode, make_async_mode, make_zero_mode, make_fsdp_mode, make_pipeline_mode}) {  // builtin_modes
+    for (auto make : {make_ddp_mode, make_dp_mode, make_local_sgd_mode, make_async_mode, make_zero_mode, make_fsdp_mode, make_pipeline_mode, make_tensor_mode}) {  // builtin_modes
       reg.owned.push_back(make());
       reg.list.push_back(reg.owned.back().get());
     }
@@ -68,7 +69,7 @@ std::string modes_with(bool ModeCaps::*cap) {
 
 int64_t global_batch(const RunConfig& c) {
   const ModeCaps k = mode_of(c).caps();
-  return k.global_batch || k.one_loader ? c.batch_size : c.batch_size * c.world_size;
+  return k.global_batch ? c.batch_size : k.one_loader ? c.batch_size * std::max(1, c.dp) : c.batch_size * c.world_size;
 }
 
 bool checkpointable(const RunConfig& c) { return mode_of(c).caps().checkpoints && !c.uneven_data && !c.join; }

@@ -147,7 +147,8 @@ std::string describe_parallelism(const lab::RunConfig& c) { return lab::mode_of(
 
 std::string describe_batch(const lab::RunConfig& c) {
   const lab::ModeCaps k = lab::mode_of(c).caps();
-  if (k.one_loader) return "batch " + std::to_string(c.batch_size) + " in " + std::to_string(c.microbatches) + " micro-batches";
+  if (k.micro_batches) return "batch " + std::to_string(c.batch_size) + " in " + std::to_string(c.microbatches) + " micro-batches";
+  if (k.one_loader) return "batch " + std::to_string(c.batch_size) + " on every rank";
   return "batch " + std::to_string(c.batch_size) + (k.global_batch ? " (global)" : "/rank");
 }
 
@@ -189,6 +190,7 @@ bool apply_choice(lab::RunConfig& c, const std::string& setting, const std::stri
   else if (setting == "microbatches") return integer(c.microbatches);
   else if (setting == "dp") return integer(c.dp);
   else if (setting == "deferred_batch_norm") return boolean(c.deferred_batch_norm);
+  else if (setting == "tp") return integer(c.tp);
   else if (setting == "batchnorm") return boolean(c.batchnorm);
   else if (setting == "world_size") return integer(c.world_size);
   else if (setting == "batch_size") return integer(c.batch_size);
@@ -222,6 +224,7 @@ std::string setting_value(const lab::RunConfig& c, const std::string& setting) {
   if (setting == "microbatches") return std::to_string(c.microbatches);
   if (setting == "dp") return std::to_string(c.dp);
   if (setting == "deferred_batch_norm") return b(c.deferred_batch_norm);
+  if (setting == "tp") return std::to_string(c.tp);
   if (setting == "batchnorm") return b(c.batchnorm);
   if (setting == "world_size") return std::to_string(c.world_size);
   if (setting == "batch_size") return std::to_string(c.batch_size);

@@ -1,0 +1,379 @@
+// --mode tensor: tensor parallelism as Megatron-LM splits a layer pair (tensor_parallel.h): T ranks,
+// one per slice of the split layers, every rank computing on the same whole batch. PyTorch 1.13 has
+// no usable tensor-parallel API (a prototype under torch.distributed._shard; DTensor arrives in
+// 2.0): the reference is one-rank training (--mode ddp --world-size 1), which this equals to
+// rounding (tests/test_tensor_parallel.cpp).
+//
+// One rank's iteration:
+//   - the batch: a DistributedSampler with num_replicas 1, so every rank draws the same batches;
+//   - forward and backward of the rank's model (TensorParallelModel): its slices of the column-
+//     parallel, row-parallel and local modules, copies of the replicated ones; g's allreduce in
+//     forward after every row layer ("tp activations"), f's in backward before every column layer
+//     but the first ("tp input grads"), each a Communicator collective tagged with the layer's
+//     module index; the compute events stop where one runs;
+//   - the rank's optimizer steps what the rank holds: its slices (each rank's own gradients) and
+//     the replicated modules (the same gradients on every rank, from the same inputs: nothing to
+//     reduce). Every rank computes the same loss; rank 0 counts it.
+// Before an evaluation and at the end, every rank's slices are all-gathered into every rank's whole
+// model ("tp shards"), so rank 0's is whole for the test accuracy and final.safetensors; BatchNorm's
+// running statistics of a local BatchNorm are per rank (its features) and gathered the same way.
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <map>
+
+#include "batchnorm.h"
+#include "communicator.h"
+#include "dataset.h"
+#include "ddp.h"
+#include "device.h"
+#include "errors.h"
+#include "events.h"
+#include "mode.h"
+#include "mode_ddp.h"
+#include "model.h"
+#include "optim.h"
+#include "run.h"
+#include "sampler.h"
+#include "tensor_parallel.h"
+
+namespace lab {
+
+namespace {
+
+int tp_of(const RunConfig& c) { return c.tp > 0 ? c.tp : c.world_size; }
+
+TpPlan plan_for(const RunConfig& c, Model& model) { return tensor_parallel_plan(model, tp_of(c), c.model); }
+
+class TensorRank : public RankMode, private TpCollectives {
+ public:
+  explicit TensorRank(RankEnv& env)
+      : m_env(env),
+        m_sampler({env.train.size, 1, 0, env.cfg.shuffle, env.cfg.seed, env.cfg.sampler_drop_last}),
+        m_tp(env.model, plan_for(env.cfg, env.model), env.rank, *this),
+        m_params(m_tp.model().params()),
+        m_names(param_names(m_tp.model())) {
+    env.opt.set_params(m_params);  // the rank steps what it holds: its slices and the replicated modules
+  }
+
+  // --init: rank 0 alone loaded it (run.cpp); its whole model goes to every rank, which takes its slices.
+  void start() override {
+    if (m_env.cfg.init.empty()) return;
+    broadcast_state(m_env.model, m_env.comm);
+    m_tp.load(m_env.model);
+  }
+
+  std::vector<std::vector<int64_t>> batches(int64_t epoch) override {
+    m_sampler.set_epoch(epoch);
+    return make_batches(m_sampler.indices(), m_env.cfg.batch_size, m_env.cfg.drop_last);
+  }
+  int64_t samples_per_epoch() const override { return m_sampler.num_samples(); }
+
+  // The hint the rank loop gave the whole model's BatchNorm layers for a batch of one (the rank's
+  // own compute: its copies and slices, in the same order)
+  void before_step(const StepInput&) override {
+    const std::vector<BatchNorm*> whole = m_env.model.batchnorms(), mine = m_tp.model().batchnorms();
+    for (size_t i = 0; i < whole.size() && i < mine.size(); ++i) mine[i]->set_error_hint(whole[i]->error_hint());
+  }
+
+  StepCount step(const StepInput& in, StepRecord& rec) override {
+    Model& model = m_tp.model();
+    m_step = in.step;
+    int correct = 0;
+    begin_compute(Phase::Forward, "forward");
+    const float loss = model.forward_loss(*in.x, *in.labels, &correct);
+    end_compute();
+    m_env.memory_at("forward");
+    m_env.faults.check(m_env.rank, in.step, "backward");
+    begin_compute(Phase::Backward, "backward");
+    model.zero_grad();
+    model.backward_from_loss();
+    end_compute();
+    m_env.memory_at("backward");
+    // A NaN or infinite gradient stops the run here, naming it (every rank computed the same loss;
+    // a rank's slices have gradients of their own)
+    for (size_t i = 0; i < m_params.size(); ++i)
+      if (!all_finite(m_params[i]->grad))
+        throw TrainingError("iteration " + std::to_string(in.step) + " (epoch " + std::to_string(in.epoch) + ", batch " +
+                                std::to_string(in.batch) + "): the gradient of " + m_names[i] + " on rank " +
+                                std::to_string(m_env.rank) + " is NaN or infinite (loss " + std::to_string(loss) + ")",
+                            "lower --lr");
+    m_env.comm.timed(Phase::OptimizerStep, "optimizer-step", in.step, [&] { m_env.opt.step(); });
+    StepCount count = record_step(in, rec, loss, correct, -1.0, true, false, "");
+    // every rank computed the same loss on the same batch: counted once, on rank 0
+    const bool counts = m_env.rank == 0;
+    count.counts = counts;
+    count.samples = counts ? count.samples : 0;
+    count.trained = counts ? count.trained : 0;
+    // The whole model's BatchNorm layers (what the record reads) do not train here: the rank's
+    // slices and copies do, and a local BatchNorm holds only the rank's features
+    count.record_bn = false;
+    return count;
+  }
+
+  void before_evaluation() override { gather(); }
+  void before_periodic_evaluation() override { gather(); }
+  void finish() override { gather(); }
+
+  // What a rank holds: its slices and the replicated modules (parameters, gradients), the
+  // activations its forward saved. The whole model every rank keeps is dtlab's copy for evaluation
+  // and saving (a Megatron rank evaluates with its slices): not counted.
+  void measure_memory(MemoryBytes& b) const override {
+    int64_t params = 0;
+    for (const Param* p : m_params) params += p->value.numel() * 4;
+    b[kMemParameters] = params;
+    b[kMemGradients] = params;
+    b[kMemActivations] = m_tp_model->activation_bytes();
+  }
+
+ private:
+  // f's and g's allreduce: a collective of the rank's communicator, between compute events.
+  void allreduce_sum(float* data, size_t count, const char* what, int tag) override {
+    pause_compute();
+    m_env.comm.allreduce_sum(data, count, CollectiveInfo{what, tag});
+    resume_compute();
+  }
+
+  // Every rank's slices into every rank's whole model (an allgather of the packed slices), then the
+  // rank's copies of what every rank holds whole.
+  void gather() {
+    const size_t n = m_tp.packed_floats();
+    const size_t world = static_cast<size_t>(m_env.world);
+    m_packed.resize(n);
+    m_gathered.resize(n * world);
+    m_tp.pack(m_packed.data());
+    m_env.comm.allgather(m_packed.data(), n, m_gathered.data(), CollectiveInfo{"tp shards", -1});
+    for (size_t r = 0; r < world; ++r) m_tp.unpack(m_gathered.data() + r * n, static_cast<int>(r), m_env.model);
+    m_tp.store_whole(m_env.model);
+    m_env.model.host_changed(kStateModel);
+    std::vector<float>().swap(m_packed);
+    std::vector<float>().swap(m_gathered);
+  }
+
+  // Forward and backward as compute events, cut where an allreduce runs (as FSDP's are): the
+  // collectives run on the rank's thread between modules, not behind them.
+  void begin_compute(Phase phase, const char* op) {
+    m_phase = phase;
+    m_phase_op = op;
+    m_segment_t0 = now_seconds();
+  }
+  void end_compute() {
+    pause_compute();
+    m_phase_op = nullptr;
+  }
+  void pause_compute() {
+    if (!m_phase_op || m_segment_t0 < 0) return;
+    Event e;
+    e.kind = EventKind::Compute;
+    e.rank = m_env.rank;
+    e.train_step = m_step;
+    e.phase = m_phase;
+    e.op = m_phase_op;
+    e.t_start = m_segment_t0;
+    e.t_end = now_seconds();
+    m_env.comm.record(e);
+    m_segment_t0 = -1;
+  }
+  void resume_compute() {
+    if (m_phase_op) m_segment_t0 = now_seconds();
+  }
+
+  RankEnv& m_env;
+  DistributedSampler m_sampler;
+  TensorParallelModel m_tp;
+  const Model* m_tp_model = &m_tp.model();
+  std::vector<Param*> m_params;     // the rank's model's parameters, which its optimizer steps
+  std::vector<std::string> m_names;  // their state_dict names ("1.weight")
+  std::vector<float> m_packed, m_gathered;  // gather()'s buffers, freed after it
+  int64_t m_step = -1;
+  Phase m_phase = Phase::Forward;     // the compute event being timed, if m_phase_op
+  const char* m_phase_op = nullptr;
+  double m_segment_t0 = -1;
+};
+
+// The allreduces f and g ran, as recorded: per rank and iteration, how many and their bytes (the
+// buffer allreduced, and what the rank sent for it).
+struct TpCounts {
+  int forward = 0, backward = 0;
+  uint64_t forward_bytes = 0, backward_bytes = 0, sent = 0;
+  bool operator==(const TpCounts& o) const {
+    return forward == o.forward && backward == o.backward && forward_bytes == o.forward_bytes &&
+           backward_bytes == o.backward_bytes;
+  }
+};
+
+std::map<std::pair<int, int64_t>, TpCounts> counts_by_rank_and_step(const std::vector<std::vector<Event>>& events) {
+  std::map<std::pair<int, int64_t>, TpCounts> out;
+  for (const auto& rank_events : events)
+    for (const Event& e : rank_events) {
+      if (e.train_step < 0) continue;
+      const bool fwd = std::strcmp(e.what, kTpActivations) == 0, bwd = std::strcmp(e.what, kTpInputGrads) == 0;
+      if (!fwd && !bwd) continue;
+      TpCounts& c = out[{e.rank, e.train_step}];
+      if (e.kind == EventKind::Chunk && e.src == e.rank) c.sent += e.bytes;
+      if (e.kind != EventKind::Collective) continue;
+      (fwd ? c.forward : c.backward) += 1;
+      (fwd ? c.forward_bytes : c.backward_bytes) += e.bytes;
+    }
+  return out;
+}
+
+class TensorMode : public ParallelMode {
+ public:
+  const char* name() const override { return "tensor"; }
+  const char* title() const override { return "Megatron-LM tensor parallelism"; }
+  const char* help() const override { return "tensor parallelism: layers split over the ranks (Megatron-LM)"; }
+  const char* about() const override {
+    return "Tensor parallelism (Megatron-LM): every rank computes on the same batch with its slice of each split "
+           "layer. The first layer of a pair is split by its outputs (column-parallel), the second by its inputs "
+           "(row-parallel); the row layer's partial outputs are allreduced in forward (g), the column layer's input "
+           "gradients in backward (f). BatchNorm between them is exact on each rank's features; the other modules "
+           "run whole on every rank.";
+  }
+  ModeCaps caps() const override {
+    ModeCaps k;
+    k.distributed_sampler = false;
+    k.counts_trained_samples = k.one_loader = true;
+    return k;
+  }
+  std::vector<ModeSetting> settings() const override {
+    ModeSetting tp;
+    tp.field = "tp";
+    tp.flag = "--tp";
+    tp.label = "tp";
+    tp.min = 0;
+    tp.pytorch = "Megatron-LM's tensor_model_parallel_size";
+    tp.help = "Ranks each split layer is cut over (0: the world size): it must divide the split sizes (mlp: 256; "
+              "cnn: 32 and 128).";
+    return {tp};
+  }
+  void validate_settings(const RunConfig& c) const override {
+    if (c.tp < 0) throw ConfigError("--tp must be at least 1, got " + std::to_string(c.tp));
+  }
+  void validate(const RunConfig& c) const override {
+    if (c.tp > 0 && c.tp != c.world_size)
+      throw ConfigError("--tp " + std::to_string(c.tp) + " with --world-size " + std::to_string(c.world_size),
+                        "tensor parallelism here has one rank per slice of each split layer: give one of them");
+    if (!parse_device(c.compute.device).is_cpu())
+      throw ConfigError("--mode tensor runs on the CPU reference only, not --device " + c.compute.device,
+                        "its ranks run the CPU's modules on their slices; use --device cpu");
+    if (c.nondeterministic)
+      throw ConfigError("--nondeterministic with --mode tensor",
+                        "the replicated layers must compute the same bits on every rank (nothing sends their "
+                        "gradients between ranks); gradient sums in an order drawn per rank would make the ranks' "
+                        "copies drift apart");
+    if (c.bn == "sync")
+      throw ConfigError("--bn sync with --mode tensor",
+                        "every rank normalizes the same whole batch: BatchNorm's statistics are the batch's already "
+                        "(a local BatchNorm on the rank's features, the others whole), there is nothing to synchronize");
+    std::unique_ptr<Model> m = build_model(model_options(c), c.seed);
+    (void)plan_for(c, *m);  // --tp that does not divide a split layer, by name
+  }
+  std::string no_effect_reason(const RunConfig& c, const std::string& setting) const override {
+    (void)c;
+    if (setting == "sampler_drop_last")
+      return "every rank reads the same batches of the whole dataset: there is no shard to pad or cut";
+    return "";
+  }
+  std::string describe(const RunConfig& c) const override {
+    return "tensor parallel, " + std::to_string(c.world_size) + (c.world_size == 1 ? " rank" : " ranks") + ", " +
+           c.allreduce + " allreduce";
+  }
+  std::string header(const RunConfig& c) const override {
+    std::unique_ptr<Model> m = build_model(model_options(c), c.seed);
+    return " tp=" + std::to_string(tp_of(c)) + "\nsplit: " + tp_plan_text(plan_for(c, *m));
+  }
+  std::unique_ptr<RankMode> make_rank(RankEnv& env) const override { return std::make_unique<TensorRank>(env); }
+  SyncCollectives sync_collectives() const override { return {"allreduce", {kTpActivations, kTpInputGrads}}; }
+  void summary(const SummaryEnv& env, nlohmann::json& j) const override;
+  std::vector<std::string> summary_lines(const RunConfig& c, const RunSummary& s) const override;
+};
+
+void TensorMode::summary(const SummaryEnv& env, nlohmann::json& j) const {
+  const RunConfig& c = env.cfg;
+  std::unique_ptr<Model> model = build_model(model_options(c), c.seed);
+  const TpPlan plan = plan_for(c, *model);
+  nlohmann::json modules = nlohmann::json::array();
+  int64_t per_rank = 0, whole = 0;
+  for (const TpModulePlan& m : plan.modules) {
+    nlohmann::json tensors = nlohmann::json::array();
+    for (const TpTensorPlan& t : m.tensors) {
+      if (t.is_int64) continue;
+      tensors.push_back({{"name", t.name}, {"whole", t.whole}, {"shard", t.shard}, {"dim", t.dim}});
+    }
+    for (const Param* p : model->module(m.index).params()) whole += p->value.numel();
+    for (size_t k = 0; k < m.tensors.size() && k < model->module(m.index).params().size(); ++k)
+      per_rank += Tensor::numel_of(m.tensors[k].shard);
+    nlohmann::json mj = {{"module", m.index}, {"layer", m.describe}, {"role", tp_role_name(m.role)}, {"tensors", tensors}};
+    if (m.split > 0) mj["split"] = {{"size", m.split}, {"per_rank", m.split / plan.tp}};
+    modules.push_back(mj);
+  }
+  nlohmann::json pairs = nlohmann::json::array();
+  for (const auto& [col, row] : plan.pairs) pairs.push_back({{"column", col}, {"row", row}});
+  // What ran: per rank and iteration, the allreduces and their bytes (every iteration alike, or
+  // per_iteration is the first one's and uniform says they differ)
+  const auto counted = counts_by_rank_and_step(env.events);
+  nlohmann::json per_iteration = nullptr;
+  bool uniform = true;
+  std::vector<uint64_t> sent(static_cast<size_t>(c.world_size), 0);
+  std::map<int64_t, int> ranks_per_step;
+  for (const auto& [key, n] : counted) {
+    if (key.first >= 0 && key.first < c.world_size) sent[static_cast<size_t>(key.first)] += n.sent;
+    ++ranks_per_step[key.second];
+  }
+  if (!counted.empty()) {
+    const TpCounts& first = counted.begin()->second;
+    for (const auto& [key, n] : counted) uniform = uniform && n == first;
+    per_iteration = {{"forward", first.forward}, {"backward", first.backward},
+                     {"forward_bytes", first.forward_bytes}, {"backward_bytes", first.backward_bytes}};
+  }
+  const double steps = static_cast<double>(std::max<size_t>(1, ranks_per_step.size()));
+  nlohmann::json sent_per_iteration = nlohmann::json::array();
+  for (uint64_t b : sent) sent_per_iteration.push_back(static_cast<double>(b) / steps);
+  j["tensor"] = {
+      {"tp", plan.tp},
+      {"modules", modules},
+      {"pairs", pairs},
+      {"parameters", {{"whole", whole}, {"per_rank", per_rank}}},
+      {"allreduces",
+       {{"per_iteration", per_iteration},
+        {"uniform", uniform},
+        {"iterations_counted", ranks_per_step.size()},
+        {"planned", {{"forward", plan.forward_allreduces()}, {"backward", plan.backward_allreduces()}}},
+        {"sent_bytes_per_iteration", sent_per_iteration},
+        {"what",
+         "allreduces of one rank's iteration as recorded: forward, g after every row-parallel layer (partial "
+         "outputs, \"tp activations\"); backward, f before every column-parallel layer whose input needs a gradient "
+         "(\"tp input grads\": none for the model's first layer, whose input is data); bytes: the buffers allreduced; "
+         "sent: what each rank sent for them per iteration, by the run's allreduce algorithm"}}},
+      {"what",
+       "Megatron-LM's split: column (outputs cut over the ranks), row (inputs cut; partial outputs summed by the "
+       "allreduce, the bias added after it), local (BatchNorm, ReLU and MaxPool2d on a rank's own features), "
+       "replicated (the whole module on every rank, identical values and gradients); shard: the shape a rank holds"}};
+}
+
+std::vector<std::string> TensorMode::summary_lines(const RunConfig& c, const RunSummary& s) const {
+  std::unique_ptr<Model> model = build_model(model_options(c), c.seed);
+  const TpPlan plan = plan_for(c, *model);
+  uint64_t fwd = 0, bwd = 0;
+  for (const TrafficStats::Part& p : s.traffic.by_what) {
+    if (p.what == kTpActivations) fwd = p.bytes_moved;
+    if (p.what == kTpInputGrads) bwd = p.bytes_moved;
+  }
+  const double steps = static_cast<double>(std::max<int64_t>(1, s.steps));
+  char buf[320];
+  std::snprintf(buf, sizeof buf,
+                "tensor parallel over %d ranks: %d allreduce(s) per iteration in forward (g, after the row-parallel "
+                "layers), %d in backward (f, before the column-parallel ones but the first); %.1f KiB moved per "
+                "iteration over all ranks (forward %.1f, backward %.1f)",
+                plan.tp, plan.forward_allreduces(), plan.backward_allreduces(),
+                static_cast<double>(fwd + bwd) / steps / 1024.0, static_cast<double>(fwd) / steps / 1024.0,
+                static_cast<double>(bwd) / steps / 1024.0);
+  return {buf};
+}
+
+}  // namespace
+
+std::unique_ptr<ParallelMode> make_tensor_mode() { return std::make_unique<TensorMode>(); }
+
+}  // namespace lab
