@@ -21,6 +21,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -81,27 +82,49 @@ double rel_diff(const std::vector<float>& got, const std::vector<float>& want) {
 bool reference_sgemm() { return std::string(lab::gemm_backend_name()).rfind("reference", 0) == 0; }
 
 // How far a rank's values are from the whole layer's slice: elements whose bits differ, the largest
-// difference relative to the largest value, over everything compared.
+// difference relative to the largest value (or a given scale), over everything compared.
 struct Tally {
   size_t differ = 0, total = 0;
   double rel = 0;
-  void add(const std::vector<float>& got, const std::vector<float>& want) {
-    for (size_t i = 0; i < got.size() && i < want.size(); ++i)
+  // scale: what the difference is relative to (0: want's largest value)
+  void add(const std::vector<float>& got, const std::vector<float>& want, double scale = 0) {
+    double worst = 0;
+    for (size_t i = 0; i < got.size() && i < want.size(); ++i) {
       differ += std::memcmp(&got[i], &want[i], sizeof(float)) != 0;
+      worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - want[i]));
+    }
     total += want.size();
-    rel = std::max(rel, rel_diff(got, want));
+    rel = std::max(rel, scale > 0 ? worst / scale : rel_diff(got, want));
   }
 };
 
-// Bits on the reference sgemm; within `bound` of the largest value on another kernel.
+// Bits on the reference sgemm; on another kernel within `bound` of `scale` (0: want's largest value).
 void expect_slice(const std::vector<float>& got, const std::vector<float>& want, double bound, Tally& tally,
-                  const std::string& what) {
-  tally.add(got, want);
+                  const std::string& what, double scale = 0) {
+  tally.add(got, want, scale);
   if (reference_sgemm()) {
     EXPECT_EQ(got, want) << what;
-  } else {
-    EXPECT_LT(rel_diff(got, want), bound) << what;
+    return;
   }
+  if (scale == 0) {
+    EXPECT_LT(rel_diff(got, want), bound) << what;
+    return;
+  }
+  double worst = 0;
+  for (size_t i = 0; i < got.size() && i < want.size(); ++i)
+    worst = std::max(worst, std::fabs(static_cast<double>(got[i]) - want[i]));
+  EXPECT_LT(worst, bound * scale) << what;
+}
+
+// The largest gradient of each module's parameters, by state_dict prefix ("1."): the scale of a
+// parameter's gradient error. (The bias of a Linear before a BatchNorm has a gradient of zero but
+// for rounding, which no two orders of additions share: relative to itself it differs wholly.)
+std::map<std::string, double> grad_scales(lab::Model& m) {
+  std::map<std::string, double> out;
+  for (size_t i = 0; i < m.size(); ++i)
+    for (const lab::Param* p : m.module(i).params())
+      for (float v : p->grad.data) out[std::to_string(i) + "."] = std::max(out[std::to_string(i) + "."], std::fabs(static_cast<double>(v)));
+  return out;
 }
 
 // f and g over a test's world: the ranks' Communicator (the ring allreduce, as a run's).
@@ -232,9 +255,10 @@ TEST(TensorParallelPlan, ATpThatDoesNotDivideASplitLayerIsRefusedByName) {
 // A column-parallel layer's products are slices of the whole layer's: rows of the weight (its
 // output features) times the same input. Computed alone, is a slice the same bits as the whole
 // product's? The reference kernel: always (it adds k in order whatever the shape). The process's
-// kernel (OpenBLAS's Haswell kernel in the tests): measured, at the models' shapes: 92485 of the
-// 620544 elements differ (15%), by at most 2.6e-7 of the largest value (an element's register tile
-// changes with the slice's width and offset, and with it the order of its k additions).
+// kernel: measured at the models' shapes. OpenBLAS 0.3's Haswell kernel with one thread (as ctest
+// runs it): 49113 of the 620544 elements differ (8%), by at most 5.1e-7 of the largest value (an
+// element's register tile changes with the slice's width and offset, and with it the order of its k
+// additions); its SkylakeX kernel: 9450, at most 6.5e-7.
 TEST(TensorParallelGemm, ASliceAloneIsTheWholeProductsOnTheReferenceKernel) {
   struct Shape {
     const char* what;
@@ -284,9 +308,10 @@ TEST(TensorParallelGemm, ASliceAloneIsTheWholeProductsOnTheReferenceKernel) {
 // and as each rank's slices, forward and backward on the same input and output gradient: every
 // rank's output, parameter gradients and running statistics are its slice of the whole layer's,
 // bit for bit on the reference sgemm. On OpenBLAS the sgemm's last bits differ (above) and
-// BatchNorm's statistics carry them on: 369039 of 1980768 values differ, by at most 5.4e-7 of the
-// largest value (bound 4e-6).
-TEST(TensorParallelColumn, TheRanksSlicesAreTheWholeLayersBitForBit) {
+// BatchNorm's statistics carry them on: 234725 of 1980768 values differ, by at most 4.7e-7 of the
+// largest value on the Haswell kernel, 7.4e-7 on SkylakeX (bound 4e-6; a parameter's gradient
+// against its module's largest gradient).
+TEST(TensorParallelColumn, EachRankComputesItsSliceOfTheWholeLayer) {
   struct Case {
     const char* name;
     size_t begin, end;
@@ -305,6 +330,7 @@ TEST(TensorParallelColumn, TheRanksSlicesAreTheWholeLayersBitForBit) {
       whole->zero_grad();
       EXPECT_EQ(whole->backward_range(dy), nullptr);
       const auto wstate = whole->state_dict();
+      const auto scales = grad_scales(*whole);
       for (int r = 0; r < tp; ++r) {
         const std::string at = std::string(k.name) + " from module " + std::to_string(k.begin) + ", tp " +
                                std::to_string(tp) + " rank " + std::to_string(r);
@@ -319,7 +345,7 @@ TEST(TensorParallelColumn, TheRanksSlicesAreTheWholeLayersBitForBit) {
           const std::string what = at + ": " + wstate[i].name;
           if (wstate[i].param)
             expect_slice(mstate[i].param->grad.data, slice(wstate[i].param->grad, 0, r, tp).data, 4e-6, tally,
-                         what + " gradient");
+                         what + " gradient", scales.at(wstate[i].name.substr(0, wstate[i].name.find('.') + 1)));
           else if (wstate[i].buffer->is_int64)
             EXPECT_EQ(mstate[i].buffer->i64, wstate[i].buffer->i64) << what;
           else
@@ -337,7 +363,7 @@ TEST(TensorParallelColumn, BitForBitOnTheReferenceSgemm) {
   if (reference_sgemm()) GTEST_SKIP() << "this process runs the reference sgemm: the test above is bitwise already";
   const testutil::CliResult r = testutil::run_shell(
       "DTLAB_SGEMM=reference /proc/" + std::to_string(getpid()) +
-      "/exe --gtest_filter=TensorParallelColumn.TheRanksSlicesAreTheWholeLayersBitForBit");
+      "/exe --gtest_filter=TensorParallelColumn.EachRankComputesItsSliceOfTheWholeLayer");
   EXPECT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("column-parallel layers on reference"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find(": 0 of "), std::string::npos) << r.out;
@@ -438,7 +464,8 @@ TEST(TensorParallelColumn, FsBackwardAllreducesTheInputGradient) {
 // whole layer's to rounding: measured at most 6.5e-7 of the largest output (the mlp's fc2 and the
 // cnn's conv2 and fc2, 2 to 8 ranks; PyTorch 1.13's F.linear split by rows: up to 4e-7). backward:
 // g passes dy unchanged, so the weight's gradient and the input's are the whole layer's slices (bit
-// for bit on the reference sgemm, within 4.9e-7 of the largest value on OpenBLAS, whose sums depend on the slice's width),
+// for bit on the reference sgemm and OpenBLAS's SkylakeX kernel, within 3.7e-7 of the largest value
+// on its Haswell kernel, whose sums depend on the slice's width),
 // and the bias's gradient is the whole layer's, bit for bit (summed in double, sample by sample, as
 // Linear sums it).
 TEST(TensorParallelRow, PartialSumsAddUpToTheWholeLayerToRounding) {
@@ -502,8 +529,8 @@ TEST(TensorParallelRow, PartialSumsAddUpToTheWholeLayerToRounding) {
 // the whole gradient, or the whole one for a replicated module); the allreduces that ran are the
 // plan's: the mlp one in forward (g after fc2) and none in backward (fc1's f: its input is data);
 // the cnn two in forward (conv2, fc2) and one in backward (before fc1). Measured: logits within
-// 1.4e-6 and gradients within 1.3e-6 of their module's largest gradient (OpenBLAS and the
-// reference sgemm).
+// 1.4e-6 and gradients within 1.3e-6 of their module's largest gradient (OpenBLAS's Haswell and
+// SkylakeX kernels, the reference sgemm).
 TEST(TensorParallelModel, RanksAgreeAndCountTheirAllreduces) {
   for (const char* name : {"mlp", "cnn"})
     for (int tp : {2, 4}) {
@@ -608,14 +635,17 @@ TEST(TensorParallelModel, SlicesGatherIntoTheWholeModel) {
 
 // --mode tensor against one rank training the same batches (--mode ddp --world-size 1, batch 16,
 // 4 iterations of SGD with momentum 0.9, lr 0.05), every parameter and buffer of rank 0's final
-// (gathered) model, the largest difference relative to the tensor's largest value. Measured on
-// OpenBLAS (Haswell) and on the reference sgemm: the mlp at most 4.7e-7 (--tp 2 and 4: rounding);
-// the cnn 6e-5, all of it in conv2's weights for output channel 21. That is not rounding carried
-// along but max-pooling: many 2x2 windows after conv2 hold values equal to the last bits
-// (Fashion-MNIST's flat background), the row-parallel sum breaks such near-ties otherwise than the
-// one-rank sum, the gradient goes to another input of the window, and conv2's weight gradient for
-// that channel changes by a whole term (seen at iteration 2; one-rank OpenBLAS against one-rank
-// reference sgemm stays at 2e-7 on this run). Bounds: 5e-6 for the mlp, 2e-4 for the cnn.
+// (gathered) model, the largest difference relative to the tensor's largest value. Measured: the
+// mlp at most 5.5e-7 (--tp 2 and 4; OpenBLAS's Haswell and SkylakeX kernels, the reference sgemm):
+// rounding. The cnn 5e-7 on SkylakeX, but 6e-5 on Haswell and on the reference sgemm, all of it in
+// conv2's weights for output channel 21: not rounding carried along but max-pooling. Many 2x2
+// windows after conv2 hold values equal to their last bits (Fashion-MNIST's flat background); the
+// row-parallel sum can break such a near-tie otherwise than the one-rank sum, the window's gradient
+// then goes to another of its inputs, and conv2's weight gradient for that channel changes by a
+// whole term. Seen: from the same state, iteration 2 on the reference sgemm, exactly one window
+// (sample 4, channel 21, window (1, 1): 0.653616011 against 0.65361619) picks another winner, no
+// ReLU flips, and channel 21's weight gradient differs by 1e-3 of its largest, the other channels'
+// by 4e-7. Bounds: 5e-6 for the mlp, 2e-4 for the cnn.
 TEST(TensorParallelRun, IsOneRankTrainingToRounding) {
   DTLAB_REQUIRE_DATASET();
   for (const char* name : {"mlp", "cnn"}) {
