@@ -17,6 +17,7 @@
 #include "dataset.h"
 #include "errors.h"
 #include "group_transport.h"
+#include "model_compare.h"
 #include "model.h"
 #include "optim.h"
 #include "pipeline.h"
@@ -51,34 +52,9 @@ lab::RunConfig pipeline_run(const std::string& name, int stages, int64_t micro, 
   return c;
 }
 
-// Every parameter and buffer of rank 0's final model (the whole model: the stages share theirs at
-// the end): the largest difference relative to the tensor's largest value, and the elements whose
-// bits differ.
-struct Apart {
-  double rel = 0;
-  size_t differ = 0;
-};
-Apart apart(lab::Model& a, lab::Model& b) {
-  Apart out;
-  const auto x = a.state_dict(), y = b.state_dict();
-  EXPECT_EQ(x.size(), y.size());
-  for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
-    if (x[i].buffer && x[i].buffer->is_int64) {
-      out.differ += x[i].buffer->i64 != y[i].buffer->i64;
-      continue;
-    }
-    const std::vector<float>& u = x[i].param ? x[i].param->value.data : x[i].buffer->value.data;
-    const std::vector<float>& v = y[i].param ? y[i].param->value.data : y[i].buffer->value.data;
-    double big = 0, worst = 0;
-    for (size_t k = 0; k < u.size(); ++k) {
-      big = std::max(big, std::fabs(static_cast<double>(v[k])));
-      worst = std::max(worst, std::fabs(static_cast<double>(u[k]) - v[k]));
-      out.differ += std::memcmp(&u[k], &v[k], sizeof(float)) != 0;
-    }
-    if (big > 0) out.rel = std::max(out.rel, worst / big);
-  }
-  return out;
-}
+// (rank 0's final model is the whole model: the stages share theirs at the end)
+using testutil::Apart;
+using testutil::apart;
 
 }  // namespace
 

@@ -37,6 +37,7 @@
 #include "errors.h"
 #include "linear.h"
 #include "model.h"
+#include "model_compare.h"
 #include "optim.h"
 #include "rank_threads.h"
 #include "run.h"
@@ -150,28 +151,8 @@ std::unique_ptr<lab::Model> part(lab::Model& whole, const lab::TpPlan& plan, siz
   return m;
 }
 
-struct Apart {
-  double rel = 0;
-  size_t differ = 0;
-};
-// Every parameter and buffer of two models: the largest difference relative to the tensor's
-// largest value, and the elements whose bits differ (tests/test_pipeline.cpp's).
-Apart apart(lab::Model& a, lab::Model& b) {
-  Apart out;
-  const auto x = a.state_dict(), y = b.state_dict();
-  EXPECT_EQ(x.size(), y.size());
-  for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
-    if (x[i].buffer && x[i].buffer->is_int64) {
-      out.differ += x[i].buffer->i64 != y[i].buffer->i64;
-      continue;
-    }
-    const std::vector<float>& u = x[i].param ? x[i].param->value.data : x[i].buffer->value.data;
-    const std::vector<float>& v = y[i].param ? y[i].param->value.data : y[i].buffer->value.data;
-    for (size_t k = 0; k < u.size(); ++k) out.differ += std::memcmp(&u[k], &v[k], sizeof(float)) != 0;
-    out.rel = std::max(out.rel, rel_diff(u, v));
-  }
-  return out;
-}
+using testutil::Apart;
+using testutil::apart;
 
 lab::RunConfig tensor_run(const std::string& name, int tp, const std::string& out) {
   lab::RunConfig c = testutil::small_run(name, tp, out, 4);

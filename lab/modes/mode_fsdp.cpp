@@ -25,6 +25,7 @@
 #include <cstring>
 
 #include "communicator.h"
+#include "compute_segments.h"
 #include "dataset.h"
 #include "device.h"
 #include "errors.h"
@@ -138,19 +139,19 @@ class FsdpRank : public RankMode {
       ~Unhook() { m.set_hooks(nullptr); }
     } unhook{model};
     int correct = 0;
-    begin_compute(Phase::Forward, "forward");
+    m_compute.begin(Phase::Forward, "forward", m_step);
     const float loss = model.forward_loss(*in.x, *in.labels, &correct);
-    end_compute();
+    m_compute.end();
     m_env.memory_at("forward");
     if (m_env.faults.here(m_env.rank, step, "nan")) model.poison_loss_grad();
-    begin_compute(Phase::Backward, "backward");
+    m_compute.begin(Phase::Backward, "backward", m_step);
     if (c.no_sync_steps == 0 || step % (c.no_sync_steps + 1) == 0) model.zero_grad();  // no_sync accumulates
     bool first_grad = true;
     model.backward_from_loss([&](int) {
       if (first_grad) m_env.faults.check(m_env.rank, step, "backward");
       first_grad = false;
     });
-    end_compute();
+    m_compute.end();
     m_env.memory_at("backward");
     m_accumulated = m_synced ? 0 : m_accumulated + 1;
     if (m_synced) comm.timed(Phase::OptimizerStep, "optimizer-step", step, [&] { m_env.opt.step(); });
@@ -212,35 +213,6 @@ class FsdpRank : public RankMode {
  private:
   bool sharded() const { return m_strategy != "no_shard"; }
 
-  // Forward and backward as the timeline's compute events, cut where a unit's collective runs: the
-  // collectives run on the rank's thread between the modules, not behind them (a collective inside
-  // a compute event would count as hidden behind backward). An exception records nothing of the
-  // segment it interrupts.
-  void begin_compute(Phase phase, const char* op) {
-    m_phase = phase;
-    m_phase_op = op;
-    m_segment_t0 = now_seconds();
-  }
-  void end_compute() {
-    pause_compute();
-    m_phase_op = nullptr;
-  }
-  void pause_compute() {
-    if (!m_phase_op || m_segment_t0 < 0) return;
-    Event e;
-    e.kind = EventKind::Compute;
-    e.rank = m_env.rank;
-    e.train_step = m_step;
-    e.phase = m_phase;
-    e.op = m_phase_op;
-    e.t_start = m_segment_t0;
-    e.t_end = now_seconds();
-    m_env.comm.record(e);
-    m_segment_t0 = -1;
-  }
-  void resume_compute() {
-    if (m_phase_op) m_segment_t0 = now_seconds();
-  }
   std::string unit_name(size_t u) const { return m_units[u].name.empty() ? "model" : m_units[u].name; }
   static void release(std::vector<float>& v) { std::vector<float>().swap(v); }
 
@@ -278,10 +250,10 @@ class FsdpRank : public RankMode {
     m_flat.assign(static_cast<size_t>(unit.shard * m_env.world), 0.0f);
     std::memcpy(m_flat.data() + unit.shard * m_env.rank, m_shards[u].value.ptr(),
                 static_cast<size_t>(unit.shard) * sizeof(float));
-    pause_compute();
+    m_compute.pause();
     m_env.comm.allgather_in_place(m_flat.data(), static_cast<size_t>(unit.shard),
                                   CollectiveInfo{"fsdp params", static_cast<int>(u)});
-    resume_compute();
+    m_compute.resume();
     unflatten(u, m_flat.data(), &Param::value);
     release(m_flat);  // (PyTorch gathers into the unsharded flat parameter itself: no second copy)
     m_env.model.host_changed(kStateParams);
@@ -329,10 +301,10 @@ class FsdpRank : public RankMode {
       if (m_pre > 1)
         for (float& x : m_flat) x /= m_pre;
       if (sharded()) {
-        pause_compute();
+        m_compute.pause();
         m_env.comm.reduce_scatter_sum(m_flat.data(), static_cast<size_t>(unit.shard),
                                       CollectiveInfo{"fsdp grads", static_cast<int>(u)});
-        resume_compute();
+        m_compute.resume();
         float* mine = m_flat.data() + unit.shard * m_env.rank;
         if (m_post > 1)
           for (int64_t i = 0; i < unit.shard; ++i) mine[i] /= m_post;
@@ -340,9 +312,9 @@ class FsdpRank : public RankMode {
         m_env.memory_at("backward: reduce-scatter " + unit_name(u));
         free_grads(u);
       } else {
-        pause_compute();
+        m_compute.pause();
         m_env.comm.allreduce_sum(m_flat.data(), m_flat.size(), CollectiveInfo{"fsdp grads", static_cast<int>(u)});
-        resume_compute();
+        m_compute.resume();
         if (m_post > 1)
           for (float& x : m_flat) x /= m_post;
         unflatten(u, m_flat.data(), &Param::grad);
@@ -365,9 +337,7 @@ class FsdpRank : public RankMode {
   std::vector<float> m_flat;          // a unit's padded flat parameter or gradient, while a collective uses it
   int64_t m_step = 0, m_epoch = 0, m_batch = 0;
   bool m_synced = true;               // this iteration reduces gradients and steps
-  Phase m_phase = Phase::Forward;     // the compute event being timed (begin_compute), if m_phase_op
-  const char* m_phase_op = nullptr;
-  double m_segment_t0 = -1;           // its current segment's start (-1: paused)
+  ComputeSegments m_compute{m_env.comm, m_env.rank};  // forward and backward, cut around the collectives
   int64_t m_accumulated = 0;          // no_sync iterations whose unsharded gradients are kept
   // lessons' mutation tests (mutation.h)
   const bool m_keeps_gathered = mutated("fsdp-keeps-gathered"), m_no_sync_reduces = mutated("fsdp-no-sync-reduces");

@@ -24,6 +24,7 @@
 
 #include "batchnorm.h"
 #include "communicator.h"
+#include "compute_segments.h"
 #include "dataset.h"
 #include "ddp.h"
 #include "device.h"
@@ -80,15 +81,15 @@ class TensorRank : public RankMode, private TpCollectives {
     Model& model = m_tp.model();
     m_step = in.step;
     int correct = 0;
-    begin_compute(Phase::Forward, "forward");
+    m_compute.begin(Phase::Forward, "forward", m_step);
     const float loss = model.forward_loss(*in.x, *in.labels, &correct);
-    end_compute();
+    m_compute.end();
     m_env.memory_at("forward");
     m_env.faults.check(m_env.rank, in.step, "backward");
-    begin_compute(Phase::Backward, "backward");
+    m_compute.begin(Phase::Backward, "backward", m_step);
     model.zero_grad();
     model.backward_from_loss();
-    end_compute();
+    m_compute.end();
     m_env.memory_at("backward");
     // A NaN or infinite gradient stops the run here, naming it (every rank computed the same loss;
     // a rank's slices have gradients of their own)
@@ -129,9 +130,9 @@ class TensorRank : public RankMode, private TpCollectives {
  private:
   // f's and g's allreduce: a collective of the rank's communicator, between compute events.
   void allreduce_sum(float* data, size_t count, const char* what, int tag) override {
-    pause_compute();
+    m_compute.pause();
     m_env.comm.allreduce_sum(data, count, CollectiveInfo{what, tag});
-    resume_compute();
+    m_compute.resume();
   }
 
   // Every rank's slices into every rank's whole model (an allgather of the packed slices), then the
@@ -150,33 +151,6 @@ class TensorRank : public RankMode, private TpCollectives {
     std::vector<float>().swap(m_gathered);
   }
 
-  // Forward and backward as compute events, cut where an allreduce runs (as FSDP's are): the
-  // collectives run on the rank's thread between modules, not behind them.
-  void begin_compute(Phase phase, const char* op) {
-    m_phase = phase;
-    m_phase_op = op;
-    m_segment_t0 = now_seconds();
-  }
-  void end_compute() {
-    pause_compute();
-    m_phase_op = nullptr;
-  }
-  void pause_compute() {
-    if (!m_phase_op || m_segment_t0 < 0) return;
-    Event e;
-    e.kind = EventKind::Compute;
-    e.rank = m_env.rank;
-    e.train_step = m_step;
-    e.phase = m_phase;
-    e.op = m_phase_op;
-    e.t_start = m_segment_t0;
-    e.t_end = now_seconds();
-    m_env.comm.record(e);
-    m_segment_t0 = -1;
-  }
-  void resume_compute() {
-    if (m_phase_op) m_segment_t0 = now_seconds();
-  }
 
   RankEnv& m_env;
   DistributedSampler m_sampler;
@@ -186,9 +160,7 @@ class TensorRank : public RankMode, private TpCollectives {
   std::vector<std::string> m_names;  // their state_dict names ("1.weight")
   std::vector<float> m_packed, m_gathered;  // gather()'s buffers, freed after it
   int64_t m_step = -1;
-  Phase m_phase = Phase::Forward;     // the compute event being timed, if m_phase_op
-  const char* m_phase_op = nullptr;
-  double m_segment_t0 = -1;
+  ComputeSegments m_compute{m_env.comm, m_env.rank};  // forward and backward, cut around the collectives
 };
 
 // The allreduces f and g ran, as recorded: per rank and iteration, how many and their bytes (the
