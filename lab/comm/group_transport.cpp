@@ -6,27 +6,27 @@
 
 namespace lab {
 
-GroupTransport::GroupTransport(Transport& world, std::vector<int> members, std::string name)
-    : m_world(world), m_members(std::move(members)), m_name(std::move(name)) {
+GroupTransport::GroupTransport(Transport& world, std::vector<int> members, const char* name)
+    : m_world(world), m_members(std::move(members)), m_name(name) {
   std::vector<int> sorted = m_members;
   std::sort(sorted.begin(), sorted.end());
   if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
-    throw Error("process group '" + m_name + "': a rank is listed twice");
+    throw Error("process group '" + std::string(m_name) + "': a rank is listed twice");
   for (size_t i = 0; i < m_members.size(); ++i) {
     if (m_members[i] < 0 || m_members[i] >= world.world_size())
-      throw Error("process group '" + m_name + "': rank " + std::to_string(m_members[i]) + " is not in the world of " +
+      throw Error("process group '" + std::string(m_name) + "': rank " + std::to_string(m_members[i]) + " is not in the world of " +
                   std::to_string(world.world_size()));
     if (m_members[i] == world.rank()) m_rank = static_cast<int>(i);
   }
   if (m_rank < 0)
-    throw Error("process group '" + m_name + "': rank " + std::to_string(world.rank()) + " is not a member");
+    throw Error("process group '" + std::string(m_name) + "': rank " + std::to_string(world.rank()) + " is not a member");
   set_timeout(world.timeout());
 }
 
 int GroupTransport::member(int r, const char* call) const {
   if (r < 0 || r >= world_size())
     throw CommError("rank " + std::to_string(m_world.rank()) + ": " + call + " to rank " + std::to_string(r) +
-                    " of process group '" + m_name + "', which has " + std::to_string(world_size()));
+                    " of process group '" + std::string(m_name) + "', which has " + std::to_string(world_size()));
   return m_members[static_cast<size_t>(r)];
 }
 

@@ -21,13 +21,15 @@ namespace lab {
 class GroupTransport final : public Transport {
  public:
   // members: the group's world ranks, in group order; the world transport's rank must be one of them.
-  // Throws Error otherwise, or for a repeated or out-of-range member.
-  GroupTransport(Transport& world, std::vector<int> members, std::string name);
+  // Throws Error otherwise, or for a repeated or out-of-range member. name: a static string ("dp"):
+  // the events recorded over the group point to it, and outlive the group (trace.json is written
+  // after the ranks are gone).
+  GroupTransport(Transport& world, std::vector<int> members, const char* name);
   int rank() const override { return m_rank; }
   int world_size() const override { return static_cast<int>(m_members.size()); }
   const char* name() const override { return m_world.name(); }
   int world_rank(int r) const override { return m_members[static_cast<size_t>(r)]; }
-  const char* group_name() const override { return m_name.c_str(); }
+  const char* group_name() const override { return m_name; }
   const std::vector<int>& members() const { return m_members; }
 
   void send(int dst, const void* buf, size_t bytes, uint64_t tag) override;
@@ -43,7 +45,7 @@ class GroupTransport final : public Transport {
   int member(int r, const char* call) const;  // the world rank of group rank r (CommError when out of range)
   Transport& m_world;
   std::vector<int> m_members;
-  std::string m_name;
+  const char* m_name;  // static
   int m_rank = -1;
 };
 
