@@ -5,54 +5,23 @@
 
 #include "errors.h"
 #include "mutation.h"
+#include "state_pack.h"
 
 namespace lab {
 
-size_t state_bytes(Model& m) {
-  size_t n = 0;
-  for (const StateEntry& e : m.state_dict()) {
-    if (e.param) n += static_cast<size_t>(e.param->value.numel()) * sizeof(float);
-    else if (e.buffer) n += e.buffer->is_int64 ? sizeof(int64_t) : static_cast<size_t>(e.buffer->value.numel()) * sizeof(float);
-  }
-  return n;
-}
+size_t state_bytes(Model& m) { return StatePack(m, kPackParams | kPackBuffers).bytes(); }
 
 void pack_state(Model& m, bool gradients, std::vector<char>& out) {
   m.to_host(gradients ? kStateBuffers | kStateGrads : kStateModel);  // a device's state (executor.h: residency)
-  out.resize(state_bytes(m));
-  char* p = out.data();
-  for (const StateEntry& e : m.state_dict()) {
-    if (e.param) {
-      const Tensor& t = gradients ? e.param->grad : e.param->value;
-      std::memcpy(p, t.ptr(), static_cast<size_t>(t.numel()) * sizeof(float));
-      p += static_cast<size_t>(e.param->value.numel()) * sizeof(float);
-    } else if (e.buffer && e.buffer->is_int64) {
-      std::memcpy(p, &e.buffer->i64, sizeof(int64_t));
-      p += sizeof(int64_t);
-    } else if (e.buffer) {
-      std::memcpy(p, e.buffer->value.ptr(), static_cast<size_t>(e.buffer->value.numel()) * sizeof(float));
-      p += static_cast<size_t>(e.buffer->value.numel()) * sizeof(float);
-    }
-  }
+  const StatePack pack(m, (gradients ? kPackGrads : kPackParams) | kPackBuffers);
+  out.resize(pack.bytes());
+  pack.pack(out.data());
 }
 
 void unpack_state(Model& m, bool gradients, const std::vector<char>& in) {
-  assert(in.size() == state_bytes(m));
-  const char* p = in.data();
-  for (const StateEntry& e : m.state_dict()) {
-    if (e.param) {
-      Tensor& t = gradients ? e.param->grad : e.param->value;
-      if (gradients && t.numel() != e.param->value.numel()) t.resize(e.param->value.shape);
-      std::memcpy(t.ptr(), p, static_cast<size_t>(t.numel()) * sizeof(float));
-      p += static_cast<size_t>(t.numel()) * sizeof(float);
-    } else if (e.buffer && e.buffer->is_int64) {
-      std::memcpy(&e.buffer->i64, p, sizeof(int64_t));
-      p += sizeof(int64_t);
-    } else if (e.buffer) {
-      std::memcpy(e.buffer->value.ptr(), p, static_cast<size_t>(e.buffer->value.numel()) * sizeof(float));
-      p += static_cast<size_t>(e.buffer->value.numel()) * sizeof(float);
-    }
-  }
+  const StatePack pack(m, (gradients ? kPackGrads : kPackParams) | kPackBuffers);
+  assert(in.size() == pack.bytes());
+  pack.unpack(in.data());
   m.host_changed(gradients ? kStateBuffers | kStateGrads : kStateModel);
 }
 

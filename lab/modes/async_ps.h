@@ -55,8 +55,8 @@ constexpr uint64_t kAsyncPayloadTag = kAsyncTagBase + 2;  // worker -> server gr
 constexpr uint64_t kAsyncAnswerTag = kAsyncTagBase + 3;   // server -> worker headers
 constexpr uint64_t kAsyncStateTag = kAsyncTagBase + 4;    // server -> worker parameters and buffers
 
-// The model's state as one message: parameters (or their gradients), then float buffers, then
-// int64 buffers (num_batches_tracked) as 8 bytes each.
+// The model's state as one message (state_pack.h): parameters (or their gradients) and buffers in
+// state_dict() order, an int64 buffer (num_batches_tracked) as 8 bytes.
 size_t state_bytes(Model& m);
 void pack_state(Model& m, bool gradients, std::vector<char>& out);
 // Writes parameters (or gradients) and buffers from a message of state_bytes(m).

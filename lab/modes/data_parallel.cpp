@@ -13,6 +13,8 @@
 #include <cstring>
 #include <limits>
 
+#include "state_pack.h"
+
 #include "errors.h"
 #include "mutation.h"
 
@@ -133,44 +135,13 @@ void DataParallelDevice::collective(const char* op, const char* what, uint64_t s
 // Parameters then buffers (float, int64) in state_dict order: what replicate() copies.
 std::vector<uint8_t> DataParallelDevice::pack_state() {
   m_model.to_host(kStateModel);  // a device's parameters and buffers (executor.h: residency)
-  std::vector<uint8_t> out;
-  for (const StateEntry& e : m_model.state_dict()) {
-    const uint8_t* p;
-    size_t n;
-    if (e.param) {
-      p = reinterpret_cast<const uint8_t*>(e.param->value.data.data());
-      n = e.param->value.data.size() * sizeof(float);
-    } else if (e.buffer->is_int64) {
-      p = reinterpret_cast<const uint8_t*>(&e.buffer->i64);
-      n = sizeof(int64_t);
-    } else {
-      p = reinterpret_cast<const uint8_t*>(e.buffer->value.data.data());
-      n = e.buffer->value.data.size() * sizeof(float);
-    }
-    out.insert(out.end(), p, p + n);
-  }
-  return out;
+  return StatePack(m_model, kPackParams | kPackBuffers).pack();
 }
 
 void DataParallelDevice::unpack_state(const std::vector<uint8_t>& in) {
-  size_t off = 0;
-  for (const StateEntry& e : m_model.state_dict()) {
-    void* p;
-    size_t n;
-    if (e.param) {
-      p = e.param->value.data.data();
-      n = e.param->value.data.size() * sizeof(float);
-    } else if (e.buffer->is_int64) {
-      p = &e.buffer->i64;
-      n = sizeof(int64_t);
-    } else {
-      p = e.buffer->value.data.data();
-      n = e.buffer->value.data.size() * sizeof(float);
-    }
-    std::memcpy(p, in.data() + off, n);
-    off += n;
-  }
-  assert(off == in.size());
+  const StatePack pack(m_model, kPackParams | kPackBuffers);
+  assert(in.size() == pack.bytes());
+  pack.unpack(in.data());
   m_model.host_changed(kStateModel);
 }
 

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "mutation.h"
+#include "state_pack.h"
 
 namespace lab {
 
@@ -239,55 +240,17 @@ void DdpReducer::allreduce_zero_buckets() {
   }
 }
 
-namespace {
-
-// Packs float buffers then int64 buffers into bytes, in state_dict order.
-std::vector<uint8_t> pack_buffers(Model& model) {
-  std::vector<uint8_t> out;
-  for (const StateEntry& e : model.state_dict()) {
-    if (!e.buffer) continue;
-    const uint8_t* p;
-    size_t n;
-    if (e.buffer->is_int64) {
-      p = reinterpret_cast<const uint8_t*>(&e.buffer->i64);
-      n = sizeof(int64_t);
-    } else {
-      p = reinterpret_cast<const uint8_t*>(e.buffer->value.data.data());
-      n = e.buffer->value.data.size() * sizeof(float);
-    }
-    out.insert(out.end(), p, p + n);
-  }
-  return out;
-}
-
-void unpack_buffers(Model& model, const std::vector<uint8_t>& in) {
-  size_t off = 0;
-  for (const StateEntry& e : model.state_dict()) {
-    if (!e.buffer) continue;
-    if (e.buffer->is_int64) {
-      std::memcpy(&e.buffer->i64, in.data() + off, sizeof(int64_t));
-      off += sizeof(int64_t);
-    } else {
-      const size_t n = e.buffer->value.data.size() * sizeof(float);
-      std::memcpy(e.buffer->value.data.data(), in.data() + off, n);
-      off += n;
-    }
-  }
-  assert(off == in.size());
-}
-
-}  // namespace
-
 // On a device that keeps BatchNorm's buffers (executor.h: residency) they are staged: the root's
 // come down, the others' go up (a few bytes per channel).
 void broadcast_buffers(Model& model, Communicator& comm, int root) {
   // (one rank sends to nobody: a device's buffers need not come down for it)
   if (comm.rank() == root && comm.world_size() > 1) model.to_host(kStateBuffers);
-  std::vector<uint8_t> bytes = pack_buffers(model);
-  if (bytes.empty()) return;
+  const StatePack pack(model, kPackBuffers);
+  if (pack.bytes() == 0) return;
+  std::vector<uint8_t> bytes = pack.pack();
   comm.broadcast(bytes.data(), bytes.size(), root, CollectiveInfo{"buffers", -1});
   if (comm.rank() != root) {
-    unpack_buffers(model, bytes);
+    pack.unpack(bytes.data());
     model.host_changed(kStateBuffers);
   }
 }

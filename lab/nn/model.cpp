@@ -163,20 +163,22 @@ GraphStepOutcome Model::graph_step(const Tensor& x, const std::vector<int>& labe
 void Model::backward(const Tensor& dlogits, const std::function<void(int)>& on_param_ready) {
   if (m_exec) return m_exec->backward(dlogits, on_param_ready);
   assert(m_begin == 0 && m_end == m_modules.size());
-  backward_modules(dlogits, param_layout().first_with_params, on_param_ready);
+  const ParamLayout layout = param_layout();
+  backward_modules(dlogits, layout, layout.first_with_params, on_param_ready);
 }
 
 const Tensor* Model::backward_range(const Tensor& dy) {
   assert(!m_exec && m_end > m_begin);
-  const size_t first_with_params = param_layout().first_with_params;
-  backward_modules(dy, std::max(m_begin, first_with_params), {});
+  const ParamLayout layout = param_layout();
+  const size_t first_with_params = layout.first_with_params;
+  backward_modules(dy, layout, std::max(m_begin, first_with_params), {});
   return m_begin > first_with_params ? &m_grads[m_begin - 1] : nullptr;
 }
 
-void Model::backward_modules(const Tensor& dlogits, size_t stop, const std::function<void(int)>& on_param_ready) {
+void Model::backward_modules(const Tensor& dlogits, const ParamLayout& layout, size_t stop,
+                             const std::function<void(int)>& on_param_ready) {
   const size_t count = m_modules.size();
   m_grads.resize(count);
-  const ParamLayout layout = param_layout();
   const size_t first_with_params = layout.first_with_params;
   // m_grads[i] holds the gradient of module i's output; module i writes its dx into m_grads[i - 1].
   const ModuleHooks* hooks = m_hooks;
@@ -233,16 +235,30 @@ Model::ParamLayout Model::param_layout() {
   return l;
 }
 
-std::vector<int64_t> Model::module_macs(const std::vector<int64_t>& sample_shape) {
+std::vector<std::vector<int64_t>> Model::module_output_shapes(const std::vector<int64_t>& sample_shape) {
   std::vector<int64_t> shape{1};
   shape.insert(shape.end(), sample_shape.begin(), sample_shape.end());
-  const Tensor x(shape);
   // The CPU modules' forward (an executor keeps no per-module outputs): shapes only, nothing changes.
   std::unique_ptr<ModelExecutor> exec = std::move(m_exec);
-  forward(x, Mode::Eval);
+  const bool fusion = m_fusion;
+  m_fusion = false;
+  forward(Tensor(shape), Mode::Eval);
+  m_fusion = fusion;
   m_exec = std::move(exec);
+  std::vector<std::vector<int64_t>> out;
+  for (size_t i = 0; i < m_modules.size(); ++i) out.emplace_back(m_acts[i].shape.begin() + 1, m_acts[i].shape.end());
+  return out;
+}
+
+std::vector<int64_t> Model::module_macs(const std::vector<int64_t>& sample_shape) {
+  const std::vector<std::vector<int64_t>> outs = module_output_shapes(sample_shape);
   std::vector<int64_t> out;
-  for (size_t i = 0; i < m_modules.size(); ++i) out.push_back(m_modules[i]->forward_macs(i == 0 ? x.shape : m_acts[i - 1].shape));
+  for (size_t i = 0; i < m_modules.size(); ++i) {
+    std::vector<int64_t> in{1};
+    const std::vector<int64_t>& s = i == 0 ? sample_shape : outs[i - 1];
+    in.insert(in.end(), s.begin(), s.end());
+    out.push_back(m_modules[i]->forward_macs(in));
+  }
   return out;
 }
 

@@ -137,6 +137,9 @@ class Model {
   int64_t train_flops_per_sample(const std::vector<int64_t>& sample_shape);
   // Each module's forward multiply-adds for one sample (Module::forward_macs), by the same walk.
   std::vector<int64_t> module_macs(const std::vector<int64_t>& sample_shape);
+  // Each module's output shape for one sample, without the batch dimension, by the same walk
+  // (fusion off for it, so that every module's own output is seen).
+  std::vector<std::vector<int64_t>> module_output_shapes(const std::vector<int64_t>& sample_shape);
   // Runs forward and backward on a device from now on (executor.h): the modules keep the state
   // (parameters, gradients, buffers) on the host, the executor computes. nullptr: the CPU modules
   // again. Autocast is the CPU's emulation: it cannot be combined with an executor.
@@ -173,7 +176,8 @@ class Model {
   // module computed, whose output is m_acts[last].
   size_t forward_step(size_t i, const Tensor& in, Mode mode);
   // backward()'s walk from module m_end - 1 down to `stop` (dy: the gradient of that module's output).
-  void backward_modules(const Tensor& dy, size_t stop, const std::function<void(int)>& on_param_ready);
+  void backward_modules(const Tensor& dy, const ParamLayout& layout, size_t stop,
+                        const std::function<void(int)>& on_param_ready);
   size_t m_begin = 0, m_end = 0;  // the last forward's module range
   bool m_fusion = true;
   Autocast m_autocast = Autocast::None;
