@@ -36,8 +36,8 @@ void add_mode_flags(CLI::App& app, lab::RunConfig& c) {
                  "pipeline: stages, one rank each (the world size follows it when --world-size is not given)")
       ->capture_default_str();
   app.add_option("--dp", c.dp,
-                 "pipeline: data-parallel replicas of the whole pipeline, each stage's gradients allreduced over them "
-                 "(world size = stages x dp)")
+                 "pipeline, tensor: data-parallel replicas of the whole pipeline (or of the tensor-parallel ranks), each "
+                 "stage's (slice's) gradients allreduced over them (world size = stages x dp, tp x dp)")
       ->capture_default_str();
   app.add_option("--microbatches", c.microbatches, "pipeline: micro-batches per mini-batch (Pipe's chunks, torch.chunk)")
       ->capture_default_str();
@@ -229,8 +229,9 @@ void apply_steps_rule(const CLI::App& app, lab::RunConfig& c) {
   if (app.count("--steps") && c.steps > 0 && !app.count("--epochs")) c.epochs = 0;  // as many as --steps takes
   // --stages P alone: P ranks, one per stage (with --world-size too, validate() checks they agree)
   if (app.count("--stages") && c.stages > 0 && !app.count("--world-size")) c.world_size = c.stages * std::max(1, c.dp);
-  // --tp T alone: T ranks, one per slice (with --world-size too, validate() checks they agree)
-  if (app.count("--tp") && c.tp > 0 && !app.count("--world-size")) c.world_size = c.tp;
+  // --tp T alone: T ranks, one per slice, in each of --dp replicas (with --world-size too, validate()
+  // checks they agree)
+  if (app.count("--tp") && c.tp > 0 && !app.count("--world-size")) c.world_size = c.tp * std::max(1, c.dp);
 }
 
 std::optional<double> parse_bn_momentum(const std::string& s) {

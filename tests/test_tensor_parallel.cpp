@@ -681,6 +681,59 @@ TEST(TensorParallelRun, SummaryCountsTheAllreducesThatRan) {
   }
 }
 
+// --dp D replicas of the tensor-parallel ranks are DDP on D ranks: each replica trains its shard of
+// every batch (a DistributedSampler over the replicas), each slice's gradients (and the replicated
+// modules') are averaged over the replicas as DDP's bucket is. With one slice (--tp 1) nothing is
+// split and the run is DDP's bits (an average of two is the same sum in either order); with two
+// slices it is DDP's to the row layers' rounding (IsOneRankTrainingToRounding's bounds).
+TEST(TensorParallelRun, DataParallelReplicasAreDdp) {
+  DTLAB_REQUIRE_DATASET();
+  for (const char* name : {"mlp", "cnn"}) {
+    testutil::TempDir d0;
+    lab::RunConfig ddp = tensor_run(name, 2, d0.path());
+    ddp.mode = "ddp";
+    ddp.tp = 0;
+    lab::Run a(ddp, lab::make_world);
+    a.run();
+    const auto ja = nlohmann::json::parse(testutil::read_file(d0.file("summary.json")));
+    for (int tp : {1, 2}) {
+      testutil::TempDir d1;
+      lab::RunConfig grid = tensor_run(name, tp, d1.path());
+      grid.dp = 2;
+      grid.world_size = 2 * tp;
+      lab::Run b(grid, lab::make_world);
+      b.run();
+      const Apart x = apart(a.replica(0), b.replica(0));
+      std::printf("%s --tp %d --dp 2 against DDP on 2 ranks after 4 iterations: %.3g of the largest value, %zu "
+                  "elements differ\n", name, tp, x.rel, x.differ);
+      if (tp == 1) EXPECT_EQ(x.differ, 0u) << name;
+      else EXPECT_LT(x.rel, std::string(name) == "mlp" ? 5e-6 : 2e-4) << name;
+      const auto jb = nlohmann::json::parse(testutil::read_file(d1.file("summary.json")));
+      EXPECT_EQ(jb.at("samples"), ja.at("samples")) << name << " tp " << tp;  // each replica's batches, once
+      if (tp != 2) continue;
+      // the grid: Megatron-LM's placement (a replica's slices on neighbouring ranks), its groups, and
+      // the bytes each kind of group moved: activations within a replica, gradients across them
+      const auto& g = jb.at("grid");
+      EXPECT_EQ(g.at("groups").at("tp"), nlohmann::json::parse("[[0, 1], [2, 3]]"));
+      EXPECT_EQ(g.at("groups").at("dp"), nlohmann::json::parse("[[0, 2], [1, 3]]"));
+      EXPECT_FALSE(g.at("groups").contains("pp"));
+      const auto& bytes = g.at("bytes_per_iteration_by_group");
+      EXPECT_GT(bytes.at("tp").get<double>(), 0.0) << name;
+      EXPECT_GT(bytes.at("dp").get<double>(), 0.0) << name;
+      EXPECT_FALSE(bytes.contains("world")) << name;
+      // every iteration's allreduces are still one per pair each way, now within the replica
+      const auto& a2 = jb.at("tensor").at("allreduces").at("per_iteration");
+      EXPECT_EQ(a2.at("forward"), std::string(name) == "mlp" ? 1 : 2);
+      EXPECT_TRUE(jb.at("tensor").at("allreduces").at("uniform").get<bool>());
+    }
+  }
+  // --tp x --dp must be the world size; --tp and --dp alone set it
+  lab::RunConfig bad = tensor_run("mlp", 2, "");
+  bad.dp = 2;
+  EXPECT_NE(refusal(bad).find("--tp 2 x --dp 2 with --world-size 2"), std::string::npos) << refusal(bad);
+  EXPECT_EQ(commands::parse_command("run", {"--mode", "tensor", "--tp", "2", "--dp", "3"}).run.world_size, 6);
+}
+
 // ---- what it refuses ----
 
 TEST(TensorParallelRun, WhatItCannotDoIsRefusedByName) {

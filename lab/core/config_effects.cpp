@@ -24,12 +24,13 @@ std::string ranks(int n) { return std::to_string(n) + (n == 1 ? " rank" : " rank
 
 bool one_rank(const RunConfig& c) { return c.world_size == 1; }
 
-// The mode that owns a setting (mode.h: Mode::settings), or nullptr for a setting every mode has.
-const ParallelMode* owner_of(const std::string& setting) {
+// The modes that own a setting (mode.h: Mode::settings), none for a setting every mode has.
+std::vector<const ParallelMode*> owners_of(const std::string& setting) {
+  std::vector<const ParallelMode*> out;
   for (const ParallelMode* m : modes())
     for (const ModeSetting& ms : m->settings())
-      if (ms.field == setting && ms.exclusive) return m;
-  return nullptr;
+      if (ms.field == setting && ms.exclusive) out.push_back(m);
+  return out;
 }
 
 }  // namespace
@@ -44,12 +45,15 @@ std::string no_effect_reason(const RunConfig& c, const std::string& setting) {
   const ParallelMode& mode = mode_of(c);
   const ModeCaps caps = mode.caps();
   // A setting of another mode; then what the mode itself says (its own words for what it lacks).
-  if (const ParallelMode* owner = owner_of(setting); owner && owner != &mode) {
-    std::string what;
-    for (const ModeSetting& ms : owner->settings())
-      if (ms.field == setting) what = ms.pytorch;
-    return "a setting of --mode " + std::string(owner->name()) + (what.empty() ? "" : " (" + what + ")") + "; --mode is " +
-           c.mode;
+  const std::vector<const ParallelMode*> owners = owners_of(setting);
+  if (!owners.empty() && std::find(owners.begin(), owners.end(), &mode) == owners.end()) {
+    std::string names, what;
+    for (size_t i = 0; i < owners.size(); ++i) {
+      names += (i ? (i + 1 == owners.size() ? " and " : ", ") : "") + std::string(owners[i]->name());
+      for (const ModeSetting& ms : owners[i]->settings())
+        if (ms.field == setting && what.empty()) what = ms.pytorch;
+    }
+    return "a setting of --mode " + names + (what.empty() ? "" : " (" + what + ")") + "; --mode is " + c.mode;
   }
   if (std::string why = mode.no_effect_reason(c, setting); !why.empty()) return why;
   // By capability (mode.h: ModeCaps), for modes that have no words of their own for it.

@@ -27,11 +27,11 @@
 #include <cstring>
 #include <limits>
 #include <map>
-#include <set>
 
 #include "batchnorm.h"
 #include "communicator.h"
 #include "data_parallel.h"
+#include "grid.h"
 #include "group_transport.h"
 #include "dataset.h"
 #include "device.h"
@@ -45,6 +45,7 @@
 #include "pipeline.h"
 #include "run.h"
 #include "sampler.h"
+#include "state_pack.h"
 
 namespace lab {
 
@@ -64,19 +65,6 @@ std::vector<PipelineStage> stages_for(const RunConfig& c, Model& model) {
   return pipeline_stages(model, stages_of(c), c.balance, c.model);
 }
 
-// The per-sample shape of each module's output (fusion off: every module's own).
-std::vector<std::vector<int64_t>> output_shapes(const RunConfig& c) {
-  std::unique_ptr<Model> m = build_model(model_options(c), c.seed);
-  m->set_fusion(false);
-  const Tensor x({1, 1, 28, 28});
-  std::vector<std::vector<int64_t>> out;
-  for (size_t i = 0; i < m->size(); ++i) {
-    const Tensor& y = m->forward_range(0, i + 1, x, Mode::Eval);
-    out.emplace_back(y.shape.begin() + 1, y.shape.end());
-  }
-  return out;
-}
-
 class PipelineRank : public RankMode {
  public:
   explicit PipelineRank(RankEnv& env)
@@ -93,7 +81,8 @@ class PipelineRank : public RankMode {
         m_chunks(mutated("pipeline-whole-batch") ? 1 : static_cast<int>(env.cfg.microbatches)),
         m_deferred(env.cfg.deferred_batch_norm && !mutated("pipeline-deferred-bn-ignored")),
         m_schedule(mutated("pipeline-1f1b-is-gpipe") ? std::string("gpipe") : env.cfg.schedule) {
-    const std::vector<std::vector<int64_t>> shapes = output_shapes(env.cfg);
+    const std::vector<std::vector<int64_t>> shapes =
+        build_model(model_options(env.cfg), env.cfg.seed)->module_output_shapes({1, 28, 28});
     m_in_shape = m_mine.begin == 0 ? std::vector<int64_t>{1, 28, 28} : shapes[m_mine.begin - 1];
     m_out_shape = shapes[m_mine.end - 1];
     for (size_t i = m_mine.begin; i < m_mine.end; ++i) {
@@ -415,35 +404,20 @@ class PipelineRank : public RankMode {
 
   // Every stage broadcasts its parameters and buffers (root: the stage's rank).
   void share_stages() {
+    // (an evaluation's, not an iteration's: a periodic evaluation comes while the step is still set)
+    const int64_t step = m_env.comm.train_step();
+    m_env.comm.set_train_step(-1);
     for (size_t s = 0; s < m_stages.size(); ++s) {
-      std::vector<float> flat;
-      std::vector<Tensor*> parts;
-      std::vector<int64_t*> counts;
-      for (size_t i = m_stages[s].begin; i < m_stages[s].end; ++i) {
-        for (Param* p : m_env.model.module(i).params()) parts.push_back(&p->value);
-        for (Buffer* b : m_env.model.module(i).buffers()) {
-          if (b->is_int64) counts.push_back(&b->i64);
-          else parts.push_back(&b->value);
-        }
-      }
-      size_t total = counts.size() * 2;  // an int64 as two floats' bytes
-      for (Tensor* t : parts) total += t->data.size();
-      if (total == 0) continue;
-      flat.resize(total);
+      const StatePack pack(m_env.model, kPackParams | kPackBuffers, m_stages[s].begin, m_stages[s].end);
+      if (pack.bytes() == 0) continue;
+      std::vector<uint8_t> bytes(pack.bytes());
       const int owner = m_grid.rank_of({0, static_cast<int>(s), 0});  // replica 0's stage s
       const bool root = owner == m_env.rank;
-      size_t off = 0;
-      if (root) {
-        for (Tensor* t : parts) std::memcpy(flat.data() + off, t->ptr(), t->data.size() * 4), off += t->data.size();
-        for (int64_t* c : counts) std::memcpy(flat.data() + off, c, 8), off += 2;
-      }
-      m_env.comm.broadcast(flat.data(), flat.size() * sizeof(float), owner,
-                           CollectiveInfo{"stage state", static_cast<int>(s)});
-      if (!root) {
-        for (Tensor* t : parts) std::memcpy(t->ptr(), flat.data() + off, t->data.size() * 4), off += t->data.size();
-        for (int64_t* c : counts) std::memcpy(c, flat.data() + off, 8), off += 2;
-      }
+      if (root) pack.pack(bytes.data());
+      m_env.comm.broadcast(bytes.data(), bytes.size(), owner, CollectiveInfo{"stage state", static_cast<int>(s)});
+      if (!root) pack.unpack(bytes.data());
     }
+    m_env.comm.set_train_step(step);
     m_env.model.host_changed(kStateModel);
   }
 
@@ -617,15 +591,8 @@ class PipelineMode : public ParallelMode {
     std::string h = " schedule=" + c.schedule + " microbatches=" + std::to_string(c.microbatches) + " balance=" +
                     balance_text(st) + (c.deferred_batch_norm ? " deferred_batch_norm" : "") +
                     (c.dp > 1 ? " dp=" + std::to_string(c.dp) : "") + "\nstages: " + stage_map_text(*m, st);
-    if (c.dp > 1) {  // where each replica's stages are: Megatron-LM's placement
-      const GridShape g = grid_of(c);
-      h += "\nranks: ";
-      for (int d = 0; d < g.dp; ++d) {
-        h += (d ? " | " : "") + std::string("replica ") + std::to_string(d) + ":";
-        for (int p = 0; p < g.pp; ++p) h += " " + std::to_string(g.rank_of({d, p, 0}));
-      }
-      h += " (ranks of stage s in every replica allreduce its gradients)";
-    }
+    if (c.dp > 1)  // where each replica's stages are: Megatron-LM's placement
+      h += "\nranks: " + grid_placement_text(grid_of(c)) + " (ranks of stage s in every replica allreduce its gradients)";
     return h;
   }
   void resolve(RunConfig& c) const override {
@@ -643,6 +610,8 @@ class PipelineMode : public ParallelMode {
 // backward compute events (tag: the micro-batch), and each stage's order of them.
 struct StepBlocks {
   std::vector<double> busy;  // per stage
+  std::vector<double> fwd, bwd;  // per stage: the forward and backward blocks' seconds
+  std::vector<int64_t> nf, nb;   // ... and how many
   double t0 = 1e300, t1 = -1e300;
   std::vector<std::vector<std::pair<double, PipeStep>>> order;  // per stage: (start, block)
   std::vector<std::vector<PipeStep>> orders() const {
@@ -667,9 +636,15 @@ std::map<int64_t, StepBlocks> blocks_by_step(const std::vector<std::vector<Event
       if (e.kind != EventKind::Compute || e.train_step < 0 || e.tag < 0) continue;
       if (e.phase != Phase::Forward && e.phase != Phase::Backward) continue;
       StepBlocks& b = out[e.train_step];
-      if (b.busy.empty()) b.busy.assign(static_cast<size_t>(stages), 0.0), b.order.resize(static_cast<size_t>(stages));
+      const size_t n = static_cast<size_t>(stages), r = static_cast<size_t>(e.rank);
+      if (b.busy.empty()) {
+        b.busy.assign(n, 0.0), b.fwd.assign(n, 0.0), b.bwd.assign(n, 0.0);
+        b.nf.assign(n, 0), b.nb.assign(n, 0), b.order.resize(n);
+      }
       if (e.rank < 0 || e.rank >= stages) continue;
-      b.busy[static_cast<size_t>(e.rank)] += e.t_end - e.t_start;
+      b.busy[r] += e.t_end - e.t_start;
+      if (e.phase == Phase::Forward) b.fwd[r] += e.t_end - e.t_start, ++b.nf[r];
+      else b.bwd[r] += e.t_end - e.t_start, ++b.nb[r];
       b.order[static_cast<size_t>(e.rank)].push_back(
           {e.t_start, PipeStep{e.phase == Phase::Forward ? PipeOp::Forward : PipeOp::Backward, e.tag}});
       b.t0 = std::min(b.t0, e.t_start);
@@ -697,15 +672,11 @@ void PipelineMode::summary(const SummaryEnv& env, nlohmann::json& j) const {
   std::vector<double> fwd(static_cast<size_t>(P), 0.0), bwd(static_cast<size_t>(P), 0.0);
   std::vector<int64_t> nf(static_cast<size_t>(P), 0), nb(static_cast<size_t>(P), 0);
   const std::map<int64_t, StepBlocks> steps = blocks_by_step(env.events, grid);
-  for (const auto& [step, b] : steps) bubbles.push_back(measured_bubble(b.busy, b.t1 - b.t0));
-  for (const auto& rank_events : env.events)
-    for (const Event& e : rank_events) {
-      if (e.kind != EventKind::Compute || e.train_step < 0 || e.tag < 0 || e.rank < 0 || e.rank >= grid.size()) continue;
-      if (grid.coords(e.rank).d != 0) continue;  // (replica 0's)
-      const size_t r = static_cast<size_t>(grid.coords(e.rank).p);
-      if (e.phase == Phase::Forward) fwd[r] += e.t_end - e.t_start, ++nf[r];
-      if (e.phase == Phase::Backward) bwd[r] += e.t_end - e.t_start, ++nb[r];
-    }
+  for (const auto& [step, b] : steps) {
+    bubbles.push_back(measured_bubble(b.busy, b.t1 - b.t0));
+    for (size_t r = 0; r < static_cast<size_t>(P); ++r)
+      fwd[r] += b.fwd[r], bwd[r] += b.bwd[r], nf[r] += b.nf[r], nb[r] += b.nb[r];
+  }
   for (size_t r = 0; r < static_cast<size_t>(P); ++r) {
     fwd[r] = nf[r] ? fwd[r] / static_cast<double>(nf[r]) : 0.0;
     bwd[r] = nb[r] ? bwd[r] / static_cast<double>(nb[r]) : 0.0;
@@ -752,17 +723,9 @@ void PipelineMode::summary(const SummaryEnv& env, nlohmann::json& j) const {
   }
   // Bytes per iteration in each process group (pp: the activations and their gradients between
   // stages; dp: the stages' gradient allreduces over the replicas), over the training iterations
-  std::map<std::string, uint64_t> group_bytes;
-  std::set<int64_t> iterations;
-  for (const auto& rank_events : env.events)
-    for (const Event& e : rank_events)
-      if (e.kind == EventKind::Chunk && e.train_step >= 0) {
-        group_bytes[e.group[0] ? e.group : "world"] += e.bytes;
-        iterations.insert(e.train_step);
-      }
-  nlohmann::json per_group = nlohmann::json::object();
-  for (const auto& [g, b] : group_bytes)
-    per_group[g] = static_cast<double>(b) / static_cast<double>(std::max<size_t>(1, iterations.size()));
+  const nlohmann::json grid_j = grid_summary(grid, env.events);
+  const nlohmann::json& per_group = grid_j["bytes_per_iteration_by_group"];
+  j["grid"] = grid_j;
   j["pipeline"] = {{"schedule", c.schedule}, {"stages", stages}, {"microbatches", M}, {"balance", balance_text(st)},
                    {"dp", grid.dp}, {"replica_ranks", placement}, {"bytes_per_iteration_by_group", per_group},
                    {"deferred_batch_norm", c.deferred_batch_norm}, {"bubble", bubble},

@@ -30,6 +30,8 @@
 #include "device.h"
 #include "errors.h"
 #include "events.h"
+#include "grid.h"
+#include "group_transport.h"
 #include "mode.h"
 #include "mode_ddp.h"
 #include "model.h"
@@ -42,7 +44,17 @@ namespace lab {
 
 namespace {
 
-int tp_of(const RunConfig& c) { return c.tp > 0 ? c.tp : c.world_size; }
+int dp_of(const RunConfig& c) { return std::max(1, c.dp); }
+int tp_of(const RunConfig& c) { return c.tp > 0 ? c.tp : c.world_size / dp_of(c); }
+
+// The grid of --dp replicas of the tensor-parallel ranks (group_transport.h's placement: world
+// rank = t + T d, the slices of a replica on neighbouring ranks).
+GridShape grid_of(const RunConfig& c) {
+  GridShape g;
+  g.dp = dp_of(c);
+  g.tp = tp_of(c);
+  return g;
+}
 
 TpPlan plan_for(const RunConfig& c, Model& model) { return tensor_parallel_plan(model, tp_of(c), c.model); }
 
@@ -50,11 +62,19 @@ class TensorRank : public RankMode, private TpCollectives {
  public:
   explicit TensorRank(RankEnv& env)
       : m_env(env),
-        m_sampler({env.train.size, 1, 0, env.cfg.shuffle, env.cfg.seed, env.cfg.sampler_drop_last}),
-        m_tp(env.model, plan_for(env.cfg, env.model), env.rank, *this),
+        m_grid(grid_of(env.cfg)),
+        m_at(m_grid.coords(env.rank)),
+        m_sampler({env.train.size, m_grid.dp, m_at.d, env.cfg.shuffle, env.cfg.seed, env.cfg.sampler_drop_last}),
+        m_tp(env.model, plan_for(env.cfg, env.model), m_at.t, *this),
         m_params(m_tp.model().params()),
         m_names(param_names(m_tp.model())) {
     env.opt.set_params(m_params);  // the rank steps what it holds: its slices and the replicated modules
+    if (m_grid.dp > 1) {  // the replica's tensor-parallel group, and the slice's data-parallel group
+      m_tp_transport = std::make_unique<GroupTransport>(env.transport, m_grid.tensor_group(env.rank), "tp");
+      m_tp_comm = env.comm.sub(*m_tp_transport);
+      m_dp_transport = std::make_unique<GroupTransport>(env.transport, m_grid.data_group(env.rank), "dp");
+      m_dp_comm = env.comm.sub(*m_dp_transport);
+    }
   }
 
   // --init: rank 0 alone loaded it (run.cpp); its whole model goes to every rank, which takes its slices.
@@ -99,10 +119,11 @@ class TensorRank : public RankMode, private TpCollectives {
                                 std::to_string(in.batch) + "): the gradient of " + m_names[i] + " on rank " +
                                 std::to_string(m_env.rank) + " is NaN or infinite (loss " + std::to_string(loss) + ")",
                             "lower --lr");
+    if (m_dp_comm) average_over_replicas();
     m_env.comm.timed(Phase::OptimizerStep, "optimizer-step", in.step, [&] { m_env.opt.step(); });
     StepCount count = record_step(in, rec, loss, correct, -1.0, true, false, "");
-    // every rank computed the same loss on the same batch: counted once, on rank 0
-    const bool counts = m_env.rank == 0;
+    // every rank of a replica computed the same loss on the same batch: counted once, on its slice 0
+    const bool counts = m_at.t == 0;
     count.counts = counts;
     count.samples = counts ? count.samples : 0;
     count.trained = counts ? count.trained : 0;
@@ -128,23 +149,65 @@ class TensorRank : public RankMode, private TpCollectives {
   }
 
  private:
-  // f's and g's allreduce: a collective of the rank's communicator, between compute events.
+  // The communicator of the replica's tensor-parallel ranks (the world's without --dp), recording
+  // the world's step (-1 for an evaluation's gather).
+  Communicator& tp_comm() {
+    if (!m_tp_comm) return m_env.comm;
+    m_tp_comm->set_train_step(m_env.comm.train_step());
+    return *m_tp_comm;
+  }
+
+  // f's and g's allreduce: a collective of the tensor-parallel group, between compute events.
   void allreduce_sum(float* data, size_t count, const char* what, int tag) override {
     m_compute.pause();
-    m_env.comm.allreduce_sum(data, count, CollectiveInfo{what, tag});
+    Communicator& c = tp_comm();
+    const uint64_t before = c.bytes_sent();
+    c.allreduce_sum(data, count, CollectiveInfo{what, tag});
+    if (&c != &m_env.comm) m_env.comm.add_bytes_sent(c.bytes_sent() - before);  // (the rank's total)
     m_compute.resume();
   }
 
-  // Every rank's slices into every rank's whole model (an allgather of the packed slices), then the
-  // rank's copies of what every rank holds whole.
+  // Data parallelism over the replicas (--dp): the gradients of what the rank holds (its slices and
+  // its copies of the replicated modules), as one DDP bucket, multiplied by 1/D and summed over the
+  // slice's data-parallel group (the same slice of every replica): DDP's averaging, then the step.
+  void average_over_replicas() {
+    size_t n = 0;
+    for (const Param* p : m_params) n += p->grad.data.size();
+    m_flat.resize(n);
+    const float scale = static_cast<float>(1.0 / m_grid.dp);  // PyTorch multiplies by 1/world_size
+    size_t off = 0;
+    for (const Param* p : m_params)
+      for (float g : p->grad.data) m_flat[off++] = g * scale;
+    const uint64_t before = m_dp_comm->bytes_sent();
+    m_dp_comm->set_train_step(m_env.comm.train_step());
+    m_dp_comm->allreduce_sum(m_flat.data(), n, CollectiveInfo{"grad bucket", m_at.t});
+    m_env.comm.add_bytes_sent(m_dp_comm->bytes_sent() - before);
+    off = 0;
+    for (Param* p : m_params)
+      for (float& g : p->grad.data) g = m_flat[off++];
+    std::vector<float>().swap(m_flat);
+    m_env.memory_at("backward: allreduce over the replicas");
+  }
+
+  // Every slice into every rank's whole model (an allgather of the packed slices over the replica's
+  // tensor-parallel group), then the rank's copies of what every rank holds whole. Under --dp every
+  // replica holds the same parameters; BatchNorm's running statistics are each replica's own, and
+  // rank 0's (replica 0's) are the ones evaluated and saved, as DDP's rank 0's.
   void gather() {
     const size_t n = m_tp.packed_floats();
-    const size_t world = static_cast<size_t>(m_env.world);
+    const size_t tp = static_cast<size_t>(m_grid.tp);
     m_packed.resize(n);
-    m_gathered.resize(n * world);
+    m_gathered.resize(n * tp);
     m_tp.pack(m_packed.data());
-    m_env.comm.allgather(m_packed.data(), n, m_gathered.data(), CollectiveInfo{"tp shards", -1});
-    for (size_t r = 0; r < world; ++r) m_tp.unpack(m_gathered.data() + r * n, static_cast<int>(r), m_env.model);
+    Communicator& c = tp_comm();
+    const uint64_t before = c.bytes_sent();
+    // (an evaluation's, not an iteration's: a periodic evaluation comes while the step is still set)
+    const int64_t step = c.train_step();
+    c.set_train_step(-1);
+    c.allgather(m_packed.data(), n, m_gathered.data(), CollectiveInfo{"tp shards", -1});
+    c.set_train_step(step);
+    if (&c != &m_env.comm) m_env.comm.add_bytes_sent(c.bytes_sent() - before);
+    for (size_t r = 0; r < tp; ++r) m_tp.unpack(m_gathered.data() + r * n, static_cast<int>(r), m_env.model);
     m_tp.store_whole(m_env.model);
     m_env.model.host_changed(kStateModel);
     std::vector<float>().swap(m_packed);
@@ -153,12 +216,17 @@ class TensorRank : public RankMode, private TpCollectives {
 
 
   RankEnv& m_env;
+  const GridShape m_grid;  // --dp replicas x the tensor-parallel ranks
+  const GridCoords m_at;   // this rank's replica (d) and slice (t)
   DistributedSampler m_sampler;
   TensorParallelModel m_tp;
   const Model* m_tp_model = &m_tp.model();
   std::vector<Param*> m_params;     // the rank's model's parameters, which its optimizer steps
   std::vector<std::string> m_names;  // their state_dict names ("1.weight")
   std::vector<float> m_packed, m_gathered;  // gather()'s buffers, freed after it
+  std::vector<float> m_flat;                // average_over_replicas()'s bucket, freed after it
+  std::unique_ptr<GroupTransport> m_tp_transport, m_dp_transport;  // --dp > 1: the rank's two groups
+  std::unique_ptr<Communicator> m_tp_comm, m_dp_comm;
   int64_t m_step = -1;
   ComputeSegments m_compute{m_env.comm, m_env.rank};  // forward and backward, cut around the collectives
 };
@@ -215,17 +283,31 @@ class TensorMode : public ParallelMode {
     tp.label = "tp";
     tp.min = 0;
     tp.pytorch = "Megatron-LM's tensor_model_parallel_size";
-    tp.help = "Ranks each split layer is cut over (0: the world size): it must divide the split sizes (mlp: 256; "
-              "cnn: 32 and 128).";
-    return {tp};
+    tp.help = "Ranks each split layer is cut over (0: the world size over --dp): it must divide the split sizes "
+              "(mlp: 256; cnn: 32 and 128).";
+    ModeSetting dp;
+    dp.field = "dp";
+    dp.flag = "--dp";
+    dp.label = "dp";
+    dp.min = 1;
+    dp.pytorch = "data-parallel group size";
+    dp.help = "Data-parallel replicas of the tensor-parallel ranks: each slice's gradients averaged over them (DDP), "
+              "world size = tp x dp.";
+    return {tp, dp};
   }
   void validate_settings(const RunConfig& c) const override {
     if (c.tp < 0) throw ConfigError("--tp must be at least 1, got " + std::to_string(c.tp));
   }
   void validate(const RunConfig& c) const override {
-    if (c.tp > 0 && c.tp != c.world_size)
-      throw ConfigError("--tp " + std::to_string(c.tp) + " with --world-size " + std::to_string(c.world_size),
-                        "tensor parallelism here has one rank per slice of each split layer: give one of them");
+    if (c.dp < 1) throw ConfigError("--dp must be at least 1, got " + std::to_string(c.dp));
+    if (c.tp > 0 && c.tp * c.dp != c.world_size)
+      throw ConfigError("--tp " + std::to_string(c.tp) + (c.dp > 1 ? " x --dp " + std::to_string(c.dp) : "") +
+                            " with --world-size " + std::to_string(c.world_size),
+                        "tensor parallelism here has one rank per slice of each split layer in each data-parallel "
+                        "replica: --world-size is tp x dp (leave it out and it follows)");
+    if (c.world_size % c.dp != 0)
+      throw ConfigError("--world-size " + std::to_string(c.world_size) + " is not a multiple of --dp " + std::to_string(c.dp),
+                        "every data-parallel replica has the same tensor-parallel ranks");
     if (!parse_device(c.compute.device).is_cpu())
       throw ConfigError("--mode tensor runs on the CPU reference only, not --device " + c.compute.device,
                         "its ranks run the CPU's modules on their slices; use --device cpu");
@@ -248,12 +330,18 @@ class TensorMode : public ParallelMode {
     return "";
   }
   std::string describe(const RunConfig& c) const override {
-    return "tensor parallel, " + std::to_string(c.world_size) + (c.world_size == 1 ? " rank" : " ranks") + ", " +
-           c.allreduce + " allreduce";
+    const int T = tp_of(c);
+    return "tensor parallel, " + std::to_string(T) + (T == 1 ? " rank" : " ranks") +
+           (c.dp > 1 ? " x " + std::to_string(c.dp) + " data-parallel replicas" : "") + ", " + c.allreduce + " allreduce";
   }
   std::string header(const RunConfig& c) const override {
     std::unique_ptr<Model> m = build_model(model_options(c), c.seed);
-    return " tp=" + std::to_string(tp_of(c)) + "\nsplit: " + tp_plan_text(plan_for(c, *m));
+    std::string h = " tp=" + std::to_string(tp_of(c)) + (c.dp > 1 ? " dp=" + std::to_string(c.dp) : "") +
+                    "\nsplit: " + tp_plan_text(plan_for(c, *m));
+    if (c.dp > 1)  // Megatron-LM's placement: a replica's slices on neighbouring ranks
+      h += "\nranks: " + grid_placement_text(grid_of(c)) +
+           " (the ranks of a replica allreduce activations; slice t of every replica allreduces its gradients)";
+    return h;
   }
   std::unique_ptr<RankMode> make_rank(RankEnv& env) const override { return std::make_unique<TensorRank>(env); }
   SyncCollectives sync_collectives() const override { return {"allreduce", {kTpActivations, kTpInputGrads}}; }
@@ -302,8 +390,10 @@ void TensorMode::summary(const SummaryEnv& env, nlohmann::json& j) const {
   const double steps = static_cast<double>(std::max<size_t>(1, ranks_per_step.size()));
   nlohmann::json sent_per_iteration = nlohmann::json::array();
   for (uint64_t b : sent) sent_per_iteration.push_back(static_cast<double>(b) / steps);
+  if (c.dp > 1) j["grid"] = grid_summary(grid_of(c), env.events);
   j["tensor"] = {
       {"tp", plan.tp},
+      {"dp", dp_of(c)},
       {"modules", modules},
       {"pairs", pairs},
       {"parameters", {{"whole", whole}, {"per_rank", per_rank}}},

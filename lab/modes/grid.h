@@ -1,0 +1,26 @@
+// What a mode that places its ranks on a grid of parallelism (group_transport.h: data x pipeline x
+// tensor) reports: the placement, in the run header and in summary.json's "grid" section, the
+// record the grid views read.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "events.h"
+#include "group_transport.h"
+
+namespace lab {
+
+// "replica 0: 0 1 | replica 1: 2 3": the world ranks of each data-parallel replica (in grid order:
+// stages, then slices within a stage).
+std::string grid_placement_text(const GridShape& g);
+
+// {"dp": D, "pp": P, "tp": T, "ranks": [{"rank", "d", "p", "t"}...], "groups": {"dp": [[...], ...],
+// "pp": ..., "tp": ...} (the axes of more than one rank), "bytes_per_iteration_by_group": {"dp": ...}}:
+// bytes of the training iterations' messages (Chunk events) over each kind of group, per iteration;
+// messages over the whole world count as "world".
+nlohmann::json grid_summary(const GridShape& g, const std::vector<std::vector<Event>>& events);
+
+}  // namespace lab
