@@ -77,7 +77,7 @@ double differing(const Png& a, const Png& b) {
   return static_cast<double>(diff) / static_cast<double>(a.px.size() / 3);
 }
 
-const char* kViews[] = {"ring", "batchnorm", "batching", "traineval", "layout"};
+const char* kViews[] = {"ring", "batchnorm", "batching", "traineval", "grid", "layout"};
 
 // Every view's screenshot exists, is not blank, and differs from the others.
 void expect_views(const std::string& stem) {
@@ -162,7 +162,7 @@ TEST(Gui, EveryViewRendersWithAnEmptyRun) {
   DTLAB_REQUIRE_GUI();
   testutil::TempDir d;
   // no dataset: the run fails to load, the window says so and every view renders empty
-  const auto r = run_gui("--data-dir " + d.file("nowhere") + " --view ring,batchnorm,batching,traineval,layout "
+  const auto r = run_gui("--data-dir " + d.file("nowhere") + " --view ring,batchnorm,batching,traineval,grid,layout "
                          "--screenshot " + d.file("empty.png"), d.file("config"));
   ASSERT_EQ(r.exit_code, 0) << r.out;
   expect_views(d.file("empty"));
@@ -175,7 +175,7 @@ TEST(Gui, EveryViewRendersWithABusyRun) {
   testutil::TempDir d;
   const auto r = run_gui("--model mlp --world-size 4 --batch-size 16 --limit-train 1000 --limit-test 200 --steps 20 "
                          "--eval-every 5 --eval-samples 100 --compare-bn --frame-stats " + d.file("frames.json") +
-                         " --view ring,batchnorm,batching,traineval,layout --screenshot " + d.file("busy.png"),
+                         " --view ring,batchnorm,batching,traineval,grid,layout --screenshot " + d.file("busy.png"),
                          d.file("config"));
   ASSERT_EQ(r.exit_code, 0) << r.out;
   expect_views(d.file("busy"));
@@ -197,7 +197,7 @@ TEST(Gui, EveryViewRendersForDataParallelAndLocalSgd) {
                             {"lsgd", "--mode local-sgd --average-every 3 --warmup-steps 2 --allreduce tree"}};
   for (const auto& m : modes) {
     const auto r = run_gui(std::string("--model mlp --world-size 4 --limit-train 1000 --limit-test 200 --steps 12 ") + m[1] +
-                               " --eval-every 5 --eval-samples 100 --view ring,batchnorm,batching,traineval,layout "
+                               " --eval-every 5 --eval-samples 100 --view ring,batchnorm,batching,traineval,grid,layout "
                                "--frame-stats " + d.file(std::string(m[0]) + ".json") + " --screenshot " +
                                d.file(std::string(m[0]) + ".png"),
                            d.file("config"));
@@ -250,7 +250,7 @@ TEST(Gui, OpensARunDirectory) {
   const auto run = testutil::run_cli("run --model mlp --world-size 2 --batch-size 16 --limit-train 320 --limit-test 64 "
                                      "--steps 10 --eval-every 5 --threads 1 --out " + d.file("run"));
   ASSERT_EQ(run.exit_code, 0) << run.out;
-  const auto r = run_gui("--open " + d.file("run") + " --view ring,batchnorm,batching,traineval,layout --screenshot " +
+  const auto r = run_gui("--open " + d.file("run") + " --view ring,batchnorm,batching,traineval,grid,layout --screenshot " +
                          d.file("open.png"), d.file("config"));
   ASSERT_EQ(r.exit_code, 0) << r.out;
   expect_views(d.file("open"));
@@ -292,6 +292,37 @@ TEST(Gui, TheMemoryViewDrawsEveryRanksPeakAndTheStep) {
     ASSERT_EQ(chart.size(), 1u);
     EXPECT_EQ(chart[0]["value"], std::to_string(summary["memory"]["per_rank"][0]["peak_step_points"].size()));
     EXPECT_EQ(m.find("value", "memory: formula").at(0)["value"], "(8+K)Psi/N");
+  }
+}
+
+// The Grid view: a run's ranks on the grid of data and tensor parallelism, opened from its run
+// directory and live. Its groups are Megatron-LM's placement; the bytes each kind of group carried
+// in the iteration shown are summary.json's per iteration (every iteration of --mode tensor moves
+// the same bytes).
+TEST(Gui, TheGridViewDrawsTheGroupsAndTheirBytes) {
+  DTLAB_REQUIRE_GUI();
+  DTLAB_REQUIRE_DATASET();
+  testutil::TempDir d;
+  const std::string flags = "--model mlp --mode tensor --tp 2 --dp 2 --batch-size 16 --limit-train 320 --limit-test 64 "
+                            "--steps 3 --threads 1";
+  const auto run = testutil::run_cli("run " + flags + " --out " + d.file("run"));
+  ASSERT_EQ(run.exit_code, 0) << run.out;
+  const auto summary = nlohmann::json::parse(testutil::read_file(d.file("run/summary.json")));
+  const auto& bytes = summary["grid"]["bytes_per_iteration_by_group"];
+  for (const std::string& how : {std::string("--open ") + d.file("run"), flags + " --eval-every 0"}) {
+    SCOPED_TRACE(how);
+    const auto r = run_gui(how + " --view grid --screenshot-items --screenshot " + d.file("g.png"), d.file("config"));
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    const Drawn g = load_drawn(d.file("g.png"));
+    ASSERT_EQ(g.find("value", "grid: shape").size(), 1u) << g.dump();
+    EXPECT_EQ(g.find("value", "grid: shape")[0]["value"], "2 x 1 x 2");
+    EXPECT_EQ(g.find("value", "grid: tp groups").at(0)["value"], "{0, 1}  {2, 3}");
+    EXPECT_EQ(g.find("value", "grid: dp groups").at(0)["value"], "{0, 2}  {1, 3}");
+    EXPECT_TRUE(g.find("value", "grid: pp groups").empty());
+    for (const char* kind : {"dp", "tp"})
+      EXPECT_EQ(g.find("value", std::string("grid: ") + kind + " bytes").at(0)["value"],
+                std::to_string(static_cast<uint64_t>(bytes[kind].get<double>())))
+          << kind;
   }
 }
 

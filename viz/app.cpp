@@ -41,6 +41,7 @@ const char* view_key(ViewId v) {
     case ViewId::Bench: return "bench";
     case ViewId::Memory: return "memory";
     case ViewId::Pipeline: return "pipeline";
+    case ViewId::Grid: return "grid";
   }
   return "?";
 }
@@ -54,6 +55,7 @@ const char* view_title(ViewId v) {
     case ViewId::Bench: return "Benchmark";
     case ViewId::Memory: return "Memory";
     case ViewId::Pipeline: return "Pipeline";
+    case ViewId::Grid: return "Grid";
   }
   return "?";
 }
@@ -667,6 +669,7 @@ void draw_view(AppState& app, ViewId v, Commands& cmd) {
       case ViewId::TrainEval: draw_train_eval_view(d, twin ? app.train_eval_twin : app.train_eval, app.bn); break;
       case ViewId::Memory: draw_memory_view(d, twin ? app.memory_twin : app.memory); break;
       case ViewId::Pipeline: draw_pipeline_view(d, twin ? app.pipeline_twin : app.pipeline); break;
+      case ViewId::Grid: draw_grid_view(d, twin ? app.grid_twin : app.grid); break;
       case ViewId::BatchNorm:
       case ViewId::Bench: break;
     }

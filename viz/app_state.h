@@ -29,9 +29,9 @@
 
 namespace viz {
 
-enum class ViewId { Ring = 0, BatchNorm, Batching, TrainEval, Bench, Memory, Pipeline };
-constexpr int kViewCount = 7;
-const char* view_key(ViewId v);    // "ring", "batchnorm", "batching", "traineval", "bench", "memory", "pipeline"
+enum class ViewId { Ring = 0, BatchNorm, Batching, TrainEval, Bench, Memory, Pipeline, Grid };
+constexpr int kViewCount = 8;
+const char* view_key(ViewId v);    // "ring", "batchnorm", "batching", "traineval", "bench", "memory", "pipeline", "grid"
 const char* view_title(ViewId v);  // tab titles
 
 // Time and animation for one frame.
@@ -128,9 +128,18 @@ struct MemoryViewState {
 };
 
 // The Pipeline view (panel_pipeline.cpp).
+struct GridViewCache;  // panel_grid.cpp: the traffic of the iteration drawn
+struct GridViewState {
+  bool follow = true;        // the newest iteration
+  int64_t step = -1;         // the iteration drawn
+  std::shared_ptr<GridViewCache> cache;
+};
+
+struct PipelineDiagramCache;  // panel_pipeline.cpp: what the events and the config give for the iteration drawn
 struct PipelineViewState {
   bool follow = true;        // the newest iteration
   int64_t step = -1;         // the iteration drawn
+  std::shared_ptr<PipelineDiagramCache> cache;
 };
 
 struct TrainEvalViewState {
@@ -245,6 +254,7 @@ struct AppState {
   BatchingViewState batching, batching_twin;
   MemoryViewState memory, memory_twin;
   PipelineViewState pipeline, pipeline_twin;
+  GridViewState grid, grid_twin;
   TrainEvalViewState train_eval, train_eval_twin;
   std::string bn_layer_wanted;          // a BatchNorm layer to select by name ("2") once the run has steps
   // a benchmark's result.json (--open, File > Open, a lesson's bench run), independent of the runs;

@@ -19,7 +19,7 @@ void draw_help_window(bool* open) {
                            {"Shift + Right", "one iteration"},
                            {"R", "reset: a new run with the settings in the Controls panel"},
                            {"S", "screenshot of the window (PNG in the current directory)"},
-                           {"1 2 3 4 5", "allreduce, BatchNorm, batching, train vs eval, benchmark view"},
+                           {"1 ... 8", "allreduce, BatchNorm, batching, train vs eval, benchmark, memory, pipeline, grid view"},
                            {"F1", "this help"}};
   if (ImGui::BeginTable("keys", 2, ImGuiTableFlags_SizingFixedFit)) {
     ImGui::TableSetupColumn("key", ImGuiTableColumnFlags_WidthFixed);
@@ -57,6 +57,9 @@ void draw_help_window(bool* open) {
                      "the idle time shaded; one iteration as recorded and the schedule with equal stages, the bubble "
                      "measured, played and by the formula (p-1)/(m+p-1), and per stage the micro-batches in flight "
                      "with their activations.");
+  ImGui::TextWrapped("Grid: the ranks placed on the grid of data, pipeline and tensor parallelism (--dp with --mode "
+                     "pipeline or tensor; every other mode is one data-parallel group): which ranks form which group, "
+                     "what travels in each kind of group and its bytes in an iteration.");
   ImGui::Separator();
   ImGui::TextWrapped("Headless: `dtlab run` trains with the same flags and writes a run directory (--out DIR); "
                      "`dtlab gui --open DIR` shows it here again, as a recording: the views' own sliders move through "

@@ -14,6 +14,7 @@
 
 #include "config.h"
 #include "draw.h"
+#include "grid_draw.h"
 #include "memory.h"
 #include "mode.h"
 #include "model.h"
@@ -166,82 +167,12 @@ void legend() {
   ImGui::TextDisabled("| ticks: sends (activations forward, their gradients back), number: the micro-batch");
 }
 
-// ---- 2b. the grid (--dp) ----
-
-// Replicas by stages: each cell a rank; between neighbouring stages of a replica the pipeline's
-// messages (activations forward, their gradients back), down each stage's column the
-// data-parallel group's gradient allreduce, each with its bytes in the iteration shown.
-void draw_grid(const RunData& d, const lab::GridShape& g, int64_t step) {
-  std::map<std::pair<int, int>, uint64_t> pp;  // (lower rank, higher rank) of a pipeline pair
-  std::vector<uint64_t> dp(static_cast<size_t>(g.pp), 0);  // per stage: its allreduce's bytes (all members)
-  for (size_t r = 0; r < d.events.size(); ++r)
-    for (const lab::Event& e : d.events[r]) {
-      if (e.kind != lab::EventKind::Chunk || e.train_step != step || e.src < 0 || e.dst < 0) continue;
-      if (std::string(e.group) == "pp") pp[{std::min(e.src, e.dst), std::max(e.src, e.dst)}] += e.bytes;
-      else if (std::string(e.group) == "dp" && e.src < g.size()) dp[static_cast<size_t>(g.coords(e.src).p)] += e.bytes;
-    }
-  ImDrawList* dl = ImGui::GetWindowDrawList();
-  const float fs = ImGui::GetFontSize();
-  const ImVec2 p0 = ImGui::GetCursorScreenPos();
-  const float cw = fs * 7.0f, ch = fs * 2.2f, gx = fs * 7.5f, gy = fs * 2.0f, left = fs * 6.0f;
-  auto cell = [&](int dd, int pp_) { return ImVec2(p0.x + left + static_cast<float>(pp_) * (cw + gx), p0.y + fs * 1.4f + static_cast<float>(dd) * (ch + gy)); };
-  for (int p = 0; p < g.pp; ++p) {
-    const ImVec2 c = cell(0, p);
-    dl->AddText(ImVec2(c.x, p0.y), col::kDim, fmt("stage %d", p).c_str());
-  }
-  for (int dd = 0; dd < g.dp; ++dd) {
-    const ImVec2 c = cell(dd, 0);
-    dl->AddText(ImVec2(p0.x, c.y + (ch - fs) / 2), col::kDim, fmt("replica %d", dd).c_str());
-    for (int p = 0; p < g.pp; ++p) {
-      const int r = g.rank_of({dd, p, 0});
-      const ImVec2 a = cell(dd, p);
-      dl->AddRectFilled(a, ImVec2(a.x + cw, a.y + ch), with_alpha(rank_color(r), 0.35f), 4.0f);
-      dl->AddRect(a, ImVec2(a.x + cw, a.y + ch), rank_color(r), 4.0f, 0, 1.5f);
-      const std::string t = fmt("rank %d", r);
-      const ImVec2 ts = ImGui::CalcTextSize(t.c_str());
-      dl->AddText(ImVec2(a.x + (cw - ts.x) / 2, a.y + (ch - ts.y) / 2), col::kText, t.c_str());
-      if (p + 1 < g.pp) {  // the pipeline's pair
-        const int q = g.rank_of({dd, p + 1, 0});
-        const auto it = pp.find({std::min(r, q), std::max(r, q)});
-        const float y = a.y + ch / 2;
-        dl->AddLine(ImVec2(a.x + cw, y), ImVec2(a.x + cw + gx, y), kForward, 2.0f);
-        const std::string b = it == pp.end() ? "-" : fmt_bytes(static_cast<double>(it->second));
-        const ImVec2 bs = ImGui::CalcTextSize(b.c_str());
-        dl->AddText(ImVec2(a.x + cw + (gx - bs.x) / 2, y - fs * 1.1f), col::kEval, b.c_str());
-      }
-    }
-  }
-  if (g.dp > 1)
-    for (int p = 0; p < g.pp; ++p) {  // the stage's data-parallel group, down its column
-      const ImVec2 top = cell(0, p), bottom = cell(g.dp - 1, p);
-      const float x = top.x + cw + fs * 0.6f;
-      dl->AddLine(ImVec2(x, top.y + ch / 2), ImVec2(x, bottom.y + ch / 2), kBackward, 2.0f);
-      for (int dd = 0; dd < g.dp; ++dd) {
-        const float y = cell(dd, p).y + ch / 2;
-        dl->AddLine(ImVec2(x - fs * 0.6f, y), ImVec2(x, y), kBackward, 2.0f);
-      }
-      const std::string b = fmt_bytes(static_cast<double>(dp[static_cast<size_t>(p)]));
-      dl->AddText(ImVec2(x + 3, (top.y + bottom.y + ch) / 2 - fs / 2), col::kTrain, b.c_str());
-    }
-  ImGui::Dummy(ImVec2(left + static_cast<float>(g.pp) * (cw + gx), fs * 1.4f + static_cast<float>(g.dp) * (ch + gy)));
-  ImGui::TextDisabled("blue: the pipeline's messages between neighbouring stages (activations and their gradients); "
-                      "orange: each stage's gradient allreduce over the replicas (its data-parallel group); bytes of "
-                      "the iteration shown");
-}
-
 // ---- 3. the table ----
 
-void draw_stage_table(const RunData& d, const StepDiagram& g, int64_t step, const lab::GridShape& grid, int micro) {
+void draw_stage_table(const RunData& d, const StepDiagram& g, int64_t step, const lab::GridShape& grid, int micro,
+                      const std::vector<std::string>& stage_modules) {
   const int stages = grid.pp;
   const lab::RunConfig& c = d.cfg;
-  std::unique_ptr<lab::Model> model;
-  std::vector<lab::PipelineStage> st;
-  try {
-    model = lab::build_model(lab::model_options(c), c.seed);
-    st = lab::pipeline_stages(*model, stages, c.balance, c.model);
-  } catch (const lab::Error&) {
-    st.clear();
-  }
   const ImGuiTableFlags tf = ImGuiTableFlags_Borders | ImGuiTableFlags_RowBg | ImGuiTableFlags_SizingFixedFit;
   if (!ImGui::BeginTable("pipeline_stages", 6, tf)) return;
   ImGui::TableSetupColumn("stage");
@@ -258,12 +189,7 @@ void draw_stage_table(const RunData& d, const StepDiagram& g, int64_t step, cons
     ImGui::TableNextColumn();
     ImGui::Text("%d", s);
     ImGui::TableNextColumn();
-    if (static_cast<size_t>(s) < st.size()) {
-      std::string mods;
-      for (size_t i = st[static_cast<size_t>(s)].begin; i < st[static_cast<size_t>(s)].end; ++i)
-        mods += (mods.empty() ? "" : ", ") + model->module(i).describe();
-      ImGui::TextUnformatted(mods.c_str());
-    }
+    if (static_cast<size_t>(s) < stage_modules.size()) ImGui::TextUnformatted(stage_modules[static_cast<size_t>(s)].c_str());
     ImGui::TableNextColumn();
     const int peak = lab::peak_in_flight(lab::pipeline_schedule(c.schedule, stages, s, micro));
     ImGui::Text("%d", peak);
@@ -291,7 +217,36 @@ void draw_stage_table(const RunData& d, const StepDiagram& g, int64_t step, cons
   ImGui::EndTable();
 }
 
+// Each stage's modules, "Conv2d(1, 32, ...), BatchNorm2d(32), ..." (empty where the config's stage
+// map cannot be made).
+std::vector<std::string> stage_modules_of(const lab::RunConfig& c, int stages) {
+  std::vector<std::string> out;
+  try {
+    const std::unique_ptr<lab::Model> model = lab::build_model(lab::model_options(c), c.seed);
+    for (const lab::PipelineStage& st : lab::pipeline_stages(*model, stages, c.balance, c.model)) {
+      std::string mods;
+      for (size_t i = st.begin; i < st.end; ++i) mods += (mods.empty() ? "" : ", ") + model->module(i).describe();
+      out.push_back(mods);
+    }
+  } catch (const lab::Error&) {
+    out.clear();
+  }
+  return out;
+}
+
 }  // namespace
+
+// What the view draws from the events and the config, made again only when the run or the
+// iteration shown changes, not every frame (an iteration's events are all in once every rank's
+// record of it is: newest_complete). An iteration that showed no blocks yet is looked for again
+// when events come.
+struct PipelineDiagramCache {
+  uint64_t run = 0, events_version = 0;
+  int64_t step = -2;
+  StepDiagram measured;
+  GridTraffic grid;
+  std::vector<std::string> stage_modules;
+};
 
 // ---- 4. the view ----
 
@@ -302,9 +257,7 @@ void draw_pipeline_view(const RunData& d, PipelineViewState& st) {
     ImGui::TextDisabled("(The run shown is --mode %s.)", c.mode.c_str());
     return;
   }
-  lab::GridShape grid;
-  grid.dp = std::max(1, c.dp);
-  grid.pp = c.stages > 0 ? c.stages : std::max(1, c.world_size / grid.dp);
+  const lab::GridShape grid = run_grid(c);
   const int stages = grid.pp;
   const int configured = static_cast<int>(c.microbatches);
   const int64_t newest = newest_complete(d);
@@ -319,7 +272,20 @@ void draw_pipeline_view(const RunData& d, PipelineViewState& st) {
       st.follow = false;
     }
   }
-  const StepDiagram g = st.step >= 0 ? diagram_of(d, st.step, grid) : StepDiagram{};
+  if (!st.cache) st.cache = std::make_shared<PipelineDiagramCache>();
+  PipelineDiagramCache& cache = *st.cache;
+  if (cache.run != d.identity) {
+    cache = PipelineDiagramCache{};
+    cache.run = d.identity;
+    cache.stage_modules = stage_modules_of(c, stages);
+  }
+  if (cache.step != st.step || (cache.measured.blocks.empty() && cache.events_version != d.events_version)) {
+    cache.step = st.step;
+    cache.events_version = d.events_version;
+    cache.measured = st.step >= 0 ? diagram_of(d, st.step, grid) : StepDiagram{};
+    if (grid.dp > 1) cache.grid = grid_traffic(d, grid, st.step);
+  }
+  const StepDiagram& g = cache.measured;
   const int micro = g.micro > 0 ? g.micro : configured;
   const StepDiagram ideal = ideal_of(c.schedule, stages, micro);
   const double formula = lab::bubble_formula(stages, micro);
@@ -346,7 +312,10 @@ void draw_pipeline_view(const RunData& d, PipelineViewState& st) {
     ImGui::Spacing();
     ImGui::TextUnformatted(fmt("the grid: %d data-parallel replicas x %d stages (below: replica 0's stages)", grid.dp,
                                stages).c_str());
-    draw_grid(d, grid, st.step);
+    draw_rank_grid(grid, cache.grid);
+    text_wrapped_colored(col::kDim, "blue: the pipeline's messages between neighbouring stages (activations and their "
+                                    "gradients); orange: each stage's gradient allreduce over the replicas (its "
+                                    "data-parallel group); bytes of the iteration shown (the Grid view: every group)");
   }
   ImGui::Spacing();
   ImGui::TextUnformatted(st.step >= 0 ? fmt("iteration %lld as the timeline recorded it", static_cast<long long>(st.step)).c_str()
@@ -356,7 +325,7 @@ void draw_pipeline_view(const RunData& d, PipelineViewState& st) {
   draw_diagram("ideal", ideal, stages, 1.0, "units");
   legend();
   ImGui::Spacing();
-  draw_stage_table(d, g, st.step, grid, micro);
+  draw_stage_table(d, g, st.step, grid, micro, cache.stage_modules);
 }
 
 }  // namespace viz

@@ -26,6 +26,9 @@ void draw_bench_view(const BenchResult& r, const BenchResult* twin, BenchViewSta
 void draw_memory_view(const RunData& d, MemoryViewState& st);
 // 7. Pipeline: stages by time, each micro-batch's forward and backward, the bubble three ways.
 void draw_pipeline_view(const RunData& d, PipelineViewState& st);
+// 8. Grid: the ranks on the grid of data, pipeline and tensor parallelism, their groups and each
+// group's bytes in an iteration.
+void draw_grid_view(const RunData& d, GridViewState& st);
 // Compute and communication per rank over time.
 void draw_timeline_panel(const RunData& d, TimelineState& st);
 // Loss and accuracy per rank.

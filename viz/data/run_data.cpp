@@ -1,5 +1,6 @@
 #include "run_data.h"
 
+#include <atomic>
 #include <algorithm>
 
 #include "run_host.h"
@@ -151,6 +152,11 @@ const char* RunData::intern(const std::string& s) {
     if (have == s) return have.c_str();
   m_strings.push_back(s);
   return m_strings.back().c_str();
+}
+
+uint64_t RunData::next_identity() {
+  static std::atomic<uint64_t> next{1};
+  return next++;
 }
 
 void RunData::reset_live(const lab::RunConfig& c) {

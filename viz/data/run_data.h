@@ -62,6 +62,9 @@ class RunData {
   std::vector<std::vector<lab::Event>> events;
   std::vector<size_t> events_dropped;
   uint64_t events_version = 0;    // grows whenever any events were added
+  // Which run this is, for the views' caches: every RunData made has a new one (reset_live too).
+  uint64_t identity = next_identity();
+  static uint64_t next_identity();
 
   int world() const { return cfg.world_size; }
   // What the views call a member of the world: DataParallel has devices in one process, the
