@@ -433,6 +433,9 @@ TEST(PipelineRun, DataParallelReplicasOfAPipelineAreDdp) {
   a.run();
   b.run();
   EXPECT_EQ(apart(a.replica(0), b.replica(0)).differ, 0u);
+  // an epoch is a replica's shard of the training set, as a DDP rank's
+  EXPECT_EQ(nlohmann::json::parse(testutil::read_file(d1.file("summary.json"))).at("steps_per_epoch"),
+            nlohmann::json::parse(testutil::read_file(d0.file("summary.json"))).at("steps_per_epoch"));
   lab::RunConfig g4 = grid;
   g4.out_dir = d2.path();
   g4.microbatches = 4;

@@ -340,9 +340,11 @@ TEST(RunWire, EventsOfEveryKindCrossProcessesAndAnUnknownKindIsRefused) {
     if (k == lab::EventKind::Chunk) e.group = "dp";  // a process group's (group_transport.h)
     rep.events.push_back(e);
   }
+  rep.trained_samples = 96;  // (what a mode that counts its samples counted on the rank)
   const auto intern = kept;
   std::vector<char> bytes = lab::encode_rank_report(rep);
   const lab::RankReport back = lab::decode_rank_report(bytes, 1, intern);
+  EXPECT_EQ(back.trained_samples, 96);
   ASSERT_EQ(back.events.size(), 4u);
   for (size_t i = 0; i < 4; ++i) {
     EXPECT_EQ(back.events[i].kind, rep.events[i].kind);

@@ -710,6 +710,7 @@ TEST(TensorParallelRun, DataParallelReplicasAreDdp) {
       else EXPECT_LT(x.rel, std::string(name) == "mlp" ? 5e-6 : 2e-4) << name;
       const auto jb = nlohmann::json::parse(testutil::read_file(d1.file("summary.json")));
       EXPECT_EQ(jb.at("samples"), ja.at("samples")) << name << " tp " << tp;  // each replica's batches, once
+      EXPECT_EQ(jb.at("steps_per_epoch"), ja.at("steps_per_epoch")) << name;  // a replica's shard, as a DDP rank's
       if (tp != 2) continue;
       // the grid: Megatron-LM's placement (a replica's slices on neighbouring ranks), its groups, and
       // the bytes each kind of group moved: activations within a replica, gradients across them

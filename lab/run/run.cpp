@@ -101,9 +101,12 @@ void Run::load_data() {
   m_test = load_fashion_mnist(dir, false, m_cfg.limit_test);
   const int world = m_cfg.world_size;
   // Batches per epoch, identical on every rank (DistributedSampler gives each the same count; a
-  // mode without it has one loader over the whole training set: global batches).
-  DistributedSampler probe({m_train.size, world, 0, m_cfg.shuffle, m_cfg.seed, m_cfg.sampler_drop_last});
-  const int64_t per_rank = mode_of(m_cfg).caps().distributed_sampler ? probe.num_samples() : m_train.size;
+  // mode without it has one loader over the whole training set: global batches; a mode of one
+  // loader per data-parallel replica, a DistributedSampler over the --dp replicas).
+  const ModeCaps caps = mode_of(m_cfg).caps();
+  const int shards = caps.distributed_sampler ? world : caps.one_loader ? std::max(1, m_cfg.dp) : 1;
+  DistributedSampler probe({m_train.size, shards, 0, m_cfg.shuffle, m_cfg.seed, m_cfg.sampler_drop_last});
+  const int64_t per_rank = probe.num_samples();
   m_steps_per_epoch = batches_per_epoch(per_rank, m_cfg.batch_size, m_cfg.drop_last);
   if (m_steps_per_epoch == 0)
     throw ConfigError("no training step: each rank gets " + std::to_string(probe.num_samples()) +

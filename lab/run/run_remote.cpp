@@ -71,6 +71,7 @@ void Run::gather_to_rank0(int rank, Transport& transport, Model& model) {
       RankState& rs = *m_ranks[static_cast<size_t>(rank)];
       std::lock_guard<std::mutex> lock(rs.mu);
       rep.records.assign(rs.pending.begin(), rs.pending.end());
+      rep.trained_samples = rs.trained_samples;
     }
     m_logs[static_cast<size_t>(rank)]->copy_since(0, rep.events);
     rep.tensors = model_tensors(model);
@@ -102,6 +103,7 @@ void Run::gather_to_rank0(int rank, Transport& transport, Model& model) {
     RankState& o = *m_ranks[static_cast<size_t>(r)];
     std::lock_guard<std::mutex> lock(o.mu);  // poll sees all of a rank's records or none
     if (!rep.records.empty()) o.latest = std::make_shared<const StepRecord>(rep.records.back());
+    o.trained_samples = rep.trained_samples;
     for (StepRecord& rec : rep.records) {
       o.note_memory(rec);
       o.pending.push_back(std::move(rec));

@@ -16,7 +16,7 @@ namespace lab {
 namespace {
 
 constexpr uint32_t kMagic = 0x524c5444;  // "DTLR"
-constexpr uint32_t kVersion = 4;  // 4: events name their process group
+constexpr uint32_t kVersion = 5;  // 4: events name their process group; 5: trained_samples
 
 class Writer {
  public:
@@ -106,6 +106,7 @@ std::vector<char> encode_rank_report(const RankReport& r) {
   w.put(kVersion);
   w.put(r.clock_origin);
   w.put(r.t0);
+  w.put(r.trained_samples);
   w.put<uint64_t>(r.records.size());
   for (const StepRecord& s : r.records) {
     w.put<int32_t>(s.rank);
@@ -205,6 +206,7 @@ RankReport decode_rank_report(const std::vector<char>& bytes, int from_rank,
   RankReport r;
   r.clock_origin = rd.get<double>();
   r.t0 = rd.get<double>();
+  r.trained_samples = rd.get<int64_t>();
   r.records.resize(rd.count(64));
   for (StepRecord& s : r.records) {
     s.rank = rd.get<int32_t>();

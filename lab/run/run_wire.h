@@ -2,7 +2,7 @@
 // Run's gather): its step records, its events and its final model state, so that rank 0 writes
 // the same run directory as an emulated run. The wire format is compact and private to one dtlab
 // build (both ends are processes of one MPI job): host byte order, no schema evolution.
-//   u32 magic "DTLR" | u32 version | f64 clock_origin | f64 t0
+//   u32 magic "DTLR" | u32 version | f64 clock_origin | f64 t0 | i64 trained_samples
 //   u64 #records, then per record: i32 rank, i64 step, epoch, batch, batch_size, f32 loss,
 //       i64 correct, u64 bytes_sent, f64 t, u64 #chunks then i64 each, f64 param_drift,
 //       u8 grad_sync, i64 staleness, i64 version, f64 param_checksum, u8 skipped, str nonfinite,
@@ -30,6 +30,7 @@ namespace lab {
 struct RankReport {
   double clock_origin = 0;  // steady-clock seconds at which now_seconds() was 0 in the sender
   double t0 = 0;            // now_seconds() when the sender's run started
+  int64_t trained_samples = 0;  // the samples the rank counted as trained (modes that count them)
   std::vector<StepRecord> records;
   std::vector<Event> events;
   std::vector<SafeTensor> tensors;  // model_tensors(model): parameters and buffers

@@ -79,6 +79,12 @@ std::string summary_without_wall_clock(const std::string& text) {
   j.erase("samples_per_s");
   for (auto& e : j["per_epoch"]) e.erase("seconds");
   j.erase("compute");  // seconds of computation: wall clock
+  if (j.contains("pipeline")) {  // the measured bubble and the blocks' seconds (the recorded order stays)
+    auto& p = j["pipeline"];
+    p.erase("forward_seconds");
+    p.erase("backward_seconds");
+    for (const char* k : {"measured_median", "measured_per_step", "schedule_measured_costs"}) p["bubble"].erase(k);
+  }
   // Communication times are wall clock too; keep only the settings of that section.
   if (j.contains("communication")) {
     auto& c = j["communication"];
@@ -145,10 +151,18 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{4, "mlp", "sync", ""}, Case{2, "cnn", "local", ""}, Case{2, "cnn", "sync", ""},
                       Case{4, "cnn", "local", ""}, Case{4, "cnn", "sync", ""},
                       // ranks keep their own running statistics: final.rank<R>.buffers.safetensors
-                      Case{4, "mlp", "local", "--no-broadcast-buffers"}),
+                      Case{4, "mlp", "local", "--no-broadcast-buffers"},
+                      // grids: process groups over MPI's point-to-point messages (group_transport.h), the
+                      // pipeline's sends and sendrecvs, the tensor-parallel allreduces inside replicas
+                      Case{4, "mlp", "local", "--mode pipeline --stages 2 --dp 2 --microbatches 2 --schedule 1f1b"},
+                      Case{4, "cnn", "local", "--mode tensor --tp 2 --dp 2"}),
     [](const ::testing::TestParamInfo<Case>& i) {
-      return std::get<1>(i.param) + "_" + std::get<2>(i.param) + "_np" + std::to_string(std::get<0>(i.param)) +
-             (std::get<3>(i.param).empty() ? "" : "_own_buffers");
+      const std::string& extra = std::get<3>(i.param);
+      const std::string tail = extra.empty()                              ? ""
+                               : extra == "--no-broadcast-buffers"        ? "_own_buffers"
+                               : extra.find("pipeline") != std::string::npos ? "_pipeline_dp2"
+                                                                          : "_tensor_dp2";
+      return std::get<1>(i.param) + "_" + std::get<2>(i.param) + "_np" + std::to_string(std::get<0>(i.param)) + tail;
     });
 
 // The simulated GPU under mpirun: SyncBatchNorm runs whole on the "device", and its collectives
