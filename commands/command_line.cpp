@@ -35,6 +35,7 @@ void add_mode_flags(CLI::App& app, lab::RunConfig& c) {
   app.add_option("--stages", c.stages,
                  "pipeline: stages, one rank each (the world size follows it when --world-size is not given)")
       ->capture_default_str();
+  app.add_option("--pp", c.stages, "pipeline: the same as --stages (Megatron-LM's pipeline_model_parallel_size)");
   app.add_option("--dp", c.dp,
                  "pipeline, tensor: data-parallel replicas of the whole pipeline (or of the tensor-parallel ranks), each "
                  "stage's (slice's) gradients allreduced over them (world size = stages x dp, tp x dp)")
@@ -52,8 +53,8 @@ void add_mode_flags(CLI::App& app, lab::RunConfig& c) {
                "pipeline: Pipe(deferred_batch_norm=True): running statistics updated once per mini-batch, from every "
                "micro-batch's sums (biased variance)");
   app.add_option("--tp", c.tp,
-                 "tensor: ranks each split layer is cut over (Megatron-LM's tensor_model_parallel_size; the world "
-                 "size follows it when --world-size is not given)")
+                 "tensor, pipeline: ranks each split layer is cut over (Megatron-LM's tensor_model_parallel_size; "
+                 "with --mode pipeline, within every stage; the world size follows it when --world-size is not given)")
       ->capture_default_str();
   app.add_flag_callback("--no-overlap", [&c] { c.overlap = false; },
                "ddp: launch the bucket allreduces after the whole backward instead of overlapping it");
@@ -227,11 +228,13 @@ void add_run_flags(CLI::App& app, lab::RunConfig& c, std::string& bn_momentum) {
 
 void apply_steps_rule(const CLI::App& app, lab::RunConfig& c) {
   if (app.count("--steps") && c.steps > 0 && !app.count("--epochs")) c.epochs = 0;  // as many as --steps takes
-  // --stages P alone: P ranks, one per stage (with --world-size too, validate() checks they agree)
-  if (app.count("--stages") && c.stages > 0 && !app.count("--world-size")) c.world_size = c.stages * std::max(1, c.dp);
-  // --tp T alone: T ranks, one per slice, in each of --dp replicas (with --world-size too, validate()
-  // checks they agree)
-  if (app.count("--tp") && c.tp > 0 && !app.count("--world-size")) c.world_size = c.tp * std::max(1, c.dp);
+  // --stages P (--pp P) alone: P ranks, one per stage, times the --dp replicas and the --tp slices
+  // of each stage; --tp T alone: T ranks, one per slice, times the --dp replicas (with --world-size
+  // too, validate() checks they agree)
+  if (app.count("--world-size")) return;
+  const bool stages = (app.count("--stages") || app.count("--pp")) && c.stages > 0;
+  if (stages) c.world_size = c.stages * std::max(1, c.dp) * std::max(1, c.tp);
+  else if (app.count("--tp") && c.tp > 0) c.world_size = c.tp * std::max(1, c.dp);
 }
 
 std::optional<double> parse_bn_momentum(const std::string& s) {

@@ -14,6 +14,7 @@
 
 #include "backends.h"
 #include "batchnorm.h"
+#include "command_line.h"
 #include "dataset.h"
 #include "errors.h"
 #include "group_transport.h"
@@ -455,3 +456,94 @@ TEST(PipelineRun, DataParallelReplicasOfAPipelineAreDdp) {
   bad.world_size = 4;
   EXPECT_THROW(lab::validate(bad), lab::ConfigError);
 }
+
+// The three axes at once (--pp 2 --tp 2 --dp 2 on 8 ranks, Megatron-LM's placement): each stage's
+// layers are Megatron's slices over its own two ranks (f and g inside the stage's blocks), the
+// pipeline's messages go between the same slice of neighbouring stages, and each position's
+// gradients are averaged over the replicas. With one micro-batch the pipeline computes what one
+// process does, so the grid is --mode tensor --tp 2 --dp 2 bit for bit (which is DDP to rounding:
+// test_tensor_parallel.cpp); with four micro-batches GPipe and 1F1B give the same bits.
+TEST(PipelineRun, TensorParallelStagesInAGridAreTensorParallelism) {
+  DTLAB_REQUIRE_DATASET();
+  for (const char* name : {"mlp", "cnn"}) {
+    SCOPED_TRACE(name);
+    testutil::TempDir d0, d1, d2, d3;
+    lab::RunConfig tensor = pipeline_run(name, 4, 1, d0.path());
+    tensor.mode = "tensor";
+    tensor.tp = 2;
+    tensor.dp = 2;
+    lab::RunConfig grid = pipeline_run(name, 8, 1, d1.path());
+    grid.stages = 2;
+    grid.tp = 2;
+    grid.dp = 2;
+    lab::Run a(tensor, lab::make_world), b(grid, lab::make_world);
+    a.run();
+    b.run();
+    EXPECT_EQ(apart(a.replica(0), b.replica(0)).differ, 0u);
+    lab::RunConfig g4 = grid;
+    g4.out_dir = d2.path();
+    g4.microbatches = 4;
+    lab::RunConfig f4 = g4;
+    f4.out_dir = d3.path();
+    f4.schedule = "1f1b";
+    lab::Run c(g4, lab::make_world), e(f4, lab::make_world);
+    c.run();
+    e.run();
+    EXPECT_EQ(apart(c.replica(0), e.replica(0)).differ, 0u);
+    const Apart x = apart(b.replica(0), c.replica(0));
+    EXPECT_GT(x.differ, 0u) << "four micro-batches normalize BatchNorm per micro-batch: not the same run";
+    // the grid's groups and what each kind carried
+    const auto j = nlohmann::json::parse(testutil::read_file(d2.file("summary.json")));
+    const auto& g = j.at("grid");
+    EXPECT_EQ(g.at("groups").at("tp"), nlohmann::json::parse("[[0, 1], [2, 3], [4, 5], [6, 7]]"));
+    EXPECT_EQ(g.at("groups").at("dp"), nlohmann::json::parse("[[0, 2], [1, 3], [4, 6], [5, 7]]"));
+    EXPECT_EQ(g.at("groups").at("pp"), nlohmann::json::parse("[[0, 4], [1, 5], [2, 6], [3, 7]]"));
+    for (const char* kind : {"dp", "pp", "tp"})
+      EXPECT_GT(g.at("bytes_per_iteration_by_group").at(kind).get<double>(), 0.0) << kind;
+    EXPECT_EQ(j.at("samples"), nlohmann::json::parse(testutil::read_file(d0.file("summary.json"))).at("samples"));
+  }
+  // --tp must divide the split layers; the world is stages x dp x tp, and follows them
+  lab::RunConfig bad = pipeline_run("mlp", 6, 1, "");
+  bad.stages = 2;
+  bad.tp = 3;
+  EXPECT_THROW(lab::validate(bad), lab::ConfigError);
+  bad.tp = 2;
+  try {
+    lab::validate(bad);
+    ADD_FAILURE() << "--stages 2 x --tp 2 on 6 ranks accepted";
+  } catch (const lab::ConfigError& err) {
+    EXPECT_NE(std::string(err.what()).find("--stages 2 x --dp 1 x --tp 2 with --world-size 6"), std::string::npos)
+        << err.what();
+  }
+  EXPECT_EQ(commands::parse_command("run", {"--mode", "pipeline", "--pp", "2", "--tp", "2", "--dp", "2"}).run.world_size, 8);
+}
+
+// --init: rank 0 loads the file and every stage (and slice) starts from it, as one process does: a
+// pipeline of one micro-batch from a trained model's state is one process from it, bit for bit.
+TEST(PipelineRun, EveryStageStartsFromInit) {
+  DTLAB_REQUIRE_DATASET();
+  testutil::TempDir d0, d1, d2, d3;
+  lab::RunConfig first = pipeline_run("cnn", 1, 1, d0.path());
+  first.mode = "ddp";
+  lab::Run(first, lab::make_world).run();
+  const std::string init = d0.file("final.safetensors");
+  lab::RunConfig one = pipeline_run("cnn", 1, 1, d1.path());
+  one.mode = "ddp";
+  one.init = init;
+  one.seed = 7;  // (another seed's initial weights: only --init can make them agree)
+  lab::RunConfig pipe = pipeline_run("cnn", 2, 1, d2.path());
+  pipe.init = init;
+  pipe.seed = 7;
+  lab::RunConfig grid = pipeline_run("cnn", 4, 1, d3.path());
+  grid.stages = 2;
+  grid.tp = 2;
+  grid.init = init;
+  grid.seed = 7;
+  lab::Run a(one, lab::make_world), b(pipe, lab::make_world), c(grid, lab::make_world);
+  a.run();
+  b.run();
+  c.run();
+  EXPECT_EQ(apart(a.replica(0), b.replica(0)).differ, 0u);
+  EXPECT_LT(apart(a.replica(0), c.replica(0)).rel, 2e-4);  // (--tp: the row layers' rounding)
+}
+

@@ -83,6 +83,11 @@ CASES = {
                                 "--steps", "6"], "run"),
     "mpi_pipeline_mlp_1f1b": (["--mode", "pipeline", "--model", "mlp", "--microbatches", "4", "--schedule", "1f1b",
                                "--batch-size", "32", "--steps", "6"], "mpi"),
+    "grid_cnn_pp2_tp2_dp2_deferred": (["--mode", "pipeline", "--model", "cnn", "--pp", "2", "--tp", "2", "--dp", "2",
+                                       "--microbatches", "2", "--deferred-batch-norm", "--batch-size", "16", "--steps",
+                                       "6", "--eval-every", "3", "--eval-samples", "64"], "run"),
+    "tensor_mlp_tp2_dp2": (["--mode", "tensor", "--model", "mlp", "--tp", "2", "--dp", "2", "--batch-size", "16",
+                            "--steps", "8"], "run"),
 }
 
 DROP_KEYS = {"t", "seconds", "samples_per_s", "train_seconds", "comm_seconds", "hidden_seconds", "hidden_fraction",

@@ -28,7 +28,8 @@ lab::GridShape run_grid(const lab::RunConfig& c) {
   const int world = std::max(1, c.world_size);
   if (c.mode == "pipeline") {
     g.dp = std::max(1, c.dp);
-    g.pp = c.stages > 0 ? c.stages : std::max(1, world / g.dp);
+    g.tp = std::max(1, c.tp);
+    g.pp = c.stages > 0 ? c.stages : std::max(1, world / (g.dp * g.tp));
   } else if (c.mode == "tensor") {
     g.dp = std::max(1, c.dp);
     g.tp = c.tp > 0 ? c.tp : std::max(1, world / g.dp);

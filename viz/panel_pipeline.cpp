@@ -54,13 +54,13 @@ struct StepDiagram {
 };
 
 // The blocks and sends of iteration `step` in the recorded events.
-// (replica 0's stages under --dp: rank rank_of(0, s) is stage s)
+// (replica 0's stages under --dp, their slice 0 under --tp: rank rank_of(0, s, 0) is stage s)
 StepDiagram diagram_of(const RunData& d, int64_t step, const lab::GridShape& grid) {
   const int stages = grid.pp;
   auto stage_of = [&](int rank) {  // -1: another replica's
     if (rank < 0 || rank >= grid.size()) return -1;
     const lab::GridCoords c = grid.coords(rank);
-    return c.d == 0 ? c.p : -1;
+    return c.d == 0 && c.t == 0 ? c.p : -1;
   };
   StepDiagram g;
   g.busy.assign(static_cast<size_t>(stages), 0.0);
@@ -283,7 +283,7 @@ void draw_pipeline_view(const RunData& d, PipelineViewState& st) {
     cache.step = st.step;
     cache.events_version = d.events_version;
     cache.measured = st.step >= 0 ? diagram_of(d, st.step, grid) : StepDiagram{};
-    if (grid.dp > 1) cache.grid = grid_traffic(d, grid, st.step);
+    if (grid.dp > 1 || grid.tp > 1) cache.grid = grid_traffic(d, grid, st.step);
   }
   const StepDiagram& g = cache.measured;
   const int micro = g.micro > 0 ? g.micro : configured;
@@ -308,14 +308,16 @@ void draw_pipeline_view(const RunData& d, PipelineViewState& st) {
                 "this iteration: 1 - (every stage's forward and backward time) / (stages x the iteration's span). "
                 "Stages of unequal work wait for the slowest, so it exceeds the formula's; on fewer cores than "
                 "stages the stages also wait for a core.");
-  if (grid.dp > 1) {
+  if (grid.dp > 1 || grid.tp > 1) {
     ImGui::Spacing();
-    ImGui::TextUnformatted(fmt("the grid: %d data-parallel replicas x %d stages (below: replica 0's stages)", grid.dp,
-                               stages).c_str());
+    ImGui::TextUnformatted(fmt("the grid: %d data-parallel replica%s x %d stages x %d tensor-parallel slices (below: "
+                               "replica 0's stages%s)", grid.dp, grid.dp == 1 ? "" : "s", stages, grid.tp,
+                               grid.tp > 1 ? ", as their slice 0 recorded them" : "").c_str());
     draw_rank_grid(grid, cache.grid);
     text_wrapped_colored(col::kDim, "blue: the pipeline's messages between neighbouring stages (activations and their "
-                                    "gradients); orange: each stage's gradient allreduce over the replicas (its "
-                                    "data-parallel group); bytes of the iteration shown (the Grid view: every group)");
+                                    "gradients); orange: each position's gradient allreduce over the replicas (its "
+                                    "data-parallel group); green: a stage's slices (its layers' activations and input "
+                                    "gradients, allreduced); bytes of the iteration shown (the Grid view: every group)");
   }
   ImGui::Spacing();
   ImGui::TextUnformatted(st.step >= 0 ? fmt("iteration %lld as the timeline recorded it", static_cast<long long>(st.step)).c_str()

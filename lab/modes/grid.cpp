@@ -9,8 +9,11 @@ std::string grid_placement_text(const GridShape& g) {
   std::string s;
   for (int d = 0; d < g.dp; ++d) {
     s += (d ? " | " : "") + std::string("replica ") + std::to_string(d) + ":";
-    for (int p = 0; p < g.pp; ++p)
-      for (int t = 0; t < g.tp; ++t) s += " " + std::to_string(g.rank_of({d, p, t}));
+    for (int p = 0; p < g.pp; ++p) {  // a stage's slices in brackets: "[0 1]"
+      s += g.tp > 1 ? " [" : " ";
+      for (int t = 0; t < g.tp; ++t) s += (t ? " " : "") + std::to_string(g.rank_of({d, p, t}));
+      if (g.tp > 1) s += "]";
+    }
   }
   return s;
 }

@@ -13,8 +13,8 @@
 
 namespace lab {
 
-// "replica 0: 0 1 | replica 1: 2 3": the world ranks of each data-parallel replica (in grid order:
-// stages, then slices within a stage).
+// "replica 0: 0 2 | replica 1: 1 3": the world ranks of each data-parallel replica, stage by stage;
+// with tensor parallelism each stage's slices in brackets ("replica 0: [0 1] [4 5] | ...").
 std::string grid_placement_text(const GridShape& g);
 
 // {"dp": D, "pp": P, "tp": T, "ranks": [{"rank", "d", "p", "t"}...], "groups": {"dp": [[...], ...],

@@ -46,26 +46,41 @@
 #include "run.h"
 #include "sampler.h"
 #include "state_pack.h"
+#include "tensor_parallel.h"
 
 namespace lab {
 
 namespace {
 
-int stages_of(const RunConfig& c) { return c.stages > 0 ? c.stages : c.world_size / std::max(1, c.dp); }
+int tp_of(const RunConfig& c) { return std::max(1, c.tp); }  // (0: no tensor parallelism)
+int stages_of(const RunConfig& c) {
+  return c.stages > 0 ? c.stages : c.world_size / (std::max(1, c.dp) * tp_of(c));
+}
 
-// The grid of --dp replicas of the pipeline (group_transport.h's placement: world rank = d + D p).
+// The grid of --dp replicas of the pipeline, each stage over --tp slices (group_transport.h's
+// placement: world rank = t + T (d + D p)).
 GridShape grid_of(const RunConfig& c) {
   GridShape g;
   g.dp = std::max(1, c.dp);
   g.pp = stages_of(c);
+  g.tp = tp_of(c);
   return g;
 }
+
+// Tensor parallelism inside the stages (--tp): Megatron-LM's split of the whole model
+// (tensor_parallel.h), of which each stage computes its modules.
+TpPlan tp_plan_for(const RunConfig& c, Model& model) { return tensor_parallel_plan(model, tp_of(c), c.model); }
+
+// f and g with no one to sum with: a sliced model's forward for its shapes only.
+struct NoCollectives final : TpCollectives {
+  void allreduce_sum(float*, size_t, const char*, int) override {}
+};
 
 std::vector<PipelineStage> stages_for(const RunConfig& c, Model& model) {
   return pipeline_stages(model, stages_of(c), c.balance, c.model);
 }
 
-class PipelineRank : public RankMode {
+class PipelineRank : public RankMode, private TpCollectives {
  public:
   explicit PipelineRank(RankEnv& env)
       : m_env(env),
@@ -76,17 +91,27 @@ class PipelineRank : public RankMode {
         m_stage(m_at.p),
         m_mine(m_stages[static_cast<size_t>(m_stage)]),
         m_last(m_stage + 1 == m_grid.pp),
-        m_prev(m_stage > 0 ? m_grid.rank_of({m_at.d, m_stage - 1, 0}) : -1),
-        m_next(m_last ? -1 : m_grid.rank_of({m_at.d, m_stage + 1, 0})),
+        m_prev(m_stage > 0 ? m_grid.rank_of({m_at.d, m_stage - 1, m_at.t}) : -1),
+        m_next(m_last ? -1 : m_grid.rank_of({m_at.d, m_stage + 1, m_at.t})),
         m_chunks(mutated("pipeline-whole-batch") ? 1 : static_cast<int>(env.cfg.microbatches)),
         m_deferred(env.cfg.deferred_batch_norm && !mutated("pipeline-deferred-bn-ignored")),
         m_schedule(mutated("pipeline-1f1b-is-gpipe") ? std::string("gpipe") : env.cfg.schedule) {
-    const std::vector<std::vector<int64_t>> shapes =
-        build_model(model_options(env.cfg), env.cfg.seed)->module_output_shapes({1, 28, 28});
+    std::unique_ptr<Model> whole = build_model(model_options(env.cfg), env.cfg.seed);
+    std::vector<std::vector<int64_t>> shapes;
+    if (m_grid.tp > 1) {  // the stage's modules are the rank's slices of the whole model's
+      m_plan = tp_plan_for(env.cfg, env.model);
+      m_tp = std::make_unique<TensorParallelModel>(env.model, m_plan, m_at.t, collectives());
+      NoCollectives none;  // (what crosses a stage boundary may be a slice: the sliced model's shapes)
+      shapes = TensorParallelModel(*whole, m_plan, m_at.t, none).model().module_output_shapes({1, 28, 28});
+      m_tp_transport = std::make_unique<GroupTransport>(env.transport, m_grid.tensor_group(env.rank), "tp");
+      m_tp_comm = env.comm.sub(*m_tp_transport);
+    } else {
+      shapes = whole->module_output_shapes({1, 28, 28});
+    }
     m_in_shape = m_mine.begin == 0 ? std::vector<int64_t>{1, 28, 28} : shapes[m_mine.begin - 1];
     m_out_shape = shapes[m_mine.end - 1];
     for (size_t i = m_mine.begin; i < m_mine.end; ++i) {
-      Module& mod = env.model.module(i);
+      Module& mod = stage_model().module(i);
       for (Param* p : mod.params()) m_params.push_back(p);
       for (Buffer* b : mod.buffers()) m_buffers.push_back(b);
       if (dynamic_cast<BatchNorm*>(&mod)) m_bns.push_back(i);
@@ -97,6 +122,14 @@ class PipelineRank : public RankMode {
       m_dp_transport = std::make_unique<GroupTransport>(env.transport, m_grid.data_group(env.rank), "dp");
       m_dp_comm = env.comm.sub(*m_dp_transport);
     }
+  }
+
+  // --init: rank 0 alone loaded it (run.cpp); its whole model goes to every rank, whose stage (and
+  // slices of it) start from there.
+  void start() override {
+    if (m_env.cfg.init.empty()) return;
+    broadcast_state(m_env.model, m_env.comm);
+    if (m_tp) m_tp->load(m_env.model);
   }
 
   std::vector<std::vector<int64_t>> batches(int64_t epoch) override {
@@ -124,7 +157,7 @@ class PipelineRank : public RankMode {
     m_outputs.resize(static_cast<size_t>(micro));
     m_out_grads.resize(static_cast<size_t>(micro));
     m_in_grads.resize(static_cast<size_t>(micro));
-    for (int m = 0; m < micro; ++m) zero_stage_grads(*m_replicas[static_cast<size_t>(m)]);
+    for (int m = 0; m < micro; ++m) zero_stage_grads(m_replicas[static_cast<size_t>(m)].model());
     m_loss_sum = 0;
     m_correct = 0;
     m_held.assign(static_cast<size_t>(micro), false);
@@ -161,9 +194,10 @@ class PipelineRank : public RankMode {
                                                  : std::numeric_limits<float>::quiet_NaN(),
                                   m_last ? m_correct : 0, -1.0, true, false, "");
     rec.chunks = sizes;
-    count.counts = m_last;            // the loss is the last stage's
-    count.samples = m_last ? batch : 0;
-    count.trained = m_stage == 0 ? batch : 0;  // the run's samples, counted once per replica
+    // the loss is the last stage's (its slice 0's: every slice computed the same)
+    count.counts = m_last && m_at.t == 0;
+    count.samples = count.counts ? batch : 0;
+    count.trained = m_stage == 0 && m_at.t == 0 ? batch : 0;  // the run's samples, counted once per replica
     // (a rank's model holds the other stages' layers too, stale until an evaluation shares them, and
     // its own BatchNorm layers computed on the micro-batches' replicas: no per-step statistics)
     count.record_bn = false;
@@ -185,7 +219,7 @@ class PipelineRank : public RankMode {
     for (const Param* p : m_params) params += p->value.numel() * 4;
     for (size_t m = 0; m < m_held.size(); ++m) {
       if (!m_held[m]) continue;
-      acts += m_replicas[m]->activation_bytes() + m_inputs[m].numel() * 4 + m_outputs[m].numel() * 4;
+      acts += m_replicas[m].model().activation_bytes() + m_inputs[m].numel() * 4 + m_outputs[m].numel() * 4;
     }
     b[kMemParameters] = params;
     b[kMemGradients] = params;
@@ -199,12 +233,18 @@ class PipelineRank : public RankMode {
   void add_replica() {
     ModelOptions o = model_options(m_env.cfg);
     if (m_deferred) o.bn.track_running_stats = false;
-    m_replicas.push_back(build_model(o, m_env.cfg.seed));
+    Replica r;
+    r.whole = build_model(o, m_env.cfg.seed);
+    if (m_tp) {  // the rank's slices of it (their values are swapped in from the stage's)
+      r.tp = std::make_unique<TensorParallelModel>(*r.whole, m_plan, m_at.t, collectives());
+      r.whole.reset();
+    }
+    m_replicas.push_back(std::move(r));
   }
   // Swaps the stage's parameters (values only) and, without deferred BatchNorm, its buffers into
   // (and back out of) replica m: an O(1) exchange of storage, no copy.
   void swap_state(size_t m) {
-    Model& r = *m_replicas[m];
+    Model& r = m_replicas[m].model();
     size_t pi = 0, bi = 0;
     for (size_t i = m_mine.begin; i < m_mine.end; ++i) {
       for (Param* p : r.module(i).params()) std::swap(p->value, m_params[pi++]->value);
@@ -231,7 +271,7 @@ class PipelineRank : public RankMode {
       m_inputs[m].resize(shape);
       std::memcpy(m_inputs[m].ptr(), in.x->ptr() + off * per, static_cast<size_t>(n * per) * sizeof(float));
     }
-    Model& r = *m_replicas[m];
+    Model& r = m_replicas[m].model();
     m_env.comm.timed(Phase::Forward, "forward", m_step, [&] {
       swap_state(m);
       struct Back {
@@ -256,7 +296,7 @@ class PipelineRank : public RankMode {
 
   void backward(int micro) {
     const size_t m = static_cast<size_t>(micro);
-    Model& r = *m_replicas[m];
+    Model& r = m_replicas[m].model();
     m_env.comm.timed(Phase::Backward, "backward", m_step, [&] {
       swap_state(m);
       struct Back {
@@ -278,7 +318,7 @@ class PipelineRank : public RankMode {
   void track_deferred(Model& r) {
     for (size_t k = 0; k < m_bns.size(); ++k)
       if (m_deferred_stats[k].track(r.module_input(m_bns[k]), m_chunks))
-        m_deferred_stats[k].commit(static_cast<BatchNorm&>(m_env.model.module(m_bns[k])));
+        m_deferred_stats[k].commit(static_cast<BatchNorm&>(stage_model().module(m_bns[k])));
   }
 
   void accumulate(int micro) {
@@ -287,7 +327,7 @@ class PipelineRank : public RankMode {
       g.zero();
     }
     for (int m = micro; m-- > 0;) {
-      Model& r = *m_replicas[static_cast<size_t>(m)];
+      Model& r = m_replicas[static_cast<size_t>(m)].model();
       size_t pi = 0;
       for (size_t i = m_mine.begin; i < m_mine.end; ++i)
         for (Param* p : r.module(i).params()) {
@@ -402,8 +442,39 @@ class PipelineRank : public RankMode {
     m_received_input[static_cast<size_t>(input_micro)] = true;
   }
 
+  TpCollectives& collectives() { return *this; }  // (a private base: converted here)
+  // The model whose stage modules the rank trains: the run's, or (--tp) the rank's slices.
+  Model& stage_model() { return m_tp ? m_tp->model() : m_env.model; }
+
+  // f's and g's allreduce (--tp): a collective of the stage's tensor-parallel group, inside the
+  // micro-batch's forward or backward block (as in Megatron-LM, a stage's block includes them).
+  void allreduce_sum(float* data, size_t count, const char* what, int tag) override {
+    m_tp_comm->set_train_step(m_env.comm.train_step());
+    const uint64_t before = m_tp_comm->bytes_sent();
+    m_tp_comm->allreduce_sum(data, count, CollectiveInfo{what, tag});
+    m_env.comm.add_bytes_sent(m_tp_comm->bytes_sent() - before);
+  }
+
+  // (--tp) The stage's slices into the rank's whole model: an allgather over the tensor group, as
+  // --mode tensor's (the other stages' modules it writes are stale; share_stages overwrites them).
+  void gather_slices() {
+    const size_t n = m_tp->packed_floats(), tp = static_cast<size_t>(m_grid.tp);
+    m_packed.resize(n);
+    m_gathered.resize(n * tp);
+    m_tp->pack(m_packed.data());
+    m_tp_comm->set_train_step(-1);
+    const uint64_t before = m_tp_comm->bytes_sent();
+    m_tp_comm->allgather(m_packed.data(), n, m_gathered.data(), CollectiveInfo{"tp shards", -1});
+    m_env.comm.add_bytes_sent(m_tp_comm->bytes_sent() - before);
+    for (size_t r = 0; r < tp; ++r) m_tp->unpack(m_gathered.data() + r * n, static_cast<int>(r), m_env.model);
+    m_tp->store_whole(m_env.model);
+    std::vector<float>().swap(m_packed);
+    std::vector<float>().swap(m_gathered);
+  }
+
   // Every stage broadcasts its parameters and buffers (root: the stage's rank).
   void share_stages() {
+    if (m_tp) gather_slices();
     // (an evaluation's, not an iteration's: a periodic evaluation comes while the step is still set)
     const int64_t step = m_env.comm.train_step();
     m_env.comm.set_train_step(-1);
@@ -461,7 +532,20 @@ class PipelineRank : public RankMode {
   std::vector<Buffer*> m_buffers;  // the stage's buffers (BatchNorm's running statistics)
   std::vector<size_t> m_bns;       // the stage's BatchNorm modules
   std::vector<DeferredBatchNormStats> m_deferred_stats;
-  std::vector<std::unique_ptr<Model>> m_replicas;  // one per micro-batch in flight
+  // A micro-batch's model: a whole one, or (--tp) the rank's slices of one.
+  struct Replica {
+    std::unique_ptr<Model> whole;
+    std::unique_ptr<TensorParallelModel> tp;
+    Model& model() { return tp ? tp->model() : *whole; }
+    const Model& model() const { return tp ? tp->model() : *whole; }
+  };
+  std::vector<Replica> m_replicas;  // one per micro-batch in flight
+  // --tp > 1: the rank's slices of the whole model (the stage's are what it trains), its tensor group
+  TpPlan m_plan;
+  std::unique_ptr<TensorParallelModel> m_tp;
+  std::unique_ptr<GroupTransport> m_tp_transport;
+  std::unique_ptr<Communicator> m_tp_comm;
+  std::vector<float> m_packed, m_gathered;
   // this iteration
   int64_t m_step = 0, m_batch = 0;
   uint64_t m_seq0 = 0;
@@ -535,8 +619,16 @@ class PipelineMode : public ParallelMode {
     dp.min = 1;
     dp.pytorch = "data-parallel group size";
     dp.help = "Data-parallel replicas of the whole pipeline: each stage's gradients averaged over them (DDP), world "
-              "size = stages x dp.";
-    return {stages, micro, sched, balance, deferred, dp};
+              "size = stages x dp x tp.";
+    ModeSetting tp;
+    tp.field = "tp";
+    tp.flag = "--tp";
+    tp.label = "tp";
+    tp.min = 0;
+    tp.pytorch = "Megatron-LM's tensor_model_parallel_size";
+    tp.help = "Tensor-parallel slices of every stage (0 or 1: none): Megatron-LM's split of the layers, each stage's "
+              "over its own --tp ranks.";
+    return {stages, micro, sched, balance, deferred, dp, tp};
   }
   void validate_settings(const RunConfig& c) const override {
     check_schedule_name(c.schedule);
@@ -545,14 +637,18 @@ class PipelineMode : public ParallelMode {
   }
   void validate(const RunConfig& c) const override {
     if (c.dp < 1) throw ConfigError("--dp must be at least 1, got " + std::to_string(c.dp));
-    if (c.stages > 0 && c.stages * c.dp != c.world_size)
-      throw ConfigError("--stages " + std::to_string(c.stages) + " x --dp " + std::to_string(c.dp) + " with --world-size " +
+    if (c.tp < 0) throw ConfigError("--tp must be at least 1, got " + std::to_string(c.tp));
+    const int T = tp_of(c);
+    if (c.stages > 0 && c.stages * c.dp * T != c.world_size)
+      throw ConfigError("--stages " + std::to_string(c.stages) + " x --dp " + std::to_string(c.dp) +
+                            (T > 1 ? " x --tp " + std::to_string(T) : "") + " with --world-size " +
                             std::to_string(c.world_size),
-                        "a pipeline has one rank per stage of each data-parallel replica: --world-size is stages x dp "
-                        "(leave it out and it follows)");
-    if (c.world_size % c.dp != 0)
-      throw ConfigError("--world-size " + std::to_string(c.world_size) + " is not a multiple of --dp " + std::to_string(c.dp),
-                        "every data-parallel replica of the pipeline has the same stages");
+                        "a pipeline has one rank per stage (and per tensor-parallel slice of it) of each data-parallel "
+                        "replica: --world-size is stages x dp x tp (leave it out and it follows)");
+    if (c.world_size % (c.dp * T) != 0)
+      throw ConfigError("--world-size " + std::to_string(c.world_size) + " is not a multiple of --dp " + std::to_string(c.dp) +
+                            (T > 1 ? " x --tp " + std::to_string(T) : ""),
+                        "every data-parallel replica of the pipeline has the same stages, each of --tp ranks");
     if (!parse_device(c.compute.device).is_cpu())
       throw ConfigError("--mode pipeline runs on the CPU reference only, not --device " + c.compute.device,
                         "its stages run the CPU's modules; use --device cpu");
@@ -569,6 +665,7 @@ class PipelineMode : public ParallelMode {
                         "the mlp's are; use --model cnn");
     std::unique_ptr<Model> m = build_model(model_options(c), c.seed);
     (void)stages_for(c, *m);  // the stage map's errors, by name
+    if (T > 1) (void)tp_plan_for(c, *m);  // --tp that does not divide a split layer, by name
   }
   std::string no_effect_reason(const RunConfig& c, const std::string& setting) const override {
     if (setting == "deferred_batch_norm" && (!c.batchnorm || !c.track_running_stats))
@@ -583,6 +680,7 @@ class PipelineMode : public ParallelMode {
     const int P = stages_of(c);
     return "pipeline " + c.schedule + ", " + std::to_string(P) + (P == 1 ? " stage, " : " stages, ") +
            std::to_string(c.microbatches) + " micro-batches" +
+           (c.tp > 1 ? ", " + std::to_string(c.tp) + " tensor-parallel slices each" : "") +
            (c.dp > 1 ? ", " + std::to_string(c.dp) + " data-parallel replicas" : "");
   }
   std::string header(const RunConfig& c) const override {
@@ -590,9 +688,14 @@ class PipelineMode : public ParallelMode {
     const std::vector<PipelineStage> st = stages_for(c, *m);
     std::string h = " schedule=" + c.schedule + " microbatches=" + std::to_string(c.microbatches) + " balance=" +
                     balance_text(st) + (c.deferred_batch_norm ? " deferred_batch_norm" : "") +
-                    (c.dp > 1 ? " dp=" + std::to_string(c.dp) : "") + "\nstages: " + stage_map_text(*m, st);
-    if (c.dp > 1)  // where each replica's stages are: Megatron-LM's placement
-      h += "\nranks: " + grid_placement_text(grid_of(c)) + " (ranks of stage s in every replica allreduce its gradients)";
+                    (c.dp > 1 ? " dp=" + std::to_string(c.dp) : "") + (c.tp > 1 ? " tp=" + std::to_string(c.tp) : "") +
+                    "\nstages: " + stage_map_text(*m, st);
+    if (c.tp > 1) h += "\nsplit: " + tp_plan_text(tp_plan_for(c, *m));
+    if (c.dp > 1 || c.tp > 1)  // where each replica's stages are: Megatron-LM's placement
+      h += "\nranks: " + grid_placement_text(grid_of(c)) +
+           (c.tp > 1 ? " (a stage's slices on neighbouring ranks allreduce its layers' activations; "
+                     : " (") +
+           "stage s of every replica allreduces its gradients)";
     return h;
   }
   void resolve(RunConfig& c) const override {
@@ -631,7 +734,7 @@ std::map<int64_t, StepBlocks> blocks_by_step(const std::vector<std::vector<Event
   std::map<int64_t, StepBlocks> out;
   for (const auto& rank_events : events)
     for (Event e : rank_events) {
-      if (e.rank < 0 || e.rank >= g.size() || g.coords(e.rank).d != 0) continue;
+      if (e.rank < 0 || e.rank >= g.size() || g.coords(e.rank).d != 0 || g.coords(e.rank).t != 0) continue;
       e.rank = g.coords(e.rank).p;
       if (e.kind != EventKind::Compute || e.train_step < 0 || e.tag < 0) continue;
       if (e.phase != Phase::Forward && e.phase != Phase::Backward) continue;

@@ -155,11 +155,14 @@ INSTANTIATE_TEST_SUITE_P(
                       // grids: process groups over MPI's point-to-point messages (group_transport.h), the
                       // pipeline's sends and sendrecvs, the tensor-parallel allreduces inside replicas
                       Case{4, "mlp", "local", "--mode pipeline --stages 2 --dp 2 --microbatches 2 --schedule 1f1b"},
-                      Case{4, "cnn", "local", "--mode tensor --tp 2 --dp 2"}),
+                      Case{4, "cnn", "local", "--mode tensor --tp 2 --dp 2"},
+                      Case{8, "mlp", "local", "--mode pipeline --pp 2 --tp 2 --dp 2 --microbatches 2"}),
     [](const ::testing::TestParamInfo<Case>& i) {
       const std::string& extra = std::get<3>(i.param);
       const std::string tail = extra.empty()                              ? ""
                                : extra == "--no-broadcast-buffers"        ? "_own_buffers"
+                               : extra.find("--tp") != std::string::npos && extra.find("pipeline") != std::string::npos
+                                   ? "_pipeline_tp2_dp2"
                                : extra.find("pipeline") != std::string::npos ? "_pipeline_dp2"
                                                                           : "_tensor_dp2";
       return std::get<1>(i.param) + "_" + std::get<2>(i.param) + "_np" + std::to_string(std::get<0>(i.param)) + tail;
