@@ -7,6 +7,7 @@
 //   dtlab bench sgemm [flags]  the sgemm backend's GFLOP/s (the roofline of bench train)
 //   dtlab bench allreduce [flags]  allreduce time and bandwidth per size, nccl-tests style
 //   dtlab bench chain [flags]  a matrix chain in every parenthesization, at several thread counts
+//   dtlab bench layouts [flags]  every dp x pp x tp layout of N ranks: time, bytes per group, wire time
 //   dtlab eval  [flags]        test accuracy of weights in eval or train mode (eval_command.cpp)
 //   dtlab lesson list|show|check|run|report|prepare   lessons (lesson_command.cpp)
 //   dtlab gui   [flags]        the lab window (gui_command.cpp); also `dtlab` alone on a display
@@ -345,6 +346,10 @@ int main(int argc, char** argv) {
   CLI::App* bench_chain = bench_cmd->add_subcommand(
       "chain", "a matrix chain in every parenthesization: FLOPs, time, GFLOP/s, thread scaling, the optimal order");
   commands::add_bench_chain_flags(*bench_chain, copt);
+  lab::BenchLayoutsOptions layopt;
+  CLI::App* bench_layouts = bench_cmd->add_subcommand(
+      "layouts", "every dp x pp x tp layout of N ranks on one global batch and link: time, bytes per group, wire time");
+  commands::add_bench_layouts_flags(*bench_layouts, layopt);
 
   lab::EvalCommandOptions eopt;
   CLI::App* eval_cmd = app.add_subcommand(
@@ -421,6 +426,8 @@ int main(int argc, char** argv) {
       code = lab::bench_allreduce(aopt);
     } else if (bench_chain->parsed()) {
       code = lab::bench_chain(copt);
+    } else if (bench_layouts->parsed()) {
+      code = lab::bench_layouts(layopt, lab::make_world);
     } else if (eval_cmd->parsed()) {
       code = lab::eval_command(eopt);
     } else if (lesson_cmd->parsed()) {

@@ -331,6 +331,33 @@ void add_bench_chain_flags(CLI::App& app, lab::BenchChainOptions& o) {
   app.add_option("--json", o.json_out, "also write every figure to this file as JSON");
 }
 
+void add_bench_layouts_flags(CLI::App& app, lab::BenchLayoutsOptions& o) {
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  lab::RunConfig& c = o.base;
+  c.threads = 1;  // (one compute thread per rank: the ranks share the machine's cores)
+  c.world_size = 4;
+  app.add_option("--model", c.model, "mlp or cnn")->capture_default_str();
+  app.add_option("--world-size", c.world_size, "ranks: every dp x pp x tp that makes it is a layout")
+      ->capture_default_str();
+  app.add_option("--global-batch", o.global_batch, "samples per iteration over the whole grid (each replica: G / dp)")
+      ->capture_default_str();
+  app.add_option("--steps", o.steps, "iterations measured per layout (after one that warms up)")->capture_default_str();
+  app.add_option("--microbatches", o.microbatches, "a pipeline's micro-batches (at most its replica's batch)")
+      ->capture_default_str();
+  app.add_option("--schedule", c.schedule, "a pipeline's schedule: gpipe or 1f1b")->capture_default_str();
+  app.add_option("--link-gbps", c.link_gbps, "the simulated link's bandwidth, Gbit/s (0: unlimited)")
+      ->capture_default_str();
+  app.add_option("--link-latency-us", c.link_latency_us, "the simulated link's latency per message, microseconds")
+      ->capture_default_str();
+  app.add_option("--allreduce", c.allreduce, "the allreduce algorithm: ring, naive or tree")->capture_default_str();
+  app.add_option("--threads", c.threads, "compute threads per rank")->capture_default_str();
+  app.add_option("--seed", c.seed, "torch.manual_seed: the initial weights and the shuffle")->capture_default_str();
+  app.add_option("--data-dir", c.data_dir, "Fashion-MNIST's directory (default: the Debian package's)");
+  app.add_option("--timeout", c.timeout_s, "seconds a blocking collective waits before the run fails")
+      ->capture_default_str();
+  app.add_option("--json", o.json_out, "also write every figure to this file as JSON");
+}
+
 void add_eval_flags(CLI::App& app, lab::EvalCommandOptions& o) {
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--run", o.run_dir, "a run directory: its model (config.toml) and final weights (final.safetensors)");

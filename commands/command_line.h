@@ -14,6 +14,7 @@
 
 #include "bench_allreduce.h"
 #include "bench_chain.h"
+#include "bench_layouts.h"
 #include "bench_train.h"
 #include "config.h"
 #include "eval_command.h"
@@ -44,6 +45,7 @@ void add_bench_train_flags(CLI::App& app, lab::BenchTrainOptions& o);
 void add_bench_sgemm_flags(CLI::App& app, lab::BenchSgemmOptions& o);
 void add_bench_allreduce_flags(CLI::App& app, lab::BenchAllreduceOptions& o);
 void add_bench_chain_flags(CLI::App& app, lab::BenchChainOptions& o);
+void add_bench_layouts_flags(CLI::App& app, lab::BenchLayoutsOptions& o);
 void add_eval_flags(CLI::App& app, lab::EvalCommandOptions& o);
 
 // A command a lesson (or a script) runs: its name, its arguments as given, and its options as
