@@ -501,6 +501,18 @@ TEST(PipelineRun, TensorParallelStagesInAGridAreTensorParallelism) {
     for (const char* kind : {"dp", "pp", "tp"})
       EXPECT_GT(g.at("bytes_per_iteration_by_group").at(kind).get<double>(), 0.0) << kind;
     EXPECT_EQ(j.at("samples"), nlohmann::json::parse(testutil::read_file(d0.file("summary.json"))).at("samples"));
+    // each rank's model states are (8+K) Psi_r, Psi_r the parameters of its stage's slices: the formula
+    // per rank equals what the rank's memory accounting holds after the step
+    const auto& mem = j.at("memory");
+    ASSERT_EQ(mem.at("per_rank").size(), 8u);
+    for (const auto& r : mem.at("per_rank")) {
+      const auto& end = r.at("end_of_step");
+      const auto& want = r.at("formula").at("model_states");
+      for (const char* cat : {"parameters", "gradients", "optimizer_state"})
+        EXPECT_EQ(end.at(cat), want.at(cat)) << "rank " << r.at("rank") << " " << cat;
+      EXPECT_EQ(r.at("formula").at("psi"), mem.at("formula").at("psi_per_rank")[r.at("rank").get<size_t>()]);
+    }
+    EXPECT_LT(mem.at("formula").at("psi_per_rank")[0].get<int64_t>(), mem.at("formula").at("psi").get<int64_t>());
   }
   // --tp must divide the split layers; the world is stages x dp x tp, and follows them
   lab::RunConfig bad = pipeline_run("mlp", 6, 1, "");

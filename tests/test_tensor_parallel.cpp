@@ -726,6 +726,10 @@ TEST(TensorParallelRun, DataParallelReplicasAreDdp) {
       const auto& a2 = jb.at("tensor").at("allreduces").at("per_iteration");
       EXPECT_EQ(a2.at("forward"), std::string(name) == "mlp" ? 1 : 2);
       EXPECT_TRUE(jb.at("tensor").at("allreduces").at("uniform").get<bool>());
+      // each rank's model states are (8+K) Psi_r, Psi_r its slices and copies: what it holds after a step
+      for (const auto& r : jb.at("memory").at("per_rank"))
+        for (const char* cat : {"parameters", "gradients", "optimizer_state"})
+          EXPECT_EQ(r.at("end_of_step").at(cat), r.at("formula").at("model_states").at(cat)) << r.at("rank") << cat;
     }
   }
   // --tp x --dp must be the world size; --tp and --dp alone set it

@@ -125,6 +125,8 @@ struct MemoryViewState {
   int64_t first_step = -1, last_step = -1;  // iterations that still have their points
   std::string psi_model;     // Psi of this model (built once)
   int64_t psi = 0;
+  std::string psi_r_key;     // the configuration psi_r was computed for
+  std::vector<int64_t> psi_r;  // a mode that splits the model: each rank's parameters
 };
 
 // The Pipeline view (panel_pipeline.cpp).

@@ -106,6 +106,8 @@ StepPoints step_points(const RunData& d, MemoryViewState& st) {
 // The formula's operands for the run's configuration.
 struct Formula {
   lab::ZeroFormula z;
+  std::vector<int64_t> psi_r;  // a mode that splits the model: each rank's Psi (Psi_r); empty otherwise
+  int rank = -1;               // ... and the rank whose Psi_r z.psi is
   std::string optimizer;  // "Adam", "SGD with momentum", "SGD"
   std::string mode;       // "FSDP full_shard"
 };
@@ -130,6 +132,23 @@ Formula formula_of(const RunData& d, MemoryViewState& st) {
     }
   }
   f.z.psi = st.psi;
+  // a pipeline's stages, tensor parallelism's slices: each rank's own parameters (built once per run)
+  const std::string key = c.model + "|" + c.mode + "|" + std::to_string(c.world_size) + "|" + std::to_string(c.stages) +
+                          "|" + std::to_string(c.dp) + "|" + std::to_string(c.tp) + "|" + c.balance;
+  if (m && st.psi_r_key != key) {
+    st.psi_r_key = key;
+    st.psi_r.clear();
+    try {
+      for (int r = 0; r < c.world_size && m->rank_parameters(c, 0) >= 0; ++r) st.psi_r.push_back(m->rank_parameters(c, r));
+    } catch (const std::exception&) {
+      st.psi_r.clear();
+    }
+  }
+  f.psi_r = st.psi_r;
+  if (!f.psi_r.empty()) {
+    f.rank = std::clamp(st.rank, 0, static_cast<int>(f.psi_r.size()) - 1);
+    f.z.psi = f.psi_r[static_cast<size_t>(f.rank)];
+  }
   f.mode = c.mode == "fsdp" ? "FSDP " + c.sharding_strategy : m ? m->title() : c.mode;
   return f;
 }
@@ -246,7 +265,10 @@ int step_columns(const std::vector<lab::MemorySample>& pts, int chosen, double s
 void formula_text(const Formula& f, const lab::MemoryBytes& fb) {
   const lab::ZeroFormula& z = f.z;
   const std::string ops =
-      fmt("K = %d (%s), Psi = %s parameters, N = %d", z.k, f.optimizer.c_str(), fmt_count(static_cast<double>(z.psi)).c_str(), z.world);
+      f.rank >= 0 ? fmt("K = %d (%s), Psi_r = %s parameters: what rank %d holds of the model (its stage, its slices)",
+                        z.k, f.optimizer.c_str(), fmt_count(static_cast<double>(z.psi)).c_str(), f.rank)
+                  : fmt("K = %d (%s), Psi = %s parameters, N = %d", z.k, f.optimizer.c_str(),
+                        fmt_count(static_cast<double>(z.psi)).c_str(), z.world);
   std::string value;
   switch (z.stage) {
     case 0: value = fmt("(8+%d) x %s", z.k, fmt_count(static_cast<double>(z.psi)).c_str()); break;
@@ -256,12 +278,15 @@ void formula_text(const Formula& f, const lab::MemoryBytes& fb) {
                         fmt_count(static_cast<double>(z.psi)).c_str(), z.world); break;
     default: value = fmt("(8+%d) x %s/%d", z.k, fmt_count(static_cast<double>(z.psi)).c_str(), z.world); break;
   }
-  ImGui::TextUnformatted(fmt("ZeRO stage %d (%s): model states per rank = %s", z.stage, f.mode.c_str(), z.expression().c_str()).c_str());
+  if (f.rank >= 0)
+    ImGui::TextUnformatted(fmt("%s splits the model: rank %d's model states = (8+K)Psi_r", f.mode.c_str(), f.rank).c_str());
+  else
+    ImGui::TextUnformatted(fmt("ZeRO stage %d (%s): model states per rank = %s", z.stage, f.mode.c_str(), z.expression().c_str()).c_str());
   ImGui::TextUnformatted(fmt("  = %s = %s bytes (%s)", value.c_str(), fmt_count(static_cast<double>(fb.total())).c_str(),
                              fmt_mib(fb.total()).c_str()).c_str());
   ImGui::TextDisabled("  %s; fp32: parameters 4 bytes, gradients 4, optimizer K (0 SGD, 4 momentum, 8 Adam)%s", ops.c_str(),
                       z.stage == 3 ? "; plus the unit gathered at once" : "");
-  note_item("value", "memory: formula", true, z.expression());
+  note_item("value", "memory: formula", true, f.rank >= 0 ? std::string("(8+K)Psi_r") : z.expression());
 }
 
 void category_table(const lab::MemoryBytes& now, const lab::MemoryBytes& end, const lab::MemoryBytes& fb, int rank,
@@ -370,7 +395,14 @@ void draw_memory_view(const RunData& d, MemoryViewState& st) {
     ImGui::SameLine(label_w);
     const ImVec2 bp = ImGui::GetCursorScreenPos();
     if (pts && static_cast<size_t>(chosen) < pts->size())
-      rank_bar(dl, bp, bar_w, bar_h, (*pts)[static_cast<size_t>(chosen)].bytes, scale, fb.total(), who);
+      rank_bar(dl, bp, bar_w, bar_h, (*pts)[static_cast<size_t>(chosen)].bytes, scale,
+               r < f.psi_r.size() ? [&] {
+                 lab::ZeroFormula zr = f.z;
+                 zr.psi = f.psi_r[r];
+                 return zr.model_states().total();
+               }()
+                                  : fb.total(),
+               who);
     ImGui::Dummy(ImVec2(bar_w + fs * 6, bar_h));
     note_item("value", "memory: " + who, true, pts && static_cast<size_t>(chosen) < pts->size()
                                     ? fmt_mib((*pts)[static_cast<size_t>(chosen)].bytes.total())

@@ -260,6 +260,10 @@ class ParallelMode {
   // The ZeRO stage of its memory (memory.h's ZeroFormula): 0 replicates everything (DDP), 1 shards
   // the optimizer state, 2 the gradients too, 3 the parameters too.
   virtual int zero_stage(const RunConfig& c) const { (void)c; return 0; }
+  // A mode that splits the model (a pipeline's stages, tensor parallelism's slices): the parameters
+  // (elements) `rank` holds, its Psi_r in the formula (8+K) Psi_r; -1 for a mode whose every rank
+  // holds the whole model (the ZeRO stages' Psi).
+  virtual int64_t rank_parameters(const RunConfig& c, int rank) const { (void)c, (void)rank; return -1; }
   // The collectives that synchronize its training (the Allreduce view's first choice).
   virtual SyncCollectives sync_collectives() const { return {}; }
   // Lines the console prints after a run, beside the communication figures.

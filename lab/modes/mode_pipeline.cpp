@@ -698,6 +698,21 @@ class PipelineMode : public ParallelMode {
            "stage s of every replica allreduces its gradients)";
     return h;
   }
+  int64_t rank_parameters(const RunConfig& c, int rank) const override {
+    const GridShape g = grid_of(c);
+    if (rank < 0 || rank >= g.size()) return -1;
+    const GridCoords at = g.coords(rank);
+    std::unique_ptr<Model> m = build_model(model_options(c), c.seed);
+    const PipelineStage st = stages_for(c, *m)[static_cast<size_t>(at.p)];
+    std::unique_ptr<TensorParallelModel> tp;
+    NoCollectives none;
+    if (g.tp > 1) tp = std::make_unique<TensorParallelModel>(*m, tp_plan_for(c, *m), at.t, none);
+    Model& mine = tp ? tp->model() : *m;
+    int64_t n = 0;
+    for (size_t i = st.begin; i < st.end; ++i)
+      for (Param* p : mine.module(i).params()) n += p->value.numel();
+    return n;
+  }
   void resolve(RunConfig& c) const override {
     if (!c.balance.empty()) return;
     std::unique_ptr<Model> m = build_model(model_options(c), c.seed);

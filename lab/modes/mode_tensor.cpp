@@ -344,6 +344,17 @@ class TensorMode : public ParallelMode {
     return h;
   }
   std::unique_ptr<RankMode> make_rank(RankEnv& env) const override { return std::make_unique<TensorRank>(env); }
+  int64_t rank_parameters(const RunConfig& c, int rank) const override {
+    if (rank < 0 || rank >= c.world_size) return -1;
+    std::unique_ptr<Model> m = build_model(model_options(c), c.seed);
+    struct None final : TpCollectives {
+      void allreduce_sum(float*, size_t, const char*, int) override {}
+    } none;
+    TensorParallelModel tp(*m, plan_for(c, *m), grid_of(c).coords(rank).t, none);
+    int64_t n = 0;
+    for (Param* p : tp.model().params()) n += p->value.numel();
+    return n;
+  }
   SyncCollectives sync_collectives() const override { return {"allreduce", {kTpActivations, kTpInputGrads}}; }
   void summary(const SummaryEnv& env, nlohmann::json& j) const override;
   std::vector<std::string> summary_lines(const RunConfig& c, const RunSummary& s) const override;

@@ -221,6 +221,17 @@ nlohmann::json Run::memory_json(int64_t psi) {
   outline = RunSummary::MemoryOutline{};
   outline.formula = f.model_states().total();
   outline.expression = f.expression();
+  // A mode that splits the model: each rank's model states are (8+K) Psi_r, Psi_r the parameters it
+  // holds (its stage's, its slices'); the line names the peak rank's
+  const bool split = mode.rank_parameters(m_cfg, 0) >= 0;
+  std::vector<int64_t> psi_r;
+  if (split)
+    for (int r = 0; r < m_cfg.world_size; ++r) psi_r.push_back(mode.rank_parameters(m_cfg, r));
+  auto split_states = [&](int r) {
+    ZeroFormula fr = f;
+    fr.psi = psi_r[static_cast<size_t>(r)];
+    return fr.model_states();
+  };
   for (size_t r = 0; r < m_ranks.size(); ++r) {
     RankState& rs = *m_ranks[r];
     std::lock_guard<std::mutex> lock(rs.mu);
@@ -232,24 +243,37 @@ nlohmann::json Run::memory_json(int64_t psi) {
       outline.peak = top.bytes.total();
       outline.at = top.point;
       outline.states_end = rs.memory_last_points.back().bytes.model_states();
+      if (split) {
+        outline.formula = split_states(static_cast<int>(r)).total();
+        outline.expression = "(8+K)Psi_r, Psi_r = rank " + std::to_string(r) + "'s " + std::to_string(psi_r[r]) + " parameters";
+      }
     }
     ranks.push_back({{"rank", r},
                      {"peak", {{"bytes", top.bytes.total()}, {"step", rs.memory_peak.step}, {"at", top.point},
                                {"by_category", categories_json(top.bytes)}}},
                      {"end_of_step", categories_json(rs.memory_last_points.back().bytes)},
                      {"peak_step_points", memory_points_json(rs.memory_peak.points)}});
+    if (split)
+      ranks.back()["formula"] = {{"psi", psi_r[r]}, {"model_states", categories_json(split_states(static_cast<int>(r)))}};
   }
   nlohmann::json cats = nlohmann::json::array();
   for (int c = 0; c < kMemCategories; ++c) cats.push_back(memory_category_name(c));
+  nlohmann::json formula = {{"zero_stage", f.stage}, {"expression", f.expression()}, {"psi", f.psi}, {"k", f.k},
+                            {"world", f.world}, {"model_states", categories_json(f.model_states())}};
+  if (split) {  // (the whole model's Psi stays: what one rank would hold without the split)
+    formula["expression_per_rank"] = "(8+K)Psi_r";
+    formula["psi_per_rank"] = psi_r;
+  }
   return {{"per_rank", ranks},
           {"categories", cats},
-          {"formula", {{"zero_stage", f.stage}, {"expression", f.expression()}, {"psi", f.psi}, {"k", f.k},
-                       {"world", f.world}, {"model_states", categories_json(f.model_states())}}},
+          {"formula", formula},
           {"what", "bytes each rank holds, by category, as torch.cuda.memory_allocated counts them (live tensors, "
                    "not an allocator's cache): peak is the highest total at any point of any step, with the points "
                    "of that step (bytes in the order of categories); end_of_step is after the last step. formula: "
                    "the ZeRO paper's model states per rank in float32 (parameters 4 Psi, gradients 4 Psi, optimizer "
-                   "K Psi: K = 0 SGD, 4 momentum, 8 Adam), divided by the world where the stage shards them"}};
+                   "K Psi: K = 0 SGD, 4 momentum, 8 Adam), divided by the world where the stage shards them; a "
+                   "mode that splits the model (pipeline stages, tensor slices) has psi_per_rank, each rank's "
+                   "(8+K) Psi_r in its per_rank formula"}};
 }
 
 nlohmann::json Run::summary_json(const std::vector<int>& differing, const ComputeStats& cs) {
