@@ -136,6 +136,19 @@ void heading(const char* text) {
   note_item("heading", text);
 }
 
+void iteration_picker(bool& follow, int64_t& step, int64_t newest) {
+  if (follow || step > newest) step = newest;
+  if (newest < 0) return;
+  ImGui::Checkbox("newest iteration", &follow);
+  ImGui::SameLine();
+  int s = static_cast<int>(std::max<int64_t>(0, step));
+  ImGui::SetNextItemWidth(ImGui::GetFontSize() * 14);
+  if (ImGui::SliderInt("iteration", &s, 0, static_cast<int>(newest))) {
+    step = s;
+    follow = false;
+  }
+}
+
 void text_wrapped_colored(ImU32 color, const std::string& text) {
   ImGui::PushStyleColor(ImGuiCol_Text, color);
   ImGui::TextWrapped("%s", text.c_str());

@@ -56,6 +56,10 @@ void help_marker(const std::string& text);
 void heading(const char* text);
 // Wrapped text in a colour.
 void text_wrapped_colored(ImU32 color, const std::string& text);
+// "[x] newest iteration  [----slider----] iteration": which of the iterations 0..newest a view
+// shows (step), following the newest while `follow` is on; moving the slider turns it off. Draws
+// nothing while newest < 0 (step is then -1).
+void iteration_picker(bool& follow, int64_t& step, int64_t newest);
 
 // Fonts, in the order the app adds them to the atlas (ImGui's font atlas is the only place they
 // live): the default font when the atlas has fewer.

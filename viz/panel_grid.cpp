@@ -188,17 +188,7 @@ void draw_grid_view(const RunData& d, GridViewState& st) {
   const lab::RunConfig& c = d.cfg;
   const lab::GridShape g = run_grid(c);
   const int64_t newest = d.last_complete_step();
-  if (st.follow || st.step > newest) st.step = newest;
-  if (newest >= 0) {
-    ImGui::Checkbox("newest iteration", &st.follow);
-    ImGui::SameLine();
-    int s = static_cast<int>(std::max<int64_t>(0, st.step));
-    ImGui::SetNextItemWidth(ImGui::GetFontSize() * 14);
-    if (ImGui::SliderInt("iteration", &s, 0, static_cast<int>(newest))) {
-      st.step = s;
-      st.follow = false;
-    }
-  }
+  iteration_picker(st.follow, st.step, newest);
   if (!st.cache) st.cache = std::make_shared<GridViewCache>();
   GridViewCache& cache = *st.cache;
   if (cache.run != d.identity || cache.step != st.step ||

@@ -261,17 +261,7 @@ void draw_pipeline_view(const RunData& d, PipelineViewState& st) {
   const int stages = grid.pp;
   const int configured = static_cast<int>(c.microbatches);
   const int64_t newest = newest_complete(d);
-  if (st.follow || st.step > newest) st.step = newest;
-  if (newest >= 0) {
-    ImGui::Checkbox("newest iteration", &st.follow);
-    ImGui::SameLine();
-    int s = static_cast<int>(std::max<int64_t>(0, st.step));
-    ImGui::SetNextItemWidth(ImGui::GetFontSize() * 14);
-    if (ImGui::SliderInt("iteration", &s, 0, static_cast<int>(newest))) {
-      st.step = s;
-      st.follow = false;
-    }
-  }
+  iteration_picker(st.follow, st.step, newest);
   if (!st.cache) st.cache = std::make_shared<PipelineDiagramCache>();
   PipelineDiagramCache& cache = *st.cache;
   if (cache.run != d.identity) {

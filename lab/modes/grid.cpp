@@ -3,7 +3,57 @@
 #include <map>
 #include <set>
 
+#include "communicator.h"
+#include "model.h"
+#include "tensor_parallel.h"
+
 namespace lab {
+
+namespace {
+
+// Runs f on a group's communicator at the world's step, adding what it sent to the world's count.
+template <class F>
+void on_group(Communicator& group, Communicator& world, int64_t step, F&& f) {
+  const uint64_t before = group.bytes_sent();
+  const int64_t was = group.train_step();
+  group.set_train_step(step);
+  f();
+  group.set_train_step(was);
+  if (&group != &world) world.add_bytes_sent(group.bytes_sent() - before);
+}
+
+}  // namespace
+
+void allreduce_over_group(float* data, size_t count, const CollectiveInfo& info, Communicator& group,
+                          Communicator& world) {
+  on_group(group, world, world.train_step(), [&] { group.allreduce_sum(data, count, info); });
+}
+
+void average_over_group(const std::vector<Param*>& params, Communicator& group, Communicator& world, int tag,
+                        std::vector<float>& flat) {
+  size_t n = 0;
+  for (const Param* p : params) n += p->grad.data.size();
+  flat.resize(n);
+  const float scale = static_cast<float>(1.0 / group.world_size());  // PyTorch multiplies by 1/world_size
+  size_t off = 0;
+  for (const Param* p : params)
+    for (float g : p->grad.data) flat[off++] = g * scale;
+  on_group(group, world, world.train_step(), [&] { group.allreduce_sum(flat.data(), n, CollectiveInfo{"grad bucket", tag}); });
+  off = 0;
+  for (Param* p : params)
+    for (float& g : p->grad.data) g = flat[off++];
+  std::vector<float>().swap(flat);
+}
+
+void gather_slices(TensorParallelModel& tp, Communicator& group, Communicator& world, Model& whole) {
+  const size_t n = tp.packed_floats(), ranks = static_cast<size_t>(group.world_size());
+  std::vector<float> packed(n), gathered(n * ranks);
+  tp.pack(packed.data());
+  // (an evaluation's, not an iteration's: a periodic evaluation comes while the step is still set)
+  on_group(group, world, -1, [&] { group.allgather(packed.data(), n, gathered.data(), CollectiveInfo{"tp shards", -1}); });
+  for (size_t r = 0; r < ranks; ++r) tp.unpack(gathered.data() + r * n, static_cast<int>(r), whole);
+  tp.store_whole(whole);
+}
 
 std::string grid_placement_text(const GridShape& g) {
   std::string s;

@@ -13,6 +13,26 @@
 
 namespace lab {
 
+class Communicator;
+class Model;
+struct Param;
+class TensorParallelModel;
+
+// What a grid mode runs over a group's communicator (Communicator::sub), recorded at the world
+// communicator's step (train_step: -1 for an evaluation's) and counted in the rank's bytes sent.
+//   average_over_group: DDP's averaging of `params`' gradients over a data-parallel group: one
+//     bucket, each gradient multiplied by 1/D (as PyTorch does), summed by the group's allreduce
+//     ("grad bucket", tag), written back. flat: the bucket's buffer (freed after).
+//   gather_slices: every slice of a tensor-parallel group into `whole` (an allgather of each rank's
+//     packed slices, "tp shards", recorded outside any iteration), then what every rank holds whole.
+//   allreduce_over_group: a sum over the group (f's and g's allreduce of a tensor-parallel group).
+struct CollectiveInfo;
+void allreduce_over_group(float* data, size_t count, const CollectiveInfo& info, Communicator& group,
+                          Communicator& world);
+void average_over_group(const std::vector<Param*>& params, Communicator& group, Communicator& world, int tag,
+                        std::vector<float>& flat);
+void gather_slices(TensorParallelModel& tp, Communicator& group, Communicator& world, Model& whole);
+
 // "replica 0: 0 2 | replica 1: 1 3": the world ranks of each data-parallel replica, stage by stage;
 // with tensor parallelism each stage's slices in brackets ("replica 0: [0 1] [4 5] | ...").
 std::string grid_placement_text(const GridShape& g);

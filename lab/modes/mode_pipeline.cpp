@@ -449,32 +449,12 @@ class PipelineRank : public RankMode, private TpCollectives {
   // f's and g's allreduce (--tp): a collective of the stage's tensor-parallel group, inside the
   // micro-batch's forward or backward block (as in Megatron-LM, a stage's block includes them).
   void allreduce_sum(float* data, size_t count, const char* what, int tag) override {
-    m_tp_comm->set_train_step(m_env.comm.train_step());
-    const uint64_t before = m_tp_comm->bytes_sent();
-    m_tp_comm->allreduce_sum(data, count, CollectiveInfo{what, tag});
-    m_env.comm.add_bytes_sent(m_tp_comm->bytes_sent() - before);
-  }
-
-  // (--tp) The stage's slices into the rank's whole model: an allgather over the tensor group, as
-  // --mode tensor's (the other stages' modules it writes are stale; share_stages overwrites them).
-  void gather_slices() {
-    const size_t n = m_tp->packed_floats(), tp = static_cast<size_t>(m_grid.tp);
-    m_packed.resize(n);
-    m_gathered.resize(n * tp);
-    m_tp->pack(m_packed.data());
-    m_tp_comm->set_train_step(-1);
-    const uint64_t before = m_tp_comm->bytes_sent();
-    m_tp_comm->allgather(m_packed.data(), n, m_gathered.data(), CollectiveInfo{"tp shards", -1});
-    m_env.comm.add_bytes_sent(m_tp_comm->bytes_sent() - before);
-    for (size_t r = 0; r < tp; ++r) m_tp->unpack(m_gathered.data() + r * n, static_cast<int>(r), m_env.model);
-    m_tp->store_whole(m_env.model);
-    std::vector<float>().swap(m_packed);
-    std::vector<float>().swap(m_gathered);
+    allreduce_over_group(data, count, CollectiveInfo{what, tag}, *m_tp_comm, m_env.comm);
   }
 
   // Every stage broadcasts its parameters and buffers (root: the stage's rank).
   void share_stages() {
-    if (m_tp) gather_slices();
+    if (m_tp) gather_slices(*m_tp, *m_tp_comm, m_env.comm, m_env.model);  // (then the others' are stale: see below)
     // (an evaluation's, not an iteration's: a periodic evaluation comes while the step is still set)
     const int64_t step = m_env.comm.train_step();
     m_env.comm.set_train_step(-1);
@@ -492,23 +472,10 @@ class PipelineRank : public RankMode, private TpCollectives {
     m_env.model.host_changed(kStateModel);
   }
 
-  // Data parallelism over the replicas (--dp): the stage's gradient, as one DDP bucket, multiplied by
-  // 1/D and summed over the stage's data-parallel group (DDP's averaging), then the optimizer step.
+  // Data parallelism over the replicas (--dp): the stage's gradients averaged over the stage's
+  // data-parallel group as DDP's one bucket is, then the optimizer step.
   void average_over_replicas() {
-    size_t n = 0;
-    for (const Param* p : m_params) n += p->grad.data.size();
-    m_flat.resize(n);
-    const float scale = static_cast<float>(1.0 / m_grid.dp);  // PyTorch multiplies by 1/world_size
-    size_t off = 0;
-    for (const Param* p : m_params)
-      for (float g : p->grad.data) m_flat[off++] = g * scale;
-    const uint64_t before = m_dp_comm->bytes_sent();
-    m_dp_comm->set_train_step(m_step);
-    m_dp_comm->allreduce_sum(m_flat.data(), n, CollectiveInfo{"grad bucket", m_stage});
-    m_env.comm.add_bytes_sent(m_dp_comm->bytes_sent() - before);  // (the rank's total, as DDP's)
-    off = 0;
-    for (Param* p : m_params)
-      for (float& g : p->grad.data) g = m_flat[off++];
+    average_over_group(m_params, *m_dp_comm, m_env.comm, m_stage, m_flat);
     m_env.memory_at("backward: allreduce over the replicas");
   }
 
@@ -545,7 +512,6 @@ class PipelineRank : public RankMode, private TpCollectives {
   std::unique_ptr<TensorParallelModel> m_tp;
   std::unique_ptr<GroupTransport> m_tp_transport;
   std::unique_ptr<Communicator> m_tp_comm;
-  std::vector<float> m_packed, m_gathered;
   // this iteration
   int64_t m_step = 0, m_batch = 0;
   uint64_t m_seq0 = 0;

@@ -149,71 +149,31 @@ class TensorRank : public RankMode, private TpCollectives {
   }
 
  private:
-  // The communicator of the replica's tensor-parallel ranks (the world's without --dp), recording
-  // the world's step (-1 for an evaluation's gather).
-  Communicator& tp_comm() {
-    if (!m_tp_comm) return m_env.comm;
-    m_tp_comm->set_train_step(m_env.comm.train_step());
-    return *m_tp_comm;
-  }
+  // The communicator of the replica's tensor-parallel ranks (the world's without --dp).
+  Communicator& tp_comm() { return m_tp_comm ? *m_tp_comm : m_env.comm; }
 
   // f's and g's allreduce: a collective of the tensor-parallel group, between compute events.
   void allreduce_sum(float* data, size_t count, const char* what, int tag) override {
     m_compute.pause();
-    Communicator& c = tp_comm();
-    const uint64_t before = c.bytes_sent();
-    c.allreduce_sum(data, count, CollectiveInfo{what, tag});
-    if (&c != &m_env.comm) m_env.comm.add_bytes_sent(c.bytes_sent() - before);  // (the rank's total)
+    allreduce_over_group(data, count, CollectiveInfo{what, tag}, tp_comm(), m_env.comm);
     m_compute.resume();
   }
 
   // Data parallelism over the replicas (--dp): the gradients of what the rank holds (its slices and
-  // its copies of the replicated modules), as one DDP bucket, multiplied by 1/D and summed over the
-  // slice's data-parallel group (the same slice of every replica): DDP's averaging, then the step.
+  // its copies of the replicated modules), averaged over the slice's data-parallel group (the same
+  // slice of every replica) as DDP's one bucket is, then the step.
   void average_over_replicas() {
-    size_t n = 0;
-    for (const Param* p : m_params) n += p->grad.data.size();
-    m_flat.resize(n);
-    const float scale = static_cast<float>(1.0 / m_grid.dp);  // PyTorch multiplies by 1/world_size
-    size_t off = 0;
-    for (const Param* p : m_params)
-      for (float g : p->grad.data) m_flat[off++] = g * scale;
-    const uint64_t before = m_dp_comm->bytes_sent();
-    m_dp_comm->set_train_step(m_env.comm.train_step());
-    m_dp_comm->allreduce_sum(m_flat.data(), n, CollectiveInfo{"grad bucket", m_at.t});
-    m_env.comm.add_bytes_sent(m_dp_comm->bytes_sent() - before);
-    off = 0;
-    for (Param* p : m_params)
-      for (float& g : p->grad.data) g = m_flat[off++];
-    std::vector<float>().swap(m_flat);
+    average_over_group(m_params, *m_dp_comm, m_env.comm, m_at.t, m_flat);
     m_env.memory_at("backward: allreduce over the replicas");
   }
 
-  // Every slice into every rank's whole model (an allgather of the packed slices over the replica's
-  // tensor-parallel group), then the rank's copies of what every rank holds whole. Under --dp every
-  // replica holds the same parameters; BatchNorm's running statistics are each replica's own, and
-  // rank 0's (replica 0's) are the ones evaluated and saved, as DDP's rank 0's.
+  // Every slice into every rank's whole model, over the replica's tensor-parallel group. Under --dp
+  // every replica holds the same parameters; BatchNorm's running statistics are each replica's own,
+  // and rank 0's (replica 0's) are the ones evaluated and saved, as DDP's rank 0's.
   void gather() {
-    const size_t n = m_tp.packed_floats();
-    const size_t tp = static_cast<size_t>(m_grid.tp);
-    m_packed.resize(n);
-    m_gathered.resize(n * tp);
-    m_tp.pack(m_packed.data());
-    Communicator& c = tp_comm();
-    const uint64_t before = c.bytes_sent();
-    // (an evaluation's, not an iteration's: a periodic evaluation comes while the step is still set)
-    const int64_t step = c.train_step();
-    c.set_train_step(-1);
-    c.allgather(m_packed.data(), n, m_gathered.data(), CollectiveInfo{"tp shards", -1});
-    c.set_train_step(step);
-    if (&c != &m_env.comm) m_env.comm.add_bytes_sent(c.bytes_sent() - before);
-    for (size_t r = 0; r < tp; ++r) m_tp.unpack(m_gathered.data() + r * n, static_cast<int>(r), m_env.model);
-    m_tp.store_whole(m_env.model);
+    gather_slices(m_tp, tp_comm(), m_env.comm, m_env.model);
     m_env.model.host_changed(kStateModel);
-    std::vector<float>().swap(m_packed);
-    std::vector<float>().swap(m_gathered);
   }
-
 
   RankEnv& m_env;
   const GridShape m_grid;  // --dp replicas x the tensor-parallel ranks
@@ -223,7 +183,6 @@ class TensorRank : public RankMode, private TpCollectives {
   const Model* m_tp_model = &m_tp.model();
   std::vector<Param*> m_params;     // the rank's model's parameters, which its optimizer steps
   std::vector<std::string> m_names;  // their state_dict names ("1.weight")
-  std::vector<float> m_packed, m_gathered;  // gather()'s buffers, freed after it
   std::vector<float> m_flat;                // average_over_replicas()'s bucket, freed after it
   std::unique_ptr<GroupTransport> m_tp_transport, m_dp_transport;  // --dp > 1: the rank's two groups
   std::unique_ptr<Communicator> m_tp_comm, m_dp_comm;
