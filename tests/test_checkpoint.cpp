@@ -170,6 +170,36 @@ const std::vector<Case>& cases() {
          c.eval_every = 4;
          c.eval_samples = 32;
        }},
+      // A pipeline with deferred BatchNorm: each epoch's last batch (2 samples) fills 2 of the 3
+      // micro-batches, whose sums carry into the next mini-batch's, so the checkpoints hold sums
+      // tracked but not yet committed; 1F1B's order and the stage's momentum travel too
+      {"pipeline_cnn_1f1b_deferred", "cnn", 2,
+       [](lab::RunConfig& c) {
+         c.mode = "pipeline";
+         c.microbatches = 3;
+         c.schedule = "1f1b";
+         c.deferred_batch_norm = true;
+         c.batch_size = 38;
+       }},
+      // The three axes: each rank's checkpoint holds its stage's slices ("tp.*") and their Adam state
+      {"pipeline_mlp_pp2_tp2_dp2_adam", "mlp", 8,
+       [](lab::RunConfig& c) {
+         c.mode = "pipeline";
+         c.stages = 2;
+         c.tp = 2;
+         c.dp = 2;
+         c.microbatches = 2;
+         c.optimizer = "adam";
+         c.lr = 1e-3;
+       }},
+      {"tensor_cnn_tp2_dp2", "cnn", 4,
+       [](lab::RunConfig& c) {
+         c.mode = "tensor";
+         c.tp = 2;
+         c.dp = 2;
+         c.eval_every = 4;
+         c.eval_samples = 32;
+       }},
   };
   return c;
 }
@@ -200,7 +230,7 @@ TEST_P(ResumeMatches, UninterruptedRun) {
   EXPECT_FALSE(summary_of(b.path()).contains("interrupted")) << k.name;
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, ResumeMatches, ::testing::Range<size_t>(0, 13),
+INSTANTIATE_TEST_SUITE_P(Modes, ResumeMatches, ::testing::Range<size_t>(0, 16),
                          [](const ::testing::TestParamInfo<size_t>& i) { return std::string(cases()[i.param].name); });
 
 // Checkpoints on a schedule change nothing: the run with them equals the run without.

@@ -4,7 +4,10 @@
 #include <set>
 
 #include "communicator.h"
+#include "errors.h"
+#include "mode.h"
 #include "model.h"
+#include "safetensors.h"
 #include "tensor_parallel.h"
 
 namespace lab {
@@ -23,6 +26,27 @@ void on_group(Communicator& group, Communicator& world, int64_t step, F&& f) {
 }
 
 }  // namespace
+
+void save_slices(Model& sliced, ModeCheckpoint& mc) {
+  for (SafeTensor t : model_tensors(sliced)) {
+    t.name = "tp." + t.name;
+    mc.tensors.push_back(std::move(t));
+  }
+}
+
+void restore_slices(Model& sliced, const ModeCheckpoint& mc, int rank) {
+  std::vector<SafeTensor> mine;
+  for (const SafeTensor& t : mc.tensors)
+    if (t.name.rfind("tp.", 0) == 0) {
+      mine.push_back(t);
+      mine.back().name = t.name.substr(3);
+    }
+  load_model_tensors(sliced, mine, "the checkpoint of rank " + std::to_string(rank) + " (its slices, tp.*)");
+}
+
+std::vector<std::string> slice_param_names(Model& sliced, const std::vector<Param*>& params) {
+  return param_names(sliced, params, "tp.");
+}
 
 void allreduce_over_group(float* data, size_t count, const CollectiveInfo& info, Communicator& group,
                           Communicator& world) {

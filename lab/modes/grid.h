@@ -33,6 +33,14 @@ void average_over_group(const std::vector<Param*>& params, Communicator& group, 
                         std::vector<float>& flat);
 void gather_slices(TensorParallelModel& tp, Communicator& group, Communicator& world, Model& whole);
 
+// Checkpoints of a rank that holds slices (tensor_parallel.h): its sliced model's parameters and
+// buffers as tensors named "tp.<state_dict name>" (the whole model the rank keeps is stale between
+// evaluations), and back; the optimizer's parameters (some of the sliced model's) by those names.
+struct ModeCheckpoint;
+void save_slices(Model& sliced, ModeCheckpoint& mc);
+void restore_slices(Model& sliced, const ModeCheckpoint& mc, int rank);
+std::vector<std::string> slice_param_names(Model& sliced, const std::vector<Param*>& params);
+
 // "replica 0: 0 2 | replica 1: 1 3": the world ranks of each data-parallel replica, stage by stage;
 // with tensor parallelism each stage's slices in brackets ("replica 0: [0 1] [4 5] | ...").
 std::string grid_placement_text(const GridShape& g);

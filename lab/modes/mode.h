@@ -184,6 +184,10 @@ class RankMode {
   // model's gathered ones are gathered_parameters).
   virtual void measure_memory(MemoryBytes& b) const { (void)b; }
   virtual void restore(const ModeCheckpoint& mc, int64_t epochs_done) { (void)mc, (void)epochs_done; }
+  // The checkpoint's names of the parameters the rank's optimizer steps, where they are not the
+  // model's own (a mode's copies: tensor parallelism's slices, "tp.4.weight"); empty: the model's
+  // state_dict names of them (a pipeline stage's: "4.weight"), else their own names (FSDP's shards).
+  virtual std::vector<std::string> optimizer_param_names() const { return {}; }
 };
 
 // ---- the parameter server's side (a thread beside the ranks: caps.parameter_server) ----

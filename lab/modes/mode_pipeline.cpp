@@ -44,6 +44,7 @@
 #include "optim.h"
 #include "pipeline.h"
 #include "run.h"
+#include "safetensors.h"
 #include "sampler.h"
 #include "state_pack.h"
 #include "tensor_parallel.h"
@@ -202,6 +203,52 @@ class PipelineRank : public RankMode, private TpCollectives {
     // its own BatchNorm layers computed on the micro-batches' replicas: no per-step statistics)
     count.record_bn = false;
     return count;
+  }
+
+  // Checkpoints: the stage's state is the model's (its stage's modules), or with --tp the rank's
+  // sliced model's; deferred BatchNorm's sums of the micro-batches tracked so far carry over (a short
+  // last batch's sums carry into the next mini-batch).
+  void save(ModeCheckpoint& mc) const override {
+    if (m_tp) save_slices(m_tp->model(), mc);
+    if (!m_deferred) return;
+    nlohmann::json d = nlohmann::json::array();
+    for (size_t k = 0; k < m_deferred_stats.size(); ++k) {
+      const DeferredBatchNormStats& s = m_deferred_stats[k];
+      d.push_back({{"tracked", s.tracked()}, {"counter", s.counter()}});
+      Tensor sum({static_cast<int64_t>(s.sum().size())}), sq({static_cast<int64_t>(s.sum_squares().size())});
+      sum.data = s.sum();
+      sq.data = s.sum_squares();
+      mc.tensors.push_back(f32_tensor("pipeline.deferred." + std::to_string(k) + ".sum", sum));
+      mc.tensors.push_back(f32_tensor("pipeline.deferred." + std::to_string(k) + ".sum_squares", sq));
+    }
+    mc.counters["pipeline_deferred"] = d;
+  }
+  void restore(const ModeCheckpoint& mc, int64_t epochs_done) override {
+    (void)epochs_done;
+    if (m_tp) restore_slices(m_tp->model(), mc, m_env.rank);
+    if (!m_deferred) return;
+    const nlohmann::json& d = mc.counters.at("pipeline_deferred");
+    if (d.size() != m_deferred_stats.size())
+      throw IoError("the checkpoint of rank " + std::to_string(m_env.rank) + " tracks " + std::to_string(d.size()) +
+                    " deferred BatchNorm layers, its stage has " + std::to_string(m_deferred_stats.size()));
+    auto floats = [&](const std::string& name) {
+      for (const SafeTensor& t : mc.tensors)
+        if (t.name == name) {
+          std::vector<float> v(t.bytes.size() / sizeof(float));
+          std::memcpy(v.data(), t.bytes.data(), v.size() * sizeof(float));
+          return v;
+        }
+      throw IoError("the checkpoint of rank " + std::to_string(m_env.rank) + " has no '" + name +
+                    "' (deferred BatchNorm's sums)");
+    };
+    for (size_t k = 0; k < m_deferred_stats.size(); ++k) {
+      const std::string at = "pipeline.deferred." + std::to_string(k);
+      m_deferred_stats[k].restore(floats(at + ".sum"), floats(at + ".sum_squares"), d[k].at("counter").get<int64_t>(),
+                                  d[k].at("tracked").get<int>());
+    }
+  }
+  std::vector<std::string> optimizer_param_names() const override {
+    return m_tp ? slice_param_names(m_tp->model(), m_params) : std::vector<std::string>{};
   }
 
   // Every stage's parameters and buffers to every rank (the evaluation and the saved model are
@@ -536,7 +583,7 @@ class PipelineMode : public ParallelMode {
   ModeCaps caps() const override {
     ModeCaps k;
     k.distributed_sampler = false;
-    k.counts_trained_samples = k.one_loader = k.micro_batches = true;
+    k.counts_trained_samples = k.one_loader = k.micro_batches = k.checkpoints = true;
     return k;
   }
   std::vector<ModeSetting> settings() const override {

@@ -133,6 +133,14 @@ class TensorRank : public RankMode, private TpCollectives {
     return count;
   }
 
+  // Checkpoints: the rank's slices and copies (its sliced model), its optimizer's state by their names.
+  void save(ModeCheckpoint& mc) const override { save_slices(m_tp.model(), mc); }
+  void restore(const ModeCheckpoint& mc, int64_t epochs_done) override {
+    (void)epochs_done;
+    restore_slices(m_tp.model(), mc, m_env.rank);
+  }
+  std::vector<std::string> optimizer_param_names() const override { return slice_param_names(m_tp.model(), m_params); }
+
   void before_evaluation() override { gather(); }
   void before_periodic_evaluation() override { gather(); }
   void finish() override { gather(); }
@@ -232,7 +240,7 @@ class TensorMode : public ParallelMode {
   ModeCaps caps() const override {
     ModeCaps k;
     k.distributed_sampler = false;
-    k.counts_trained_samples = k.one_loader = true;
+    k.counts_trained_samples = k.one_loader = k.checkpoints = true;
     return k;
   }
   std::vector<ModeSetting> settings() const override {

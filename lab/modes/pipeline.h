@@ -100,6 +100,10 @@ class DeferredBatchNormStats {
   int64_t counter() const { return m_counter; }
   const std::vector<float>& sum() const { return m_sum; }
   const std::vector<float>& sum_squares() const { return m_sum_squares; }
+  // A checkpoint's sums and counts, as they were (an empty sum: nothing tracked yet).
+  void restore(std::vector<float> sum, std::vector<float> sum_squares, int64_t counter, int tracked) {
+    m_sum = std::move(sum), m_sum_squares = std::move(sum_squares), m_counter = counter, m_tracked = tracked;
+  }
 
  private:
   std::vector<float> m_sum, m_sum_squares;

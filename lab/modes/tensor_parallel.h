@@ -170,7 +170,7 @@ class TensorParallelModel {
  public:
   TensorParallelModel(Model& whole, const TpPlan& plan, int rank, TpCollectives& comm);
   ~TensorParallelModel();
-  Model& model() { return *m_model; }
+  Model& model() const { return *m_model; }
   const TpPlan& plan() const { return m_plan; }
   // The rank's slices and copies of whole's parameters and buffers (whole: the same model).
   void load(Model& whole);

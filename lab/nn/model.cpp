@@ -437,6 +437,18 @@ std::vector<std::string> param_names(Model& model) {
   return out;
 }
 
+std::vector<std::string> param_names(Model& model, const std::vector<Param*>& params, const std::string& prefix) {
+  std::map<const Param*, std::string> by_ptr;
+  for (const StateEntry& e : model.state_dict())
+    if (e.param) by_ptr[e.param] = e.name;
+  std::vector<std::string> out;
+  for (const Param* p : params) {
+    const auto it = by_ptr.find(p);
+    out.push_back(prefix + (it == by_ptr.end() ? p->name : it->second));
+  }
+  return out;
+}
+
 std::vector<int64_t> param_numels(Model& model) {
   std::vector<int64_t> out;
   for (const Param* p : model.params()) out.push_back(p->value.numel());

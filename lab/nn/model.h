@@ -215,6 +215,8 @@ void copy_state(Model& src, Model& dst);
 
 // Parameter names in params() order (state_dict's names: "1.weight").
 std::vector<std::string> param_names(Model& model);
+// The state_dict names of `params` (some of model's parameters), each after `prefix` ("tp.").
+std::vector<std::string> param_names(Model& model, const std::vector<Param*>& params, const std::string& prefix);
 // Elements of every parameter, in params() order.
 std::vector<int64_t> param_numels(Model& model);
 

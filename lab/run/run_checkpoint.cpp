@@ -50,14 +50,13 @@ Tensor from_f32(const SafeTensor& s, const std::vector<int64_t>& shape, const st
 
 namespace {
 
-// The names of what the optimizer steps: the model's parameters' ("1.weight"), or its own
-// parameters' (FSDP's shards: "fsdp.model").
-std::vector<std::string> optimizer_param_names(const Optimizer& opt, Model& model) {
-  const std::vector<Param*> params = model.params();
-  if (opt.params() == params) return param_names(model);
-  std::vector<std::string> out;
-  for (const Param* p : opt.params()) out.push_back(p->name);
-  return out;
+// The names of what the optimizer steps: the mode's (mode.h: tensor parallelism's slices,
+// "tp.4.weight"), or the model's parameters' ("1.weight", of all or of some: a pipeline stage's),
+// or its own parameters' (FSDP's shards: "fsdp.model").
+std::vector<std::string> optimizer_param_names(const Optimizer& opt, Model& model, const RankMode& mode) {
+  std::vector<std::string> named = mode.optimizer_param_names();
+  if (!named.empty()) return named;
+  return param_names(model, opt.params(), "");
 }
 
 // Gradients are being accumulated across iteration `step` (DDP's no_sync: the backward passes
@@ -134,7 +133,7 @@ RankCheckpoint Run::rank_checkpoint(int rank, const RankCheckpointRefs& refs, Mo
   // the optimizer's state: SGD's momentum buffers, Adam's exp_avg and exp_avg_sq (optim.<name>.<param>),
   // of the parameters this rank's optimizer owns (ZeroRedundancyOptimizer: its partition's; the state is sharded;
   // FSDP: of its shards, by their names)
-  const std::vector<std::string> opt_names = optimizer_param_names(refs.opt, refs.model);
+  const std::vector<std::string> opt_names = optimizer_param_names(refs.opt, refs.model, refs.mode);
   for (const std::string& s : refs.opt.state_names()) {
     const std::vector<Tensor>& st = refs.opt.state(s);
     for (size_t i = 0; i < opt_names.size(); ++i)
@@ -365,7 +364,7 @@ void Run::restore_rank(int rank, RankCheckpointRefs& refs) {
   load_model_tensors(refs.model, model_part, where + ".safetensors", !rc.counters.value("model_parameters", true));
   const std::vector<std::string> names = param_names(refs.model);
   const std::vector<Param*> params = refs.model.params();
-  const std::vector<std::string> opt_names = optimizer_param_names(refs.opt, refs.model);
+  const std::vector<std::string> opt_names = optimizer_param_names(refs.opt, refs.model, refs.mode);
   const std::vector<Param*>& opt_params = refs.opt.params();
   // The optimizer's state, as its steps left it. A checkpoint before any step has none.
   // (a lesson's mutation test, mutation.h: the resumed optimizer starts without its momentum)
