@@ -75,7 +75,8 @@ TEST(BenchLayouts, EachLayoutsBytesAreItsCollectivesArithmetic) {
   lab::LayoutResult& grid = const_cast<lab::LayoutResult&>(find(v, 2, 2, 1));
   for (lab::LayoutResult* l : {&ddp, &tensor, &grid}) lab::measure_layout(*l, lab::make_world);
   int64_t params = 0, buffers = 0;
-  for (const lab::StateEntry& e : lab::build_model(lab::model_options(ddp.cfg), 0)->state_dict()) {
+  const std::unique_ptr<lab::Model> model = lab::build_model(lab::model_options(ddp.cfg), 0);  // (kept: entries point into it)
+  for (const lab::StateEntry& e : model->state_dict()) {
     if (e.param) params += e.param->value.numel() * 4;
     else buffers += e.buffer->is_int64 ? 8 : e.buffer->value.numel() * 4;
   }
