@@ -15,6 +15,25 @@ namespace commands {
 // Parallelism modes and communication behaviour.
 namespace {
 
+// The simulated link's nodes (lab/comm/link_model.h: Nodes), on every command with --link-gbps.
+void add_link_node_flags(CLI::App& app, lab::RunConfig& c) {
+  app.add_option("--link-gpus-per-node", c.link_gpus_per_node,
+                 "simulated link: place the ranks on nodes of N ranks each, in order (rank / N; the world size a "
+                 "multiple of N); within a node the --link-gbps links, between nodes also the nodes' NICs (needs "
+                 "--link-gbps and --link-nic-gbps; 0: one switch, no nodes)")
+      ->capture_default_str();
+  app.add_option("--link-nic-gbps", c.link_nic_gbps,
+                 "simulated link, with --link-gpus-per-node: bandwidth of each node's NIC in Gbit/s, each direction, "
+                 "shared by the node's ranks that use it")
+      ->capture_default_str();
+  app.add_option("--link-nic-latency-us", c.link_nic_latency_us,
+                 "simulated link, with --link-gpus-per-node: latency a message between nodes adds (us)")
+      ->capture_default_str();
+  app.add_option("--link-nics-per-node", c.link_nics_per_node,
+                 "simulated link, with --link-gpus-per-node: NICs per node, 1..N; rank i of a node uses NIC i % K")
+      ->capture_default_str();
+}
+
 void add_mode_flags(CLI::App& app, lab::RunConfig& c) {
   std::string modes;  // the registry's (lab/modes/mode.h), in its order
   for (const lab::ParallelMode* m : lab::modes())
@@ -65,6 +84,7 @@ void add_mode_flags(CLI::App& app, lab::RunConfig& c) {
       ->capture_default_str();
   app.add_option("--link-gbps", c.link_gbps, "simulated link between ranks: bandwidth in Gbit/s (0: unlimited)")
       ->capture_default_str();
+  add_link_node_flags(app, c);
   app.add_flag("--uneven-data", c.uneven_data, "rank r drops the last r batches of its shard each epoch (uneven inputs)");
   app.add_flag("--join", c.join, "ddp: DDP's join context: ranks out of data shadow the others' collectives");
   app.add_option("--async-schedule", c.async_schedule,
@@ -349,6 +369,7 @@ void add_bench_layouts_flags(CLI::App& app, lab::BenchLayoutsOptions& o) {
       ->capture_default_str();
   app.add_option("--link-latency-us", c.link_latency_us, "the simulated link's latency per message, microseconds")
       ->capture_default_str();
+  add_link_node_flags(app, c);
   app.add_option("--allreduce", c.allreduce, "the allreduce algorithm: ring, naive or tree")->capture_default_str();
   app.add_option("--threads", c.threads, "compute threads per rank")->capture_default_str();
   app.add_option("--seed", c.seed, "torch.manual_seed: the initial weights and the shuffle")->capture_default_str();

@@ -61,12 +61,49 @@ struct LinkTimetable::Resource {
   }
 };
 
+double LinkModelOptions::seconds(size_t bytes, int src, int dst) const {
+  if (!crosses_nodes(src, dst)) return seconds(bytes);
+  const double rate = bytes_per_s > 0 ? std::min(bytes_per_s, nic_bytes_per_s) : nic_bytes_per_s;
+  return latency(src, dst) + (rate > 0 ? static_cast<double>(bytes) / rate : 0.0);
+}
+
+void check_link_model_options(const LinkModelOptions& o, int ranks) {
+  if (!(o.latency_s >= 0) || !std::isfinite(o.latency_s)) throw ConfigError("--link-latency-us must be >= 0 (microseconds)");
+  if (!(o.bytes_per_s >= 0) || !std::isfinite(o.bytes_per_s))
+    throw ConfigError("--link-gbps must be >= 0 (gigabits per second; 0: unlimited)");
+  if (o.gpus_per_node < 0)
+    throw ConfigError("--link-gpus-per-node must be >= 0 (0: no nodes), got " + std::to_string(o.gpus_per_node));
+  if (!o.has_nodes()) return;  // the NIC settings are not read
+  const std::string g = std::to_string(o.gpus_per_node);
+  if (!(o.nic_bytes_per_s > 0) || !std::isfinite(o.nic_bytes_per_s))
+    throw ConfigError("--link-gpus-per-node " + g + " needs --link-nic-gbps > 0: the bandwidth of each node's NIC",
+                      "e.g. --link-nic-gbps 100");
+  if (!(o.nic_latency_s >= 0) || !std::isfinite(o.nic_latency_s))
+    throw ConfigError("--link-nic-latency-us must be >= 0 (microseconds)");
+  if (o.nics_per_node < 1 || o.nics_per_node > o.gpus_per_node)
+    throw ConfigError("--link-nics-per-node must be between 1 and --link-gpus-per-node " + g + ", got " +
+                          std::to_string(o.nics_per_node),
+                      "rank i of a node uses its NIC i % K: a NIC beyond the node's ranks would carry nothing");
+  if (ranks % o.gpus_per_node != 0)
+    throw ConfigError("--link-gpus-per-node " + g + ": the world size " + std::to_string(ranks) +
+                          " is not a multiple of it (ranks are placed on nodes of " + g + ", in order)",
+                      "choose a --link-gpus-per-node that divides the world size");
+}
+
 LinkTimetable::LinkTimetable(int ranks, const LinkModelOptions& opt, bool per_pair)
     : m_n(ranks), m_opt(opt), m_per_pair(per_pair) {
+  check_link_model_options(opt, ranks);
   const size_t n = static_cast<size_t>(ranks);
-  // [0, n): rank r's link out; [n, 2n): rank r's link in; with per_pair, [2n, 2n + n^2): src -> dst
-  m_resources.resize(2 * n + (per_pair ? n * n : 0));
+  // [0, n): rank r's link out; [n, 2n): rank r's link in; with per_pair, [2n, 2n + n^2): src -> dst;
+  // with nodes, then node m's NIC k: out at m_nic_base + 2 (m K + k), in right after it
+  m_nic_base = 2 * n + (per_pair ? n * n : 0);
+  m_resources.resize(m_nic_base);
   for (Resource& r : m_resources) r.bytes_per_s = opt.bytes_per_s;
+  if (opt.has_nodes() && !per_pair) {
+    const size_t nics = n / static_cast<size_t>(opt.gpus_per_node) * static_cast<size_t>(opt.nics_per_node);
+    m_resources.resize(m_nic_base + 2 * nics);
+    for (size_t i = m_nic_base; i < m_resources.size(); ++i) m_resources[i].bytes_per_s = opt.nic_bytes_per_s;
+  }
   m_pair_leave.assign(n * n, 0.0);
 }
 
@@ -75,7 +112,13 @@ LinkTimetable::~LinkTimetable() = default;
 std::vector<size_t> LinkTimetable::path(int src, int dst) const {
   const size_t n = static_cast<size_t>(m_n), s = static_cast<size_t>(src), d = static_cast<size_t>(dst);
   if (m_per_pair) return {2 * n + s * n + d};
-  return {s, n + d};  // src's link out, dst's link in (a shared NIC or uplink would join here)
+  if (!m_opt.crosses_nodes(src, dst)) return {s, n + d};  // src's link out, dst's link in
+  // ... and between them the NIC out of src's node and the NIC in of dst's node
+  const auto nic = [&](int rank) {
+    return m_nic_base + 2 * (static_cast<size_t>(m_opt.node(rank)) * static_cast<size_t>(m_opt.nics_per_node) +
+                             static_cast<size_t>(m_opt.nic(rank)));
+  };
+  return {s, nic(src), nic(dst) + 1, n + d};
 }
 
 LinkTimetable::Placed LinkTimetable::place(int src, int dst, size_t bytes, double posted) {
@@ -96,7 +139,7 @@ LinkTimetable::Placed LinkTimetable::place(int src, int dst, size_t bytes, doubl
   }
   for (size_t r : on) m_resources[r].reserve(start, start + d);
   pair_leave = start + d;
-  return {start, start + d, start + d + m_opt.latency_s};
+  return {start, start + d, start + d + m_opt.latency(src, dst)};
 }
 
 // The timetable and the arrival times of the messages not yet received, shared by the ranks.
@@ -259,7 +302,8 @@ class LinkModelTransport final : public Transport {
                                 " bytes): the link model delays this message by " + fmt(deadline - now) +
                                 " s more";
         m_inner.abort(msg);
-        throw CommError(msg, "raise --timeout, or --link-gbps / lower --link-latency-us");
+        throw CommError(msg, "raise --timeout, or --link-gbps / --link-nic-gbps, or lower --link-latency-us / "
+                             "--link-nic-latency-us");
       }
       const double remaining = deadline - now;
       if (remaining > kSpinSeconds)
@@ -276,10 +320,15 @@ class LinkModelTransport final : public Transport {
 
 }  // namespace
 
-LinkModelOptions link_model_options(double latency_us, double gbps) {
+LinkModelOptions link_model_options(double latency_us, double gbps, int gpus_per_node, double nic_gbps,
+                                    double nic_latency_us, int nics_per_node) {
   LinkModelOptions o;
   o.latency_s = latency_us * 1e-6;
   o.bytes_per_s = gbps * 1e9 / 8.0;
+  o.gpus_per_node = gpus_per_node;
+  o.nic_bytes_per_s = nic_gbps * 1e9 / 8.0;
+  o.nic_latency_s = nic_latency_us * 1e-6;
+  o.nics_per_node = nics_per_node;
   return o;
 }
 

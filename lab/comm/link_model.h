@@ -1,4 +1,5 @@
-// LinkModelWorld: a simulated network between emulated ranks (--link-latency-us, --link-gbps).
+// LinkModelWorld: a simulated network between emulated ranks (--link-latency-us, --link-gbps,
+// and the nodes' NICs: --link-gpus-per-node, --link-nic-gbps, --link-nic-latency-us, --link-nics-per-node).
 // It decorates any World whose ranks all live in this process: every rank's Transport is wrapped
 // so that each message completes no earlier than the model says, and the collectives above it
 // (ring allreduce, the naive allreduce, broadcast chains, DataParallel's scatter, replicate, gather
@@ -21,13 +22,43 @@
 // Messages are placed in the order they are posted (under one lock); a message may use a gap that
 // messages placed before it left on both its links, but never overtakes an earlier message
 // between the same two ranks. A message of 0 bytes occupies no link: it arrives `latency` after
-// it was posted (or after the previous message between the same two ranks).
+// it was posted (or after the previous message between the same two ranks). This is the whole
+// network by default; with nodes (below) it is each node's own switch, and the nodes meet
+// through their NICs.
 //
 // Resources. A message's path is a list of resources (each with its own bandwidth
-// and its own timetable); here the path is {src's link out, dst's link in}. A resource that
-// several ranks share (a NIC, a switch uplink between nodes) is one more entry on the paths that
-// cross it, with its own bandwidth: the message then occupies its path at the slowest resource's
-// rate. LinkTimetable::path() is the one place that says which resources a message crosses.
+// and its own timetable); on the switch the path is {src's link out, dst's link in}. A resource
+// that several ranks share (a NIC, a switch uplink between nodes) is one more entry on the paths
+// that cross it, with its own bandwidth: the message then occupies its whole path at the slowest
+// resource's rate. LinkTimetable::path() is the one place that says which resources a message
+// crosses.
+//
+// Nodes (--link-gpus-per-node G, --link-nic-gbps, --link-nic-latency-us, --link-nics-per-node K):
+// the ranks sit on nodes of G ranks each, placed in order (node = rank / G, local rank = rank % G;
+// the world size must be a multiple of G). Within a node every rank keeps its full-duplex link
+// (`bandwidth`, `latency`) to the node's switch, as above. Every node has K NICs, each full duplex
+// with `nic bandwidth` in each direction: a NIC out (node -> network) and a NIC in (network ->
+// node). The network between the nodes adds no delay of its own. Rank i of a node sends and
+// receives through the node's NIC i % K (rail-like: GPU i uses NIC i % K). So:
+//   same node:      path = {src's link out, dst's link in}
+//                   bytes pass at `bandwidth`, arrival = leave + latency
+//   between nodes:  path = {src's link out, NIC out (src's node, local(src) % K),
+//                           NIC in (dst's node, local(dst) % K), dst's link in}
+//                   bytes pass at min(bandwidth, nic bandwidth) (the slowest resource),
+//                   arrival = leave + latency + nic latency
+// and the message holds all four resources at once for its whole length (start and leave as
+// above, with the path's rate: a slow NIC also holds the sender's link out and the receiver's link
+// in for as long as it takes). An empty message occupies nothing and arrives the path's latency
+// after it was posted. Contention follows from the shared NIC: two ranks of one node that post a
+// message off the node at the same time, through the same NIC, leave one after another (the second
+// finds the NIC taken by the first for one message time), so the pair takes two message times
+// where one rank alone takes one; with K >= 2 NICs and the two ranks on different NICs they do not
+// meet. Likewise what comes into a node through one NIC comes in one message after another,
+// whichever of the node's ranks it is for. A message within a node never touches a NIC, so it may
+// pass while the node's NICs are busy. G = 0 (the default) is the single switch: no nodes, no
+// NICs, the same timetable bit for bit. K is 1 .. G (a NIC that no rank uses is refused). The
+// mutation link-per-pair keeps its one link per ordered pair (no switch, no NICs); only the extra
+// latency between nodes applies to it.
 //
 // The sender does not wait for the receiver: a buffered send returns at once (its bytes queue at
 // its link out), a sendrecv waits for its own data to have left (leave) and for the message it
@@ -51,25 +82,47 @@ namespace lab {
 
 struct LinkModelOptions {
   double latency_s = 0;       // per message
-  double bytes_per_s = 0;     // of every link; 0: unlimited bandwidth
-  // Modeled seconds for a message of `bytes` whose path is idle.
+  double bytes_per_s = 0;     // of every rank's link (within a node); 0: unlimited bandwidth
+  // Nodes (see "Nodes" above); gpus_per_node 0: the single switch, the other three unused.
+  int gpus_per_node = 0;         // ranks per node, placed in order
+  double nic_bytes_per_s = 0;    // of each NIC, each direction; must be > 0 with gpus_per_node > 0
+  double nic_latency_s = 0;      // added to the latency of a message that leaves its node
+  int nics_per_node = 1;         // rank i of a node uses its NIC i % nics_per_node
+
+  bool has_nodes() const { return gpus_per_node > 0; }
+  int node(int rank) const { return has_nodes() ? rank / gpus_per_node : 0; }
+  int local_rank(int rank) const { return has_nodes() ? rank % gpus_per_node : rank; }
+  // The NIC (0 .. nics_per_node - 1) a rank's messages leave and enter its node through.
+  int nic(int rank) const { return local_rank(rank) % (nics_per_node > 0 ? nics_per_node : 1); }
+  bool crosses_nodes(int src, int dst) const { return has_nodes() && node(src) != node(dst); }
+  // From a message's last byte leaving to its arrival.
+  double latency(int src, int dst) const { return crosses_nodes(src, dst) ? latency_s + nic_latency_s : latency_s; }
+  // Modeled seconds for a message of `bytes` whose path is idle, within a node (or on the switch).
   double seconds(size_t bytes) const {
     return latency_s + (bytes_per_s > 0 ? static_cast<double>(bytes) / bytes_per_s : 0.0);
   }
+  // ... and from src to dst: between nodes at the slower of the link and the NIC, plus nic_latency_s.
+  double seconds(size_t bytes, int src, int dst) const;
 };
+
+// Throws ConfigError, naming the flag, where `opt` cannot describe a network of `ranks` ranks:
+// negative values, gpus_per_node > 0 without nic_bytes_per_s, a world size that is not a multiple
+// of gpus_per_node, nics_per_node outside 1 .. gpus_per_node. LinkTimetable's constructor calls it.
+void check_link_model_options(const LinkModelOptions& opt, int ranks);
 
 // The network's timetable: where each message goes on its path, by the model above. Arithmetic
 // on the times it is given (it reads no clock), so the model's times can be stated exactly.
 class LinkTimetable {
  public:
   // per_pair: every ordered pair of ranks has a link of its own instead (the mutation
-  // link-per-pair, mutation.h: the model before the switch).
+  // link-per-pair, mutation.h: the model before the switch). Throws ConfigError where
+  // check_link_model_options does.
   LinkTimetable(int ranks, const LinkModelOptions& opt, bool per_pair = false);
   ~LinkTimetable();
   struct Placed {
     double start = 0;    // its first byte enters its path
     double leave = 0;    // its last byte has left the sender
-    double arrival = 0;  // leave + latency
+    double arrival = 0;  // leave + latency (+ nic latency between nodes)
   };
   // A message of `bytes` from src to dst, posted at time `posted`; placed after every message
   // placed before it (placements must come in order of `posted`, as the clock gives them).
@@ -83,7 +136,8 @@ class LinkTimetable {
   int m_n;
   LinkModelOptions m_opt;
   bool m_per_pair;
-  std::vector<Resource> m_resources;
+  std::vector<Resource> m_resources;  // links out, links in, [per-pair links,] NICs (out, in) node by node
+  size_t m_nic_base = 0;              // index of node 0's NIC 0 out
   std::vector<double> m_pair_leave;  // [src * n + dst]: when the last message src -> dst placed so far leaves
 };
 
@@ -91,7 +145,8 @@ struct LinkState;
 
 class LinkModelWorld : public World {
  public:
-  // Throws ConfigError when `inner` does not hold every rank in this process.
+  // Throws ConfigError when `inner` does not hold every rank in this process, or where
+  // check_link_model_options(opt, inner's world size) does.
   LinkModelWorld(std::unique_ptr<World> inner, const LinkModelOptions& opt);
   ~LinkModelWorld() override;
   int world_size() const override;
@@ -106,7 +161,11 @@ class LinkModelWorld : public World {
   std::vector<std::unique_ptr<Transport>> m_transports;
 };
 
-// --link-latency-us L --link-gbps G: latency L microseconds, bandwidth G x 1e9 bits per second.
-LinkModelOptions link_model_options(double latency_us, double gbps);
+// --link-latency-us L --link-gbps G: latency L microseconds, bandwidth G x 1e9 bits per second;
+// --link-gpus-per-node N --link-nic-gbps NG --link-nic-latency-us NL --link-nics-per-node K: the
+// nodes (N 0: none), each NIC NG x 1e9 bits per second and NL microseconds more per message
+// between nodes.
+LinkModelOptions link_model_options(double latency_us, double gbps, int gpus_per_node = 0, double nic_gbps = 0,
+                                    double nic_latency_us = 0, int nics_per_node = 1);
 
 }  // namespace lab

@@ -28,6 +28,49 @@ std::string num(double v) {
   return s.str();
 }
 
+// --link-gpus-per-node and the NIC flags (link_model.h: Nodes) refine the simulated link: each is
+// refused, by name, without it (--link-gbps: the links within a node) or without the nodes.
+// lab::check_link_model_options says the same of a LinkModelOptions; here in the flags' words.
+void validate_link_nodes(const RunConfig& c) {
+  const RunConfig d;
+  std::string given;  // the first node flag given, as typed
+  if (c.link_gpus_per_node != d.link_gpus_per_node) given = "--link-gpus-per-node " + std::to_string(c.link_gpus_per_node);
+  else if (c.link_nic_gbps != d.link_nic_gbps) given = "--link-nic-gbps " + num(c.link_nic_gbps);
+  else if (c.link_nic_latency_us != d.link_nic_latency_us) given = "--link-nic-latency-us " + num(c.link_nic_latency_us);
+  else if (c.link_nics_per_node != d.link_nics_per_node) given = "--link-nics-per-node " + std::to_string(c.link_nics_per_node);
+  if (given.empty()) return;
+  if (c.link_gpus_per_node < 0)
+    throw ConfigError("--link-gpus-per-node must be >= 0 (0: no nodes), got " + std::to_string(c.link_gpus_per_node));
+  if (!(c.link_nic_gbps >= 0) || !std::isfinite(c.link_nic_gbps))
+    throw ConfigError("--link-nic-gbps must be > 0 (gigabits per second, each node's NIC), got " + num(c.link_nic_gbps));
+  if (!(c.link_nic_latency_us >= 0) || !std::isfinite(c.link_nic_latency_us))
+    throw ConfigError("--link-nic-latency-us must be >= 0 (microseconds), got " + num(c.link_nic_latency_us));
+  if (!(c.link_gbps > 0))
+    throw ConfigError(given + ": the nodes are part of the simulated link, which needs --link-gbps (the bandwidth of "
+                              "each rank's link within a node)" +
+                          std::string(c.link_model() ? "; --link-gbps is 0 (unlimited)" : "; the simulated link is off"),
+                      "add --link-gbps G (e.g. 100 within a node), or drop " + given);
+  if (c.link_gpus_per_node == 0)
+    throw ConfigError(given + " describes the nodes' NICs: it needs --link-gpus-per-node N (the ranks of each node)",
+                      "add --link-gpus-per-node N, or drop " + given);
+  const std::string g = "--link-gpus-per-node " + std::to_string(c.link_gpus_per_node);
+  if (!(c.link_nic_gbps > 0))
+    throw ConfigError(g + " needs --link-nic-gbps > 0: the bandwidth of each node's NIC, each direction",
+                      "e.g. --link-nic-gbps 100");
+  if (c.link_nics_per_node < 1 || c.link_nics_per_node > c.link_gpus_per_node)
+    throw ConfigError("--link-nics-per-node must be between 1 and " + std::to_string(c.link_gpus_per_node) + " (" + g +
+                          "), got " + std::to_string(c.link_nics_per_node),
+                      "rank i of a node uses its NIC i % K: a NIC beyond the node's ranks would carry nothing");
+  if (c.world_size % c.link_gpus_per_node != 0)
+    throw ConfigError(g + ": --world-size " + std::to_string(c.world_size) + " is not a multiple of " +
+                          std::to_string(c.link_gpus_per_node) + " (ranks are placed on nodes of " +
+                          std::to_string(c.link_gpus_per_node) + ", in order)",
+                      "choose a --link-gpus-per-node that divides the world size");
+  if (mode_of(c).caps().parameter_server)
+    throw ConfigError(g + " with --mode " + c.mode + ": the parameter server beside the ranks has no node in the model",
+                      "drop the --link-gpus-per-node and --link-nic-* flags: the single switch still models --mode " + c.mode);
+}
+
 // --mode and the communication flags, and which combinations PyTorch itself supports: the modes'
 // own checks (lab/modes/mode.h: every mode's settings, then the chosen mode's combinations in its
 // own words), then what the chosen mode cannot do, by capability.
@@ -56,6 +99,7 @@ void validate_modes(const RunConfig& c) {
   if (c.link_model() && c.comm != "threads")
     throw ConfigError("--link-latency-us/--link-gbps simulate links between emulated ranks",
                       "use --comm threads, or measure the real network of the other transports");
+  validate_link_nodes(c);
 }
 
 }  // namespace
@@ -286,6 +330,10 @@ std::string to_toml(const RunConfig& c, const std::vector<std::pair<std::string,
   o << "tp = " << c.tp << "\n";
   o << "link_latency_us = " << d(c.link_latency_us) << "\n";
   o << "link_gbps = " << d(c.link_gbps) << "\n";
+  o << "link_gpus_per_node = " << c.link_gpus_per_node << "\n";
+  o << "link_nic_gbps = " << d(c.link_nic_gbps) << "\n";
+  o << "link_nic_latency_us = " << d(c.link_nic_latency_us) << "\n";
+  o << "link_nics_per_node = " << c.link_nics_per_node << "\n";
   o << "uneven_data = " << b(c.uneven_data) << "\n";
   o << "join = " << b(c.join) << "\n";
   o << "async_schedule = " << q(c.async_schedule) << "\n";
@@ -436,6 +484,10 @@ RunConfig config_from_table(const toml::table& t, const std::string& path) {
       else if (key == "distributed.tp") i32(c.tp);
       else if (key == "distributed.link_latency_us") dbl(c.link_latency_us);
       else if (key == "distributed.link_gbps") dbl(c.link_gbps);
+      else if (key == "distributed.link_gpus_per_node") i32(c.link_gpus_per_node);
+      else if (key == "distributed.link_nic_gbps") dbl(c.link_nic_gbps);
+      else if (key == "distributed.link_nic_latency_us") dbl(c.link_nic_latency_us);
+      else if (key == "distributed.link_nics_per_node") i32(c.link_nics_per_node);
       else if (key == "distributed.uneven_data") bln(c.uneven_data);
       else if (key == "distributed.join") bln(c.join);
       else if (key == "distributed.async_schedule") str(c.async_schedule);

@@ -125,6 +125,14 @@ struct RunConfig {
                                        // world_size follows it)
   double link_latency_us = 0;          // simulated link between emulated ranks: latency per message
   double link_gbps = 0;                // ... and bandwidth (0: unlimited); both 0: no simulated link
+  // ... on nodes (link_model.h: Nodes): ranks per node, in order (0: one switch, no nodes; needs
+  // link_gbps > 0 and a world size that is a multiple of it), each node's NICs' bandwidth (Gbit/s,
+  // each direction; needed with nodes), the latency a message between nodes adds, and the NICs
+  // per node (rank i of a node uses NIC i % K)
+  int link_gpus_per_node = 0;
+  double link_nic_gbps = 0;
+  double link_nic_latency_us = 0;
+  int link_nics_per_node = 1;
   bool uneven_data = false;            // rank r drops the last r batches of its shard every epoch
   bool join = false;                   // DDP join: ranks that ran out of data shadow the collectives
   // --mode async (async_ps.h): world_size workers and a parameter server that applies each

@@ -74,6 +74,13 @@ std::string no_effect_reason(const RunConfig& c, const std::string& setting) {
     // a parameter server: the worker and the server talk over the link even with one worker
     if (one_rank(c) && !caps.parameter_server)
       return "with one rank there are no messages between ranks for the simulated link to carry";
+  } else if (setting == "link_gpus_per_node" || setting == "link_nic_gbps" || setting == "link_nic_latency_us" ||
+             setting == "link_nics_per_node") {
+    // (validate() refuses them without --link-gbps or without --link-gpus-per-node)
+    if (one_rank(c)) return "with one rank there are no messages between ranks for the simulated link to carry";
+    if (c.link_gpus_per_node >= c.world_size)
+      return "all " + ranks(c.world_size) + " are on one node (--link-gpus-per-node " +
+             std::to_string(c.link_gpus_per_node) + "): no message leaves it through a NIC";
   } else if (setting == "eval_samples") {
     if (c.eval_every == 0) return "--eval-every is 0 (off): it sets the samples of the periodic evaluation";
   } else if (setting == "fail_step" || setting == "fail_at") {
@@ -207,6 +214,13 @@ std::vector<IneffectiveSetting> ineffective_settings(const RunConfig& c, const R
   check("async_seed", c.async_seed != d.async_seed, "--async-seed " + std::to_string(c.async_seed));
   check("link_latency_us", c.link_latency_us != d.link_latency_us, "--link-latency-us " + num(c.link_latency_us));
   check("link_gbps", c.link_gbps != d.link_gbps, "--link-gbps " + num(c.link_gbps));
+  check("link_gpus_per_node", c.link_gpus_per_node != d.link_gpus_per_node,
+        "--link-gpus-per-node " + std::to_string(c.link_gpus_per_node));
+  check("link_nic_gbps", c.link_nic_gbps != d.link_nic_gbps, "--link-nic-gbps " + num(c.link_nic_gbps));
+  check("link_nic_latency_us", c.link_nic_latency_us != d.link_nic_latency_us,
+        "--link-nic-latency-us " + num(c.link_nic_latency_us));
+  check("link_nics_per_node", c.link_nics_per_node != d.link_nics_per_node,
+        "--link-nics-per-node " + std::to_string(c.link_nics_per_node));
   check("eval_samples", c.eval_samples != d.eval_samples, "--eval-samples " + std::to_string(c.eval_samples));
   // Failure injection is asked for to see a failure: a run that trains normally instead is refused.
   const std::string fail_hint = "give --fail-rank R, the rank that fails";

@@ -180,7 +180,9 @@ void communication_json(const RunConfig& c, const RunSummary& s, const ComputeSt
   j["communication"] = {{"per_rank", per_rank}, {"comm_seconds", ov.comm_seconds_total},
                         {"hidden_seconds", ov.hidden_seconds_total}, {"hidden_fraction", ov.hidden_fraction},
                         {"overlap", c.overlap},
-                        {"link", {{"latency_us", c.link_latency_us}, {"gbps", c.link_gbps}}},
+                        {"link", {{"latency_us", c.link_latency_us}, {"gbps", c.link_gbps}, {"gpus_per_node", c.link_gpus_per_node},
+                                   {"nic_gbps", c.link_nic_gbps}, {"nic_latency_us", c.link_nic_latency_us},
+                                   {"nics_per_node", c.link_nics_per_node}}},
                         {"what", "seconds inside collectives during training steps, and the part of them "
                                  "that overlapped the same rank's backward computation"}};
   nlohmann::json cpr = nlohmann::json::array();
