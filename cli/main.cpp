@@ -8,6 +8,7 @@
 //   dtlab bench allreduce [flags]  allreduce time and bandwidth per size, nccl-tests style
 //   dtlab bench chain [flags]  a matrix chain in every parenthesization, at several thread counts
 //   dtlab bench layouts [flags]  every dp x pp x tp layout of N ranks: time, bytes per group, wire time
+//   dtlab simulate [flags]  collectives on 1 to 4096+ GPUs over a topology: nccl-tests columns, NCCL's pick
 //   dtlab eval  [flags]        test accuracy of weights in eval or train mode (eval_command.cpp)
 //   dtlab lesson list|show|check|run|report|prepare   lessons (lesson_command.cpp)
 //   dtlab gui   [flags]        the lab window (gui_command.cpp); also `dtlab` alone on a display
@@ -351,6 +352,12 @@ int main(int argc, char** argv) {
       "layouts", "every dp x pp x tp layout of N ranks on one global batch and link: time, bytes per group, wire time");
   commands::add_bench_layouts_flags(*bench_layouts, layopt);
 
+  lab::SimulateOptions simopt;
+  CLI::App* simulate_cmd = app.add_subcommand(
+      "simulate", "collectives on 1 to 4096+ GPUs over a cluster's topology, simulated: nccl-tests columns, "
+                  "the latency/bandwidth/contention split, NCCL's pick");
+  commands::add_simulate_flags(*simulate_cmd, simopt);
+
   lab::EvalCommandOptions eopt;
   CLI::App* eval_cmd = app.add_subcommand(
       "eval", "a model's test accuracy in eval or train mode, with the outputs of the first test samples");
@@ -428,6 +435,8 @@ int main(int argc, char** argv) {
       code = lab::bench_chain(copt);
     } else if (bench_layouts->parsed()) {
       code = lab::bench_layouts(layopt, lab::make_world);
+    } else if (simulate_cmd->parsed()) {
+      code = lab::simulate(simopt, argv[0]);
     } else if (eval_cmd->parsed()) {
       code = lab::eval_command(eopt);
     } else if (lesson_cmd->parsed()) {

@@ -623,4 +623,29 @@ void write_result_json(const std::string& path, const nlohmann::json& j) {
   if (!f) throw lab::IoError("cannot write " + path + ": " + std::strerror(errno));
 }
 
+void add_simulate_flags(CLI::App& app, lab::SimulateOptions& o) {
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.add_option("--topology", o.topology, "a preset (dgx-h100, hgx-a100, pcie-eth) or a TOML file (docs/simulate.md)")
+      ->capture_default_str();
+  app.add_option("--nodes", o.nodes, "node counts: a list, '...' continuing a progression (1,2,4,...,512)")
+      ->capture_default_str();
+  app.add_option("--gpus-per-node", o.gpus_per_node, "GPUs per node (0: the topology's)")->capture_default_str();
+  app.add_option("--collective", o.collective, "allreduce, reduce_scatter, allgather or broadcast")->capture_default_str();
+  app.add_option("--algorithm", o.algorithms,
+                 "ring, rhd (dtlab's tree: recursive halving-doubling), dbtree (NCCL's double binary tree), hier "
+                 "(2D hierarchical), a list, or all")
+      ->capture_default_str();
+  app.add_option("--protocol", o.protocol, "simple, ll128, ll (NCCL's) or wire (the link alone, as dtlab's emulated ranks)")
+      ->capture_default_str();
+  app.add_option("--channels", o.channels, "rings or trees in parallel, each through its own NIC (0: one per NIC; wire: 1)")
+      ->capture_default_str();
+  app.add_option("--sizes", o.sizes, "sizes: LO..HI (x --step-factor), or a list; K, M, G, T are powers of 1024")
+      ->capture_default_str();
+  app.add_option("--step-factor", o.step_factor, "the ratio between successive sizes of a range")->capture_default_str();
+  app.add_option("--json", o.json_out, "also write every figure to this file as JSON");
+  app.add_option("--validate", o.validate,
+                 "instead of a sweep, a validation table: emulated (against dtlab's emulated ranks), nccl (against "
+                 "NCCL's cost model) or published (against measurements)");
+}
+
 }  // namespace commands

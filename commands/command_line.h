@@ -18,6 +18,7 @@
 #include "bench_train.h"
 #include "config.h"
 #include "eval_command.h"
+#include "simulate.h"
 
 namespace commands {
 
@@ -46,6 +47,8 @@ void add_bench_sgemm_flags(CLI::App& app, lab::BenchSgemmOptions& o);
 void add_bench_allreduce_flags(CLI::App& app, lab::BenchAllreduceOptions& o);
 void add_bench_chain_flags(CLI::App& app, lab::BenchChainOptions& o);
 void add_bench_layouts_flags(CLI::App& app, lab::BenchLayoutsOptions& o);
+// `dtlab simulate` (commands/simulate.h).
+void add_simulate_flags(CLI::App& app, lab::SimulateOptions& o);
 void add_eval_flags(CLI::App& app, lab::EvalCommandOptions& o);
 
 // A command a lesson (or a script) runs: its name, its arguments as given, and its options as

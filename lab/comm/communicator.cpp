@@ -26,9 +26,6 @@ namespace lab {
 
 namespace {
 
-// Broadcast pipelining unit: the chain forwards a segment as soon as it has arrived.
-constexpr size_t kBroadcastSegmentBytes = size_t{1} << 20;
-
 int mod(int a, int n) { return ((a % n) + n) % n; }
 
 // "allreduce #12 (grad bucket 0) at step 3"

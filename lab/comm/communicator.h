@@ -18,6 +18,9 @@
 
 namespace lab {
 
+// Broadcast pipelining unit: the chain from root forwards a segment as soon as it has arrived.
+constexpr size_t kBroadcastSegmentBytes = size_t{1} << 20;
+
 // Called by each rank before each step of a collective (one ring step = every rank sends one
 // chunk). The run uses it to pause and single-step; nullptr: free-running.
 class StepGate {
