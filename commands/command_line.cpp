@@ -32,6 +32,16 @@ void add_link_node_flags(CLI::App& app, lab::RunConfig& c) {
   app.add_option("--link-nics-per-node", c.link_nics_per_node,
                  "simulated link, with --link-gpus-per-node: NICs per node, 1..N; rank i of a node uses NIC i % K")
       ->capture_default_str();
+  // the leaf switches above the nodes (lab/comm/link_model.h: Leaves)
+  app.add_option("--link-nodes-per-leaf", c.link_nodes_per_leaf,
+                 "simulated link, with --link-gpus-per-node: place the nodes on leaf switches of M nodes each, in "
+                 "order (node / M; the last leaf may hold fewer); a message between leaves also crosses its leaf's "
+                 "uplink out and the other's uplink in (0: every node on one non-blocking switch)")
+      ->capture_default_str();
+  app.add_option("--link-oversubscription", c.link_oversubscription,
+                 "simulated link, with --link-nodes-per-leaf: each leaf's uplink, each direction, carries M x K x "
+                 "--link-nic-gbps / X, shared by the messages crossing it (>= 1; 1: non-blocking)")
+      ->capture_default_str();
 }
 
 void add_mode_flags(CLI::App& app, lab::RunConfig& c) {

@@ -1,7 +1,9 @@
 // The simulated network's nodes (lab/comm/link_model.h: Nodes): ranks on nodes of G, each node's
 // NICs shared by its ranks, the paths within and between nodes, contention at a NIC, the flags
 // --link-gpus-per-node, --link-nic-gbps, --link-nic-latency-us, --link-nics-per-node, and what is
-// refused. LinkTimetable reads no clock: its times are checked exactly.
+// refused. Then the leaves (link_model.h: Leaves, suites LinkNodesLeaves*): nodes on leaf switches
+// whose uplinks are shared, --link-nodes-per-leaf and --link-oversubscription. LinkTimetable reads
+// no clock: its times are checked exactly.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,6 +18,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "backends.h"
 #include "command_line.h"
 #include "communicator.h"
 #include "config.h"
@@ -23,7 +26,10 @@
 #include "errors.h"
 #include "link_model.h"
 #include "ring_allreduce.h"
+#include "run.h"
+#include "test_util.h"
 #include "threads/transport_threads.h"
+#include "topology.h"
 
 namespace {
 
@@ -525,4 +531,459 @@ TEST(LinkNodesFlags, RunAndBenchLayoutsTakeTheNodeFlags) {
   const std::string help = app.help();
   for (const char* flag : {"--link-gpus-per-node", "--link-nic-gbps", "--link-nic-latency-us", "--link-nics-per-node"})
     EXPECT_TRUE(has(help, flag)) << flag;
+}
+
+// ---- leaves: the nodes on leaf switches, their uplinks shared ----
+
+namespace {
+
+// 4 nodes x 1 GPU (rank = node), 2 nodes a leaf: leaf 0 = nodes 0, 1, leaf 1 = nodes 2, 3. Links
+// and NICs as two_by_two (a 1e6-byte message: 1 ms on a link, 2 ms through a NIC); with
+// oversubscription 2 each uplink carries 2 x 1 x 0.5e9 / 2 = 0.5e9 B/s, one NIC's rate.
+lab::LinkModelOptions leaves(int nodes_per_leaf = 2, double oversubscription = 2) {
+  lab::LinkModelOptions o = two_by_two();
+  o.gpus_per_node = 1;
+  o.nodes_per_leaf = nodes_per_leaf;
+  o.oversubscription = oversubscription;
+  return o;
+}
+
+}  // namespace
+
+// Two messages that leave leaf 0 at once, from its two nodes, share its uplink out (and leaf 1's
+// uplink in): the second waits for the first and the pair takes twice as long as one. The same
+// two messages within their leaves do not meet, nor do two that cross in opposite directions.
+TEST(LinkNodesLeavesTimetable, TwoMessagesCrossingLeavesShareTheUplink) {
+  const lab::LinkModelOptions o = leaves();
+  EXPECT_EQ(o.uplink_bytes_per_s(), 0.5e9);
+  EXPECT_EQ(o.leaf(1), 0);
+  EXPECT_EQ(o.leaf(2), 1);
+  EXPECT_TRUE(o.crosses_leaves(1, 2));
+  EXPECT_FALSE(o.crosses_leaves(2, 3));
+  {
+    lab::LinkTimetable net(4, o);
+    const auto a = net.place(0, 2, 1000000, 0.0);
+    const auto b = net.place(1, 3, 1000000, 0.0);
+    EXPECT_EQ(a.start, 0.0);
+    EXPECT_EQ(a.leave, 2e-3);
+    EXPECT_EQ(a.arrival, 2e-3 + (kLatency + kNicLatency)) << "the spine adds no latency";
+    EXPECT_EQ(b.start, 2e-3) << "leaf 0's uplink out is full with the first message";
+    EXPECT_EQ(b.leave, 4e-3);
+    EXPECT_EQ(b.arrival, 4e-3 + (kLatency + kNicLatency));
+  }
+  {  // within a leaf: NICs only, each message its own
+    lab::LinkTimetable net(4, o);
+    EXPECT_EQ(net.place(0, 1, 1000000, 0.0).leave, 2e-3);
+    EXPECT_EQ(net.place(2, 3, 1000000, 0.0).leave, 2e-3);
+    EXPECT_EQ(net.place(1, 0, 1000000, 0.0).leave, 2e-3);
+    EXPECT_EQ(net.place(3, 2, 1000000, 0.0).leave, 2e-3);
+  }
+  {  // opposite directions: leaf 0's out and leaf 1's in, leaf 1's out and leaf 0's in
+    lab::LinkTimetable net(4, o);
+    EXPECT_EQ(net.place(0, 2, 1000000, 0.0).leave, 2e-3);
+    EXPECT_EQ(net.place(3, 1, 1000000, 0.0).leave, 2e-3);
+  }
+  {  // not oversubscribed: the uplink carries both NICs of its leaf at once
+    lab::LinkTimetable net(4, leaves(2, 1));
+    EXPECT_EQ(net.place(0, 2, 1000000, 0.0).leave, 2e-3);
+    EXPECT_EQ(net.place(1, 3, 1000000, 0.0).leave, 2e-3);
+  }
+  {  // the mutation link-per-pair has no uplinks (nor NICs)
+    lab::LinkTimetable net(4, o, /*per_pair=*/true);
+    EXPECT_EQ(net.place(0, 2, 1000000, 0.0).leave, 1e-3);
+    EXPECT_EQ(net.place(1, 3, 1000000, 0.0).leave, 1e-3);
+  }
+}
+
+// What comes into a leaf shares its uplink in, from whichever leaf it comes: 3 leaves of 2 nodes,
+// messages from leaves 0 and 1 into leaf 2 meet only there.
+TEST(LinkNodesLeavesTimetable, MessagesIntoALeafShareItsUplinkIn) {
+  lab::LinkTimetable net(6, leaves());
+  EXPECT_EQ(net.place(0, 4, 1000000, 0.0).leave, 2e-3);
+  const auto b = net.place(2, 5, 1000000, 0.0);
+  EXPECT_EQ(b.start, 2e-3) << "leaf 2's uplink in";
+  EXPECT_EQ(b.leave, 4e-3);
+  // leaf 1 -> leaf 0 uses neither: it passes at once
+  EXPECT_EQ(net.place(3, 1, 1000000, 0.0).leave, 2e-3);
+}
+
+// An uplink narrower than a NIC is the slowest resource: it sets the rate of every message that
+// crosses it (and LinkModelOptions::seconds says so); within a leaf the NIC's rate stays.
+TEST(LinkNodesLeavesTimetable, ANarrowUplinkSetsTheRate) {
+  const lab::LinkModelOptions o = leaves(2, 4);  // 0.25e9 B/s: 4 ms for 1e6 bytes
+  EXPECT_EQ(o.uplink_bytes_per_s(), 0.25e9);
+  EXPECT_EQ(o.seconds(1000000, 0, 2), (kLatency + kNicLatency) + 4e-3);
+  EXPECT_EQ(o.seconds(1000000, 0, 1), (kLatency + kNicLatency) + 2e-3);
+  lab::LinkTimetable net(4, o);
+  EXPECT_EQ(net.place(0, 2, 1000000, 0.0).leave, 4e-3);
+  EXPECT_EQ(net.place(1, 3, 1000000, 0.0).leave, 8e-3);
+  EXPECT_EQ(net.place(1, 0, 1000000, 0.0).leave, 2e-3) << "within leaf 0: rank 1's link out is free until 4 ms";
+  // an empty message between leaves occupies nothing and takes the latency between nodes
+  EXPECT_EQ(net.place(0, 3, 0, 1e-3).arrival, 1e-3 + (kLatency + kNicLatency));
+}
+
+// An uplink carries several messages at once as long as their rates fit in its bandwidth; one that
+// does not fit, for its whole length, waits for the earliest start at which it does, and never
+// takes a part of its rate.
+TEST(LinkNodesLeavesTimetable, AnUplinkCarriesMessagesUpToItsBandwidth) {
+  {  // 3 nodes a leaf, oversubscription 1.5: an uplink of 1e9 B/s, two NICs' rate
+    const lab::LinkModelOptions o = leaves(3, 1.5);
+    EXPECT_EQ(o.uplink_bytes_per_s(), 1e9);
+    lab::LinkTimetable net(6, o);
+    EXPECT_EQ(net.place(0, 3, 1000000, 0.0).leave, 2e-3);
+    EXPECT_EQ(net.place(1, 4, 1000000, 0.0).leave, 2e-3) << "two fit side by side";
+    const auto c = net.place(2, 5, 1000000, 0.0);
+    EXPECT_EQ(c.start, 2e-3) << "the third waits for room";
+    EXPECT_EQ(c.leave, 4e-3);
+  }
+  {  // staggered: A on [0, 2 ms), B on [1, 3 ms); C posted at 1.5 ms finds the uplink full until A ends
+    lab::LinkTimetable net(6, leaves(3, 1.5));
+    EXPECT_EQ(net.place(0, 3, 1000000, 0.0).start, 0.0);
+    EXPECT_EQ(net.place(1, 4, 1000000, 1e-3).start, 1e-3);
+    const auto c = net.place(2, 5, 1000000, 1.5e-3);
+    EXPECT_EQ(c.start, 2e-3) << "beside B alone it fits";
+    EXPECT_EQ(c.leave, 4e-3);
+  }
+  {  // 2 nodes a leaf, oversubscription 1.5: 0.667e9 B/s, more than one NIC and less than two
+    lab::LinkTimetable net(4, leaves(2, 1.5));
+    EXPECT_EQ(net.place(0, 2, 1000000, 0.0).leave, 2e-3) << "at the NIC's rate, the slowest";
+    EXPECT_EQ(net.place(1, 3, 1000000, 0.0).start, 2e-3) << "the whole rate or nothing";
+  }
+}
+
+// When the leaves do not divide the nodes the last leaf holds fewer; its uplink is as wide as
+// every leaf's (M x K x NIC / X), as in the simulator's topologies.
+TEST(LinkNodesLeavesTimetable, TheLastLeafMayHoldFewerNodes) {
+  const lab::LinkModelOptions o = leaves(2, 2);  // 5 nodes: leaves {0, 1}, {2, 3}, {4}
+  EXPECT_EQ(o.leaf(4), 2);
+  lab::LinkTimetable net(5, o);
+  EXPECT_EQ(net.place(4, 0, 1000000, 0.0).leave, 2e-3) << "leaf 2's uplink: 0.5e9 B/s, not half of it";
+  EXPECT_EQ(net.place(2, 1, 1000000, 0.0).start, 2e-3) << "leaf 0's uplink in is taken by the first";
+}
+
+namespace {
+
+// The timetable as it was before leaves (link_model.cpp of the commit that gave the network
+// nodes: links, and NICs held by one message at a time), to hold the new one to it bit for bit.
+class NodesBeforeLeaves {
+ public:
+  NodesBeforeLeaves(int n, const lab::LinkModelOptions& o) : m_n(static_cast<size_t>(n)), m_o(o), m_pair(m_n * m_n) {
+    const size_t nics = m_n / static_cast<size_t>(o.gpus_per_node) * static_cast<size_t>(o.nics_per_node);
+    m_rate.assign(2 * m_n, o.bytes_per_s);
+    m_rate.resize(2 * m_n + 2 * nics, o.nic_bytes_per_s);
+    m_busy.resize(m_rate.size());
+  }
+  lab::LinkTimetable::Placed place(int src, int dst, size_t bytes, double posted) {
+    const size_t s = static_cast<size_t>(src), d = static_cast<size_t>(dst);
+    const auto nic = [&](int r) {
+      return 2 * m_n + 2 * (static_cast<size_t>(m_o.node(r)) * static_cast<size_t>(m_o.nics_per_node) +
+                            static_cast<size_t>(m_o.nic(r)));
+    };
+    std::vector<size_t> on = {s, m_n + d};
+    if (m_o.crosses_nodes(src, dst)) on = {s, nic(src), nic(dst) + 1, m_n + d};
+    double rate = std::numeric_limits<double>::infinity();
+    for (size_t r : on) {
+      auto& b = m_busy[r];
+      b.erase(b.begin(), std::find_if(b.begin(), b.end(), [&](const std::pair<double, double>& iv) { return iv.second > posted; }));
+      if (m_rate[r] > 0) rate = std::min(rate, m_rate[r]);
+    }
+    const double len = std::isinf(rate) ? 0.0 : static_cast<double>(bytes) / rate;
+    double& pair_leave = m_pair[s * m_n + d];
+    double start = std::max(posted, pair_leave);
+    for (;;) {
+      double next = start;
+      for (size_t r : on) next = first_fit(m_busy[r], next, len);
+      if (next == start) break;
+      start = next;
+    }
+    for (size_t r : on)
+      if (len > 0)
+        m_busy[r].insert(std::lower_bound(m_busy[r].begin(), m_busy[r].end(), std::make_pair(start, start + len)),
+                         {start, start + len});
+    pair_leave = start + len;
+    return {start, start + len, start + len + m_o.latency(src, dst)};
+  }
+
+ private:
+  static double first_fit(const std::vector<std::pair<double, double>>& busy, double t, double d) {
+    if (d <= 0) return t;
+    for (const auto& [s, e] : busy) {
+      if (e <= t) continue;
+      if (t + d <= s) return t;
+      t = e;
+    }
+    return t;
+  }
+  size_t m_n;
+  lab::LinkModelOptions m_o;
+  std::vector<double> m_pair, m_rate;
+  std::vector<std::vector<std::pair<double, double>>> m_busy;
+};
+
+}  // namespace
+
+// --link-nodes-per-leaf 0 (the default) is one non-blocking switch between the nodes: the
+// timetable of the nodes alone, bit for bit, whatever the oversubscription holds (it is not read).
+// So is every node on one leaf, and so are leaves whose uplinks are not oversubscribed (X = 1: an
+// uplink carries all its leaf's NICs at once, the last, smaller leaf's too). Oversubscribed
+// leaves do change it (the comparison can fail).
+TEST(LinkNodesLeavesTimetable, NoLeavesIsTheNodesTimetableBitForBit) {
+  const int n = 12;  // 6 nodes of 2 ranks, 2 NICs each
+  lab::LinkModelOptions base;
+  base.latency_s = 7.5e-6;
+  base.bytes_per_s = 1.25e9;
+  base.gpus_per_node = 2;
+  base.nic_bytes_per_s = 4e8;
+  base.nic_latency_s = 3e-6;
+  base.nics_per_node = 2;
+  const auto with = [&](int nodes_per_leaf, double oversubscription) {
+    lab::LinkModelOptions o = base;
+    o.nodes_per_leaf = nodes_per_leaf;
+    o.oversubscription = oversubscription;
+    return o;
+  };
+  const std::vector<std::pair<int, double>> same = {{0, 1}, {0, 3}, {6, 4}, {10, 2}, {2, 1}, {4, 1}, {1, 1}};
+  std::vector<std::unique_ptr<lab::LinkTimetable>> nets;
+  for (const auto& [m, x] : same) nets.push_back(std::make_unique<lab::LinkTimetable>(n, with(m, x)));
+  lab::LinkTimetable narrow(n, with(2, 2));
+  NodesBeforeLeaves before(n, base);
+  std::mt19937 rng(2718);
+  std::uniform_int_distribution<int> rank(0, n - 1);
+  std::uniform_int_distribution<size_t> size(0, 4000000);
+  std::uniform_real_distribution<double> gap(0.0, 2e-3);
+  double t = 0;
+  int narrow_differs = 0;
+  for (int i = 0; i < 2000; ++i) {
+    if (i % 3 == 0) t += gap(rng);  // several messages posted at the same time, then a gap
+    const int src = rank(rng);
+    int dst = rank(rng);
+    if (dst == src) dst = (dst + 1) % n;
+    const size_t bytes = i % 17 == 0 ? 0 : size(rng);
+    const auto po = before.place(src, dst, bytes, t);
+    for (size_t k = 0; k < nets.size(); ++k) {
+      const auto p = nets[k]->place(src, dst, bytes, t);
+      ASSERT_EQ(p.start, po.start) << "message " << i << ", nodes_per_leaf " << same[k].first << ", x " << same[k].second;
+      ASSERT_EQ(p.leave, po.leave) << "message " << i << ", nodes_per_leaf " << same[k].first;
+      ASSERT_EQ(p.arrival, po.arrival) << "message " << i << ", nodes_per_leaf " << same[k].first;
+    }
+    if (narrow.place(src, dst, bytes, t).leave != po.leave) ++narrow_differs;
+  }
+  EXPECT_GT(narrow_differs, 100) << "oversubscribed uplinks delay messages between leaves";
+}
+
+// ---- leaves: what the model refuses ----
+
+TEST(LinkNodesLeavesOptions, BadLeavesAreRefusedNamingTheFlag) {
+  lab::LinkModelOptions o = leaves();
+  o.nodes_per_leaf = -1;
+  std::string e = config_error([&] { lab::LinkTimetable net(4, o); });
+  EXPECT_TRUE(has(e, "--link-nodes-per-leaf must be >= 0")) << e;
+  for (double x : {0.5, 0.0, -1.0, std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
+    o = leaves(2, x);
+    e = config_error([&] { lab::LinkTimetable net(4, o); });
+    EXPECT_TRUE(has(e, "--link-oversubscription must be >= 1")) << x << ": " << e;
+  }
+  // the world checks them too, before any message
+  o = leaves(2, 0.5);
+  e = config_error([&] { lab::LinkModelWorld world(std::make_unique<lab::ThreadsWorld>(4), o); });
+  EXPECT_TRUE(has(e, "--link-oversubscription")) << e;
+  // unread fields are not checked: the oversubscription without leaves, the leaves without nodes
+  o = leaves(0, 0.5);
+  EXPECT_EQ(config_error([&] { lab::LinkTimetable net(4, o); }), "");
+  o = leaves(-1, 0.5);
+  o.gpus_per_node = 0;
+  EXPECT_EQ(config_error([&] { lab::LinkTimetable net(4, o); }), "");
+  // a node count that is not a multiple of nodes_per_leaf is accepted (the last leaf holds fewer)
+  EXPECT_EQ(config_error([&] { lab::LinkTimetable net(7, leaves(3, 2)); }), "");
+}
+
+// The flags' units, and the uplink in the simulator's words: the same bandwidth as
+// Topology::uplink_bytes_per_s() (lab/sim/topology.h) for the same figures, without rails.
+TEST(LinkNodesLeavesOptions, TheUplinkIsTheSimulatorsUplink) {
+  const lab::LinkModelOptions f = lab::link_model_options(5, 800, 8, 400, 2, 4, 3, 2.5);
+  EXPECT_EQ(f.nodes_per_leaf, 3);
+  EXPECT_EQ(f.oversubscription, 2.5);
+  lab::Topology t;
+  t.nodes = 7;
+  t.gpus_per_node = 8;
+  t.nics_per_node = 4;
+  t.nic_Gbps = 400;
+  t.rails = false;
+  t.nodes_per_leaf = 3;
+  t.oversubscription = 2.5;
+  EXPECT_EQ(f.nic_bytes_per_s, t.nic_bytes_per_s());
+  EXPECT_EQ(f.uplink_bytes_per_s(), t.uplink_bytes_per_s());
+  EXPECT_EQ(f.uplink_bytes_per_s(), 3 * 4 * 50e9 / 2.5);
+  // the defaults: no leaves
+  const lab::LinkModelOptions d = lab::link_model_options(5, 800, 8, 400, 2, 4);
+  EXPECT_EQ(d.nodes_per_leaf, 0);
+  EXPECT_EQ(d.oversubscription, 1.0);
+  EXPECT_FALSE(d.has_leaves());
+}
+
+// ---- leaves: the configuration and the flags ----
+
+namespace {
+
+// 8 ranks on 4 nodes of 2, 2 nodes a leaf, uplinks 2:1
+lab::RunConfig on_leaves() {
+  lab::RunConfig c = on_nodes();
+  c.world_size = 8;
+  c.link_nodes_per_leaf = 2;
+  c.link_oversubscription = 2;
+  return c;
+}
+
+}  // namespace
+
+TEST(LinkNodesLeavesConfig, ValidLeavesAreAcceptedAndNotWarnedAbout) {
+  lab::RunConfig c = on_leaves();
+  EXPECT_EQ(refusal(c), "");
+  EXPECT_TRUE(lab::ineffective_settings(c).empty()) << lab::ineffective_settings(c).front().message();
+  c.world_size = 6;  // 3 nodes: leaves of 2 and 1
+  EXPECT_EQ(refusal(c), "");
+  EXPECT_TRUE(lab::ineffective_settings(c).empty()) << lab::ineffective_settings(c).front().message();
+  c = on_leaves();
+  c.link_nodes_per_leaf = 1;  // every node a leaf of its own
+  c.link_nics_per_node = 2;
+  EXPECT_EQ(refusal(c), "");
+  EXPECT_TRUE(lab::ineffective_settings(c).empty()) << lab::ineffective_settings(c).front().message();
+}
+
+TEST(LinkNodesLeavesConfig, EveryNodeOnOneLeafIsAWarningNotARefusal) {
+  for (int m : {4, 9}) {
+    lab::RunConfig c = on_leaves();
+    c.link_nodes_per_leaf = m;
+    EXPECT_EQ(refusal(c), "");
+    const auto none = lab::ineffective_settings(c);
+    ASSERT_EQ(none.size(), 2u) << m;
+    EXPECT_EQ(none[0].setting, "link_nodes_per_leaf");
+    EXPECT_TRUE(has(none[0].message(), "--link-nodes-per-leaf " + std::to_string(m) +
+                                           " has no effect: all 4 nodes are on one leaf"))
+        << none[0].message();
+    EXPECT_EQ(none[1].setting, "link_oversubscription");
+    EXPECT_TRUE(has(none[1].message(), "--link-oversubscription 2 has no effect: all 4 nodes are on one leaf"))
+        << none[1].message();
+    for (const auto& e : none) EXPECT_FALSE(e.refused);
+  }
+}
+
+// Leaves whose uplinks are not oversubscribed change no time (the timetable without leaves, bit
+// for bit): --link-nodes-per-leaf alone says so, and what would make it matter.
+TEST(LinkNodesLeavesConfig, LeavesWithoutOversubscriptionAreAWarning) {
+  lab::RunConfig c = on_leaves();
+  c.link_oversubscription = 1;
+  EXPECT_EQ(refusal(c), "");
+  const auto none = lab::ineffective_settings(c);
+  ASSERT_EQ(none.size(), 1u);
+  EXPECT_EQ(none[0].setting, "link_nodes_per_leaf");
+  EXPECT_TRUE(has(none[0].message(), "--link-nodes-per-leaf 2 has no effect: --link-oversubscription is 1"))
+      << none[0].message();
+  EXPECT_TRUE(has(none[0].hint, "--link-oversubscription")) << none[0].hint;
+  EXPECT_FALSE(none[0].refused);
+}
+
+TEST(LinkNodesLeavesConfig, BadLeavesAreRefusedNamingTheFlag) {
+  lab::RunConfig c = on_leaves();
+  c.link_nodes_per_leaf = -1;
+  EXPECT_TRUE(has(refusal(c), "--link-nodes-per-leaf must be >= 0")) << refusal(c);
+  for (double x : {0.5, 0.0, std::numeric_limits<double>::quiet_NaN()}) {
+    c = on_leaves();
+    c.link_oversubscription = x;
+    EXPECT_TRUE(has(refusal(c), "--link-oversubscription must be >= 1")) << refusal(c);
+  }
+  c = on_nodes();  // the oversubscription without leaves
+  c.link_oversubscription = 2;
+  std::string e = refusal(c);
+  EXPECT_TRUE(has(e, "--link-oversubscription 2 describes the leaves' uplinks")) << e;
+  EXPECT_TRUE(has(e, "--link-nodes-per-leaf")) << e;
+  c = lab::RunConfig{};  // the leaves without nodes
+  c.world_size = 8;
+  c.link_gbps = 100;
+  c.link_nodes_per_leaf = 2;
+  e = refusal(c);
+  EXPECT_TRUE(has(e, "--link-nodes-per-leaf 2 describes the leaf switches")) << e;
+  EXPECT_TRUE(has(e, "needs --link-gpus-per-node")) << e;
+  c.link_nodes_per_leaf = 0;
+  c.link_oversubscription = 3;
+  EXPECT_TRUE(has(refusal(c), "--link-oversubscription 3 describes the leaf switches")) << refusal(c);
+  c = on_leaves();  // ... without the simulated link
+  c.link_gbps = 0;
+  EXPECT_TRUE(has(refusal(c), "--link-gbps")) << refusal(c);
+  c = on_leaves();
+  c.mode = "async";
+  EXPECT_TRUE(has(refusal(c), "parameter server")) << refusal(c);
+}
+
+TEST(LinkNodesLeavesConfig, TomlRoundTripAndOldFilesWithoutTheKeys) {
+  lab::RunConfig c = on_leaves();
+  c.link_oversubscription = 2.5;
+  const std::string toml = lab::to_toml(c, {});
+  const lab::RunConfig back = lab::config_from_toml(toml, "config.toml");
+  EXPECT_EQ(back.link_nodes_per_leaf, 2);
+  EXPECT_EQ(back.link_oversubscription, 2.5);
+  EXPECT_EQ(back.link_gpus_per_node, 2);
+  // a file written before the leaves: no such keys, no leaves
+  std::string old;
+  for (size_t at = 0; at < toml.size();) {
+    const size_t nl = toml.find('\n', at);
+    const std::string line = toml.substr(at, nl == std::string::npos ? std::string::npos : nl + 1 - at);
+    at = nl == std::string::npos ? toml.size() : nl + 1;
+    if (line.rfind("link_nodes_per_leaf", 0) == 0 || line.rfind("link_oversubscription", 0) == 0) continue;
+    old += line;
+  }
+  ASSERT_FALSE(has(old, "leaf"));
+  ASSERT_FALSE(has(old, "oversubscription"));
+  const lab::RunConfig before = lab::config_from_toml(old, "old.toml");
+  EXPECT_EQ(before.link_nodes_per_leaf, 0);
+  EXPECT_EQ(before.link_oversubscription, 1.0);
+  EXPECT_EQ(before.link_gpus_per_node, 2);
+  EXPECT_EQ(refusal(before), "");
+}
+
+TEST(LinkNodesLeavesFlags, RunAndBenchLayoutsTakeTheLeafFlags) {
+  const commands::CommandSpec spec = commands::parse_command(
+      "run", {"--world-size", "8", "--link-gbps", "100", "--link-gpus-per-node", "2", "--link-nic-gbps", "25",
+              "--link-nodes-per-leaf", "2", "--link-oversubscription", "3"});
+  EXPECT_EQ(spec.run.link_nodes_per_leaf, 2);
+  EXPECT_EQ(spec.run.link_oversubscription, 3);
+  const std::string e = config_error([] {
+    commands::parse_command("run", {"--world-size", "8", "--link-gbps", "100", "--link-gpus-per-node", "2",
+                                    "--link-nic-gbps", "25", "--link-oversubscription", "3"});
+  });
+  EXPECT_TRUE(has(e, "--link-oversubscription 3")) << e;
+  EXPECT_TRUE(has(e, "--link-nodes-per-leaf")) << e;
+
+  CLI::App app;
+  lab::BenchLayoutsOptions o;
+  commands::add_bench_layouts_flags(app, o);
+  std::vector<std::string> args = {"--link-nodes-per-leaf", "4", "--link-oversubscription", "1.5"};
+  std::reverse(args.begin(), args.end());  // CLI11 takes a vector from the back
+  app.parse(args);
+  EXPECT_EQ(o.base.link_nodes_per_leaf, 4);
+  EXPECT_EQ(o.base.link_oversubscription, 1.5);
+  const std::string help = app.help();
+  for (const char* flag : {"--link-nodes-per-leaf", "--link-oversubscription"}) EXPECT_TRUE(has(help, flag)) << flag;
+}
+
+// A run on 4 nodes x 1 rank, 2 nodes a leaf: it trains through the leaves' uplinks, and
+// summary.json's communication.link records every link setting.
+TEST(LinkNodesLeavesRun, SummaryRecordsTheLeaves) {
+  DTLAB_REQUIRE_DATASET();
+  testutil::TempDir dir;
+  lab::RunConfig c = testutil::small_run("mlp", 4, dir.path(), 2);
+  c.link_gbps = 100;
+  c.link_gpus_per_node = 1;
+  c.link_nic_gbps = 50;
+  c.link_nic_latency_us = 2;
+  c.link_nodes_per_leaf = 2;
+  c.link_oversubscription = 2;
+  lab::Run(c, lab::make_world).run();
+  const auto sj = nlohmann::json::parse(testutil::read_file(dir.file("summary.json")));
+  const auto& link = sj.at("communication").at("link");
+  EXPECT_EQ(link.at("gpus_per_node").get<int>(), 1);
+  EXPECT_EQ(link.at("nic_gbps").get<double>(), 50.0);
+  EXPECT_EQ(link.at("nodes_per_leaf").get<int>(), 2);
+  EXPECT_EQ(link.at("oversubscription").get<double>(), 2.0);
+  EXPECT_GT(sj.at("communication").at("comm_seconds").get<double>(), 0.0);
 }

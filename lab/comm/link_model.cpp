@@ -34,15 +34,24 @@ std::string fmt(double s) {
 
 }  // namespace
 
-// One resource a message occupies while its bytes pass (a rank's link out, a rank's link in): its
-// bandwidth and the intervals for which messages already placed hold it.
+// One resource a message occupies while its bytes pass (a rank's link out, a rank's link in, a
+// NIC, a leaf's uplink): its bandwidth and the intervals for which messages already placed hold it.
+// A link or a NIC is held by one message at a time (`busy`); an uplink is shared (`shares`): the
+// messages on it at any moment take at most its bandwidth between them.
 struct LinkTimetable::Resource {
   double bytes_per_s = 0;                       // 0: unlimited
+  bool shared = false;                          // a leaf's uplink
   std::vector<std::pair<double, double>> busy;  // [start, end), disjoint, sorted by start
+  struct Share {
+    double start, end, rate;  // [start, end) at `rate` bytes per second
+  };
+  std::vector<Share> shares;  // shared: sorted by start, may overlap
 
-  // The earliest t' >= t at which [t', t' + d) overlaps no busy interval.
-  double first_fit(double t, double d) const {
+  // The earliest t' >= t at which [t', t' + d) overlaps no busy interval (shared: at which `rate`
+  // fits beside the shares throughout [t', t' + d)).
+  double first_fit(double t, double d, double rate) const {
     if (d <= 0) return t;
+    if (shared) return first_share(t, d, rate);
     for (const auto& [s, e] : busy) {
       if (e <= t) continue;
       if (t + d <= s) return t;
@@ -50,20 +59,63 @@ struct LinkTimetable::Resource {
     }
     return t;
   }
-  void reserve(double s, double e) {
+  void reserve(double s, double e, double rate) {
     if (e <= s) return;
+    if (shared) {
+      const Share sh{s, e, rate};
+      shares.insert(std::upper_bound(shares.begin(), shares.end(), sh,
+                                     [](const Share& a, const Share& b) { return a.start < b.start; }),
+                    sh);
+      return;
+    }
     busy.insert(std::lower_bound(busy.begin(), busy.end(), std::make_pair(s, e)), {s, e});
   }
   // Intervals over by `now` can hold up no message posted from now on.
   void forget_before(double now) {
     busy.erase(busy.begin(),
                std::find_if(busy.begin(), busy.end(), [&](const std::pair<double, double>& iv) { return iv.second > now; }));
+    shares.erase(std::remove_if(shares.begin(), shares.end(), [&](const Share& sh) { return sh.end <= now; }),
+                 shares.end());
+  }
+
+ private:
+  // The rate the shares take at time p.
+  double taken(double p) const {
+    double sum = 0;
+    for (const Share& sh : shares) {
+      if (sh.start > p) break;
+      if (p < sh.end) sum += sh.rate;
+    }
+    return sum;
+  }
+  // Whether `rate` fits beside the shares throughout [t, t + d): what they take only grows where
+  // one starts, so it is enough to look at t and at every start inside.
+  bool fits(double t, double d, double rate) const {
+    const double room = bytes_per_s * (1 + 1e-9) - rate;  // within rounding: k x (C / k) fits in C
+    if (taken(t) > room) return false;
+    for (const Share& sh : shares) {
+      if (sh.start >= t + d) break;
+      if (sh.start > t && taken(sh.start) > room) return false;
+    }
+    return true;
+  }
+  double first_share(double t, double d, double rate) const {
+    if (fits(t, d, rate)) return t;
+    // room appears only where a share ends; after the last one ends the whole bandwidth is free
+    std::vector<double> ends;
+    for (const Share& sh : shares)
+      if (sh.end > t) ends.push_back(sh.end);
+    std::sort(ends.begin(), ends.end());
+    for (double e : ends)
+      if (fits(e, d, rate)) return e;
+    return ends.empty() ? t : ends.back();
   }
 };
 
 double LinkModelOptions::seconds(size_t bytes, int src, int dst) const {
   if (!crosses_nodes(src, dst)) return seconds(bytes);
-  const double rate = bytes_per_s > 0 ? std::min(bytes_per_s, nic_bytes_per_s) : nic_bytes_per_s;
+  double rate = bytes_per_s > 0 ? std::min(bytes_per_s, nic_bytes_per_s) : nic_bytes_per_s;
+  if (crosses_leaves(src, dst)) rate = std::min(rate, uplink_bytes_per_s());
   return latency(src, dst) + (rate > 0 ? static_cast<double>(bytes) / rate : 0.0);
 }
 
@@ -88,6 +140,15 @@ void check_link_model_options(const LinkModelOptions& o, int ranks) {
     throw ConfigError("--link-gpus-per-node " + g + ": the world size " + std::to_string(ranks) +
                           " is not a multiple of it (ranks are placed on nodes of " + g + ", in order)",
                       "choose a --link-gpus-per-node that divides the world size");
+  if (o.nodes_per_leaf < 0)
+    throw ConfigError("--link-nodes-per-leaf must be >= 0 (0: every node on one switch), got " +
+                      std::to_string(o.nodes_per_leaf));
+  if (o.nodes_per_leaf == 0) return;  // no leaves: the oversubscription is not read
+  // a node count that is not a multiple of nodes_per_leaf is fine: the last leaf holds fewer
+  if (!(o.oversubscription >= 1) || !std::isfinite(o.oversubscription))
+    throw ConfigError("--link-oversubscription must be >= 1 (1: each leaf's uplink carries all its NICs' bandwidth), got " +
+                          fmt(o.oversubscription),
+                      "a leaf's uplink carries --link-nodes-per-leaf x --link-nics-per-node x --link-nic-gbps / X");
 }
 
 LinkTimetable::LinkTimetable(int ranks, const LinkModelOptions& opt, bool per_pair)
@@ -104,6 +165,17 @@ LinkTimetable::LinkTimetable(int ranks, const LinkModelOptions& opt, bool per_pa
     m_resources.resize(m_nic_base + 2 * nics);
     for (size_t i = m_nic_base; i < m_resources.size(); ++i) m_resources[i].bytes_per_s = opt.nic_bytes_per_s;
   }
+  // with leaves, then leaf l's uplink: out at m_uplink_base + 2 l, in right after it
+  m_uplink_base = m_resources.size();
+  if (opt.has_leaves() && !per_pair) {
+    const size_t nodes = n / static_cast<size_t>(opt.gpus_per_node), per_leaf = static_cast<size_t>(opt.nodes_per_leaf);
+    const size_t leaves = (nodes + per_leaf - 1) / per_leaf;
+    m_resources.resize(m_uplink_base + 2 * leaves);
+    for (size_t i = m_uplink_base; i < m_resources.size(); ++i) {
+      m_resources[i].bytes_per_s = opt.uplink_bytes_per_s();
+      m_resources[i].shared = true;
+    }
+  }
   m_pair_leave.assign(n * n, 0.0);
 }
 
@@ -118,7 +190,10 @@ std::vector<size_t> LinkTimetable::path(int src, int dst) const {
     return m_nic_base + 2 * (static_cast<size_t>(m_opt.node(rank)) * static_cast<size_t>(m_opt.nics_per_node) +
                              static_cast<size_t>(m_opt.nic(rank)));
   };
-  return {s, nic(src), nic(dst) + 1, n + d};
+  if (!m_opt.crosses_leaves(src, dst)) return {s, nic(src), nic(dst) + 1, n + d};
+  // ... and between those the uplink out of src's leaf and the uplink in of dst's leaf
+  const auto uplink = [&](int rank) { return m_uplink_base + 2 * static_cast<size_t>(m_opt.leaf(rank)); };
+  return {s, nic(src), uplink(src), uplink(dst) + 1, nic(dst) + 1, n + d};
 }
 
 LinkTimetable::Placed LinkTimetable::place(int src, int dst, size_t bytes, double posted) {
@@ -133,11 +208,11 @@ LinkTimetable::Placed LinkTimetable::place(int src, int dst, size_t bytes, doubl
   double start = std::max(posted, pair_leave);
   for (;;) {  // every first_fit only moves later: stop once all resources agree
     double next = start;
-    for (size_t r : on) next = m_resources[r].first_fit(next, d);
+    for (size_t r : on) next = m_resources[r].first_fit(next, d, rate);
     if (next == start) break;
     start = next;
   }
-  for (size_t r : on) m_resources[r].reserve(start, start + d);
+  for (size_t r : on) m_resources[r].reserve(start, start + d, rate);
   pair_leave = start + d;
   return {start, start + d, start + d + m_opt.latency(src, dst)};
 }
@@ -303,7 +378,7 @@ class LinkModelTransport final : public Transport {
                                 " s more";
         m_inner.abort(msg);
         throw CommError(msg, "raise --timeout, or --link-gbps / --link-nic-gbps, or lower --link-latency-us / "
-                             "--link-nic-latency-us");
+                             "--link-nic-latency-us / --link-oversubscription");
       }
       const double remaining = deadline - now;
       if (remaining > kSpinSeconds)
@@ -321,7 +396,8 @@ class LinkModelTransport final : public Transport {
 }  // namespace
 
 LinkModelOptions link_model_options(double latency_us, double gbps, int gpus_per_node, double nic_gbps,
-                                    double nic_latency_us, int nics_per_node) {
+                                    double nic_latency_us, int nics_per_node, int nodes_per_leaf,
+                                    double oversubscription) {
   LinkModelOptions o;
   o.latency_s = latency_us * 1e-6;
   o.bytes_per_s = gbps * 1e9 / 8.0;
@@ -329,6 +405,8 @@ LinkModelOptions link_model_options(double latency_us, double gbps, int gpus_per
   o.nic_bytes_per_s = nic_gbps * 1e9 / 8.0;
   o.nic_latency_s = nic_latency_us * 1e-6;
   o.nics_per_node = nics_per_node;
+  o.nodes_per_leaf = nodes_per_leaf;
+  o.oversubscription = oversubscription;
   return o;
 }
 

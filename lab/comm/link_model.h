@@ -1,5 +1,6 @@
 // LinkModelWorld: a simulated network between emulated ranks (--link-latency-us, --link-gbps,
-// and the nodes' NICs: --link-gpus-per-node, --link-nic-gbps, --link-nic-latency-us, --link-nics-per-node).
+// the nodes' NICs: --link-gpus-per-node, --link-nic-gbps, --link-nic-latency-us, --link-nics-per-node,
+// and the leaf switches' uplinks: --link-nodes-per-leaf, --link-oversubscription).
 // It decorates any World whose ranks all live in this process: every rank's Transport is wrapped
 // so that each message completes no earlier than the model says, and the collectives above it
 // (ring allreduce, the naive allreduce, broadcast chains, DataParallel's scatter, replicate, gather
@@ -28,10 +29,11 @@
 //
 // Resources. A message's path is a list of resources (each with its own bandwidth
 // and its own timetable); on the switch the path is {src's link out, dst's link in}. A resource
-// that several ranks share (a NIC, a switch uplink between nodes) is one more entry on the paths
+// that several ranks share (a NIC, a leaf's uplink to the spine) is one more entry on the paths
 // that cross it, with its own bandwidth: the message then occupies its whole path at the slowest
-// resource's rate. LinkTimetable::path() is the one place that says which resources a message
-// crosses.
+// resource's rate. A link or a NIC carries one message at a time; an uplink several, up to its
+// bandwidth (Leaves, below). LinkTimetable::path() is the one place that says which resources a
+// message crosses.
 //
 // Nodes (--link-gpus-per-node G, --link-nic-gbps, --link-nic-latency-us, --link-nics-per-node K):
 // the ranks sit on nodes of G ranks each, placed in order (node = rank / G, local rank = rank % G;
@@ -59,6 +61,34 @@
 // NICs, the same timetable bit for bit. K is 1 .. G (a NIC that no rank uses is refused). The
 // mutation link-per-pair keeps its one link per ordered pair (no switch, no NICs); only the extra
 // latency between nodes applies to it.
+//
+// Leaves (--link-nodes-per-leaf M, --link-oversubscription X; needs nodes): the nodes' NICs plug
+// into leaf switches of M nodes each, placed in order (leaf = node / M); the leaves meet at a spine
+// that adds no delay of its own. Each leaf has one full-duplex uplink to the spine: an uplink out
+// (leaf -> spine) and an uplink in (spine -> leaf), each carrying the NIC bandwidth under it
+// divided by the oversubscription, M x K x `nic bandwidth` / X (X >= 1), in the same words as the
+// simulator's uplink_bytes_per_s() (lab/sim/topology.h, whose one-leaf-per-NIC "rails" this model
+// does not have). So:
+//   same leaf:      the path between nodes above; nothing changes
+//   between leaves: path = {src's link out, NIC out (src's node, local(src) % K),
+//                           uplink out (src's leaf), uplink in (dst's leaf),
+//                           NIC in (dst's node, local(dst) % K), dst's link in}
+//                   bytes pass at min(bandwidth, nic bandwidth, uplink bandwidth),
+//                   arrival = leave + latency + nic latency (the spine adds none)
+// An uplink, unlike every other resource, is SHARED: it carries several messages at once, each at
+// its own path's rate, as long as their rates add up to no more than its bandwidth (within
+// rounding); a message whose rate does not fit beside those already on it for its whole length
+// waits, as at any resource, for the earliest start at which it does (it never takes a part of its
+// rate). Everything else on its path is held as above. So with X = 1 an uplink carries all its
+// leaf's NICs at full rate at once: no message ever waits for one, and the timetable is the one
+// without leaves, bit for bit. With X = 2, M = 2, K = 1, an uplink carries one NIC's rate: two
+// messages that leave a leaf at once, from its two nodes, leave one after the other and take twice
+// as long as one; the same two messages to nodes of their own leaf do not meet. Likewise what comes
+// into a leaf shares its uplink in. The last leaf holds fewer than M nodes when M does not divide
+// the node count; its uplink is as wide as every leaf's (the switch's cabling, as in the
+// simulator), so it is less oversubscribed. M = 0 (the default), or M >= the node count (every node
+// on one leaf), is one non-blocking switch between the nodes: no uplinks, the same timetable bit for
+// bit. The mutation link-per-pair has no uplinks.
 //
 // The sender does not wait for the receiver: a buffered send returns at once (its bytes queue at
 // its link out), a sendrecv waits for its own data to have left (leave) and for the message it
@@ -88,6 +118,10 @@ struct LinkModelOptions {
   double nic_bytes_per_s = 0;    // of each NIC, each direction; must be > 0 with gpus_per_node > 0
   double nic_latency_s = 0;      // added to the latency of a message that leaves its node
   int nics_per_node = 1;         // rank i of a node uses its NIC i % nics_per_node
+  // Leaves (see "Leaves" above), with nodes only; nodes_per_leaf 0: every node on one non-blocking
+  // switch, oversubscription unused.
+  int nodes_per_leaf = 0;        // nodes per leaf switch, placed in order (the last leaf may hold fewer)
+  double oversubscription = 1;   // >= 1: a leaf's uplink carries its NICs' bandwidth / oversubscription
 
   bool has_nodes() const { return gpus_per_node > 0; }
   int node(int rank) const { return has_nodes() ? rank / gpus_per_node : 0; }
@@ -95,19 +129,27 @@ struct LinkModelOptions {
   // The NIC (0 .. nics_per_node - 1) a rank's messages leave and enter its node through.
   int nic(int rank) const { return local_rank(rank) % (nics_per_node > 0 ? nics_per_node : 1); }
   bool crosses_nodes(int src, int dst) const { return has_nodes() && node(src) != node(dst); }
+  bool has_leaves() const { return has_nodes() && nodes_per_leaf > 0; }
+  int leaf(int rank) const { return has_leaves() ? node(rank) / nodes_per_leaf : 0; }
+  bool crosses_leaves(int src, int dst) const { return has_leaves() && leaf(src) != leaf(dst); }
+  // A leaf's uplink, each direction: the NIC bandwidth under it over the oversubscription (as
+  // Topology::uplink_bytes_per_s(), lab/sim/topology.h, without rails).
+  double uplink_bytes_per_s() const { return nodes_per_leaf * nics_per_node * nic_bytes_per_s / oversubscription; }
   // From a message's last byte leaving to its arrival.
   double latency(int src, int dst) const { return crosses_nodes(src, dst) ? latency_s + nic_latency_s : latency_s; }
   // Modeled seconds for a message of `bytes` whose path is idle, within a node (or on the switch).
   double seconds(size_t bytes) const {
     return latency_s + (bytes_per_s > 0 ? static_cast<double>(bytes) / bytes_per_s : 0.0);
   }
-  // ... and from src to dst: between nodes at the slower of the link and the NIC, plus nic_latency_s.
+  // ... and from src to dst: between nodes at the slower of the link and the NIC (between leaves
+  // also the uplink), plus nic_latency_s.
   double seconds(size_t bytes, int src, int dst) const;
 };
 
 // Throws ConfigError, naming the flag, where `opt` cannot describe a network of `ranks` ranks:
 // negative values, gpus_per_node > 0 without nic_bytes_per_s, a world size that is not a multiple
-// of gpus_per_node, nics_per_node outside 1 .. gpus_per_node. LinkTimetable's constructor calls it.
+// of gpus_per_node, nics_per_node outside 1 .. gpus_per_node, with nodes a negative nodes_per_leaf,
+// and with leaves an oversubscription below 1. LinkTimetable's constructor calls it.
 void check_link_model_options(const LinkModelOptions& opt, int ranks);
 
 // The network's timetable: where each message goes on its path, by the model above. Arithmetic
@@ -136,8 +178,10 @@ class LinkTimetable {
   int m_n;
   LinkModelOptions m_opt;
   bool m_per_pair;
-  std::vector<Resource> m_resources;  // links out, links in, [per-pair links,] NICs (out, in) node by node
+  std::vector<Resource> m_resources;  // links out, links in, [per-pair links,] NICs (out, in) node by
+                                      // node, uplinks (out, in) leaf by leaf
   size_t m_nic_base = 0;              // index of node 0's NIC 0 out
+  size_t m_uplink_base = 0;           // index of leaf 0's uplink out
   std::vector<double> m_pair_leave;  // [src * n + dst]: when the last message src -> dst placed so far leaves
 };
 
@@ -164,8 +208,9 @@ class LinkModelWorld : public World {
 // --link-latency-us L --link-gbps G: latency L microseconds, bandwidth G x 1e9 bits per second;
 // --link-gpus-per-node N --link-nic-gbps NG --link-nic-latency-us NL --link-nics-per-node K: the
 // nodes (N 0: none), each NIC NG x 1e9 bits per second and NL microseconds more per message
-// between nodes.
+// between nodes; --link-nodes-per-leaf M --link-oversubscription X: the leaves (M 0: none).
 LinkModelOptions link_model_options(double latency_us, double gbps, int gpus_per_node = 0, double nic_gbps = 0,
-                                    double nic_latency_us = 0, int nics_per_node = 1);
+                                    double nic_latency_us = 0, int nics_per_node = 1, int nodes_per_leaf = 0,
+                                    double oversubscription = 1);
 
 }  // namespace lab

@@ -28,9 +28,13 @@ std::string num(double v) {
   return s.str();
 }
 
-// --link-gpus-per-node and the NIC flags (link_model.h: Nodes) refine the simulated link: each is
-// refused, by name, without it (--link-gbps: the links within a node) or without the nodes.
+// --link-gpus-per-node, the NIC flags (link_model.h: Nodes) and the leaf flags (link_model.h:
+// Leaves) refine the simulated link: each is refused, by name, without it (--link-gbps: the links
+// within a node) or without the nodes; --link-oversubscription also without the leaves.
 // lab::check_link_model_options says the same of a LinkModelOptions; here in the flags' words.
+// A node count that is not a multiple of --link-nodes-per-leaf is accepted (the last leaf holds
+// fewer nodes), as the simulator's topologies accept it (lab/sim/topology.h): a partly filled last
+// leaf is how clusters are built, and the model is well defined for it.
 void validate_link_nodes(const RunConfig& c) {
   const RunConfig d;
   std::string given;  // the first node flag given, as typed
@@ -38,6 +42,8 @@ void validate_link_nodes(const RunConfig& c) {
   else if (c.link_nic_gbps != d.link_nic_gbps) given = "--link-nic-gbps " + num(c.link_nic_gbps);
   else if (c.link_nic_latency_us != d.link_nic_latency_us) given = "--link-nic-latency-us " + num(c.link_nic_latency_us);
   else if (c.link_nics_per_node != d.link_nics_per_node) given = "--link-nics-per-node " + std::to_string(c.link_nics_per_node);
+  else if (c.link_nodes_per_leaf != d.link_nodes_per_leaf) given = "--link-nodes-per-leaf " + std::to_string(c.link_nodes_per_leaf);
+  else if (c.link_oversubscription != d.link_oversubscription) given = "--link-oversubscription " + num(c.link_oversubscription);
   if (given.empty()) return;
   if (c.link_gpus_per_node < 0)
     throw ConfigError("--link-gpus-per-node must be >= 0 (0: no nodes), got " + std::to_string(c.link_gpus_per_node));
@@ -45,13 +51,22 @@ void validate_link_nodes(const RunConfig& c) {
     throw ConfigError("--link-nic-gbps must be > 0 (gigabits per second, each node's NIC), got " + num(c.link_nic_gbps));
   if (!(c.link_nic_latency_us >= 0) || !std::isfinite(c.link_nic_latency_us))
     throw ConfigError("--link-nic-latency-us must be >= 0 (microseconds), got " + num(c.link_nic_latency_us));
+  if (c.link_nodes_per_leaf < 0)
+    throw ConfigError("--link-nodes-per-leaf must be >= 0 (0: every node on one switch), got " +
+                      std::to_string(c.link_nodes_per_leaf));
+  if (!(c.link_oversubscription >= 1) || !std::isfinite(c.link_oversubscription))
+    throw ConfigError("--link-oversubscription must be >= 1 (1: each leaf's uplink carries all its NICs' bandwidth), got " +
+                          num(c.link_oversubscription),
+                      "a leaf's uplink carries --link-nodes-per-leaf x --link-nics-per-node x --link-nic-gbps / X");
   if (!(c.link_gbps > 0))
     throw ConfigError(given + ": the nodes are part of the simulated link, which needs --link-gbps (the bandwidth of "
                               "each rank's link within a node)" +
                           std::string(c.link_model() ? "; --link-gbps is 0 (unlimited)" : "; the simulated link is off"),
                       "add --link-gbps G (e.g. 100 within a node), or drop " + given);
   if (c.link_gpus_per_node == 0)
-    throw ConfigError(given + " describes the nodes' NICs: it needs --link-gpus-per-node N (the ranks of each node)",
+    throw ConfigError(given + (given.rfind("--link-nic", 0) == 0 ? " describes the nodes' NICs"
+                                                                 : " describes the leaf switches between the nodes") +
+                          ": it needs --link-gpus-per-node N (the ranks of each node)",
                       "add --link-gpus-per-node N, or drop " + given);
   const std::string g = "--link-gpus-per-node " + std::to_string(c.link_gpus_per_node);
   if (!(c.link_nic_gbps > 0))
@@ -66,9 +81,14 @@ void validate_link_nodes(const RunConfig& c) {
                           std::to_string(c.link_gpus_per_node) + " (ranks are placed on nodes of " +
                           std::to_string(c.link_gpus_per_node) + ", in order)",
                       "choose a --link-gpus-per-node that divides the world size");
+  if (c.link_nodes_per_leaf == 0 && c.link_oversubscription != d.link_oversubscription)
+    throw ConfigError("--link-oversubscription " + num(c.link_oversubscription) +
+                          " describes the leaves' uplinks: it needs --link-nodes-per-leaf M (the nodes of each leaf switch)",
+                      "add --link-nodes-per-leaf M, or drop --link-oversubscription");
   if (mode_of(c).caps().parameter_server)
     throw ConfigError(g + " with --mode " + c.mode + ": the parameter server beside the ranks has no node in the model",
-                      "drop the --link-gpus-per-node and --link-nic-* flags: the single switch still models --mode " + c.mode);
+                      "drop the --link-gpus-per-node, --link-nic-*, --link-nodes-per-leaf and --link-oversubscription "
+                      "flags: the single switch still models --mode " + c.mode);
 }
 
 // --mode and the communication flags, and which combinations PyTorch itself supports: the modes'
@@ -334,6 +354,8 @@ std::string to_toml(const RunConfig& c, const std::vector<std::pair<std::string,
   o << "link_nic_gbps = " << d(c.link_nic_gbps) << "\n";
   o << "link_nic_latency_us = " << d(c.link_nic_latency_us) << "\n";
   o << "link_nics_per_node = " << c.link_nics_per_node << "\n";
+  o << "link_nodes_per_leaf = " << c.link_nodes_per_leaf << "\n";
+  o << "link_oversubscription = " << d(c.link_oversubscription) << "\n";
   o << "uneven_data = " << b(c.uneven_data) << "\n";
   o << "join = " << b(c.join) << "\n";
   o << "async_schedule = " << q(c.async_schedule) << "\n";
@@ -488,6 +510,8 @@ RunConfig config_from_table(const toml::table& t, const std::string& path) {
       else if (key == "distributed.link_nic_gbps") dbl(c.link_nic_gbps);
       else if (key == "distributed.link_nic_latency_us") dbl(c.link_nic_latency_us);
       else if (key == "distributed.link_nics_per_node") i32(c.link_nics_per_node);
+      else if (key == "distributed.link_nodes_per_leaf") i32(c.link_nodes_per_leaf);
+      else if (key == "distributed.link_oversubscription") dbl(c.link_oversubscription);
       else if (key == "distributed.uneven_data") bln(c.uneven_data);
       else if (key == "distributed.join") bln(c.join);
       else if (key == "distributed.async_schedule") str(c.async_schedule);

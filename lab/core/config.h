@@ -133,6 +133,11 @@ struct RunConfig {
   double link_nic_gbps = 0;
   double link_nic_latency_us = 0;
   int link_nics_per_node = 1;
+  // ... and the nodes on leaf switches (link_model.h: Leaves; needs link_gpus_per_node > 0): nodes
+  // per leaf, in order (0: every node on one non-blocking switch; the last leaf may hold fewer),
+  // and the oversubscription of each leaf's uplink (>= 1; it carries its NICs' bandwidth / this)
+  int link_nodes_per_leaf = 0;
+  double link_oversubscription = 1;
   bool uneven_data = false;            // rank r drops the last r batches of its shard every epoch
   bool join = false;                   // DDP join: ranks that ran out of data shadow the collectives
   // --mode async (async_ps.h): world_size workers and a parameter server that applies each

@@ -81,6 +81,22 @@ std::string no_effect_reason(const RunConfig& c, const std::string& setting) {
     if (c.link_gpus_per_node >= c.world_size)
       return "all " + ranks(c.world_size) + " are on one node (--link-gpus-per-node " +
              std::to_string(c.link_gpus_per_node) + "): no message leaves it through a NIC";
+  } else if (setting == "link_nodes_per_leaf" || setting == "link_oversubscription") {
+    // (validate() refuses them without --link-gpus-per-node, --link-oversubscription without
+    // --link-nodes-per-leaf)
+    if (one_rank(c)) return "with one rank there are no messages between ranks for the simulated link to carry";
+    if (c.link_gpus_per_node >= c.world_size)
+      return "all " + ranks(c.world_size) + " are on one node (--link-gpus-per-node " +
+             std::to_string(c.link_gpus_per_node) + "): no message leaves it for a leaf switch";
+    const int nodes = c.link_gpus_per_node > 0 ? c.world_size / c.link_gpus_per_node : 1;
+    if (c.link_nodes_per_leaf >= nodes)
+      return "all " + std::to_string(nodes) + " nodes are on one leaf (--link-nodes-per-leaf " +
+             std::to_string(c.link_nodes_per_leaf) + "): no message crosses a leaf's uplink";
+    // an uplink not oversubscribed carries all its leaf's NICs at once: no message waits for it
+    // (link_model.h: Leaves; the timetable is the one without leaves, bit for bit)
+    if (setting == "link_nodes_per_leaf" && c.link_oversubscription == 1)
+      return "--link-oversubscription is 1: each leaf's uplink carries all its NICs' bandwidth, so no message "
+             "waits for one";
   } else if (setting == "eval_samples") {
     if (c.eval_every == 0) return "--eval-every is 0 (off): it sets the samples of the periodic evaluation";
   } else if (setting == "fail_step" || setting == "fail_at") {
@@ -221,6 +237,15 @@ std::vector<IneffectiveSetting> ineffective_settings(const RunConfig& c, const R
         "--link-nic-latency-us " + num(c.link_nic_latency_us));
   check("link_nics_per_node", c.link_nics_per_node != d.link_nics_per_node,
         "--link-nics-per-node " + std::to_string(c.link_nics_per_node));
+  const bool several_leaves = c.link_gpus_per_node > 0 && c.link_nodes_per_leaf > 0 &&
+                              c.world_size / c.link_gpus_per_node > c.link_nodes_per_leaf;
+  check("link_nodes_per_leaf", c.link_nodes_per_leaf != d.link_nodes_per_leaf,
+        "--link-nodes-per-leaf " + std::to_string(c.link_nodes_per_leaf), false,
+        several_leaves && c.link_oversubscription == 1
+            ? "add --link-oversubscription X > 1: uplinks narrower than the NICs under them"
+            : "");
+  check("link_oversubscription", c.link_oversubscription != d.link_oversubscription,
+        "--link-oversubscription " + num(c.link_oversubscription));
   check("eval_samples", c.eval_samples != d.eval_samples, "--eval-samples " + std::to_string(c.eval_samples));
   // Failure injection is asked for to see a failure: a run that trains normally instead is refused.
   const std::string fail_hint = "give --fail-rank R, the rank that fails";

@@ -36,7 +36,8 @@ struct IneffectiveSetting {
 // Why `setting` (RunConfig's name) has no effect in configuration c whatever its value; "" when it
 // may have one. Settings: momentum, nesterov, adam_betas, adam_eps, lr_t_max, lr_min, lr_step_size, lr_gamma, average_every,
 // warmup_steps, parameters_as_bucket_view, sharding_strategy, fsdp_wrap, async_schedule, async_seed, link_latency_us, link_gbps,
-// link_gpus_per_node, link_nic_gbps, link_nic_latency_us, link_nics_per_node, eval_samples, fail_step,
+// link_gpus_per_node, link_nic_gbps, link_nic_latency_us, link_nics_per_node, link_nodes_per_leaf,
+// link_oversubscription, eval_samples, fail_step,
 // fail_at, no_sync_steps, overlap, allreduce, bucket_cap_mb, broadcast_buffers, bn, bn_momentum, threads,
 // trace_steps, record_bn, record_memory, sampler_drop_last, uneven_data, join (any other name: "").
 std::string no_effect_reason(const RunConfig& c, const std::string& setting);

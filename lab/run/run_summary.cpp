@@ -182,7 +182,8 @@ void communication_json(const RunConfig& c, const RunSummary& s, const ComputeSt
                         {"overlap", c.overlap},
                         {"link", {{"latency_us", c.link_latency_us}, {"gbps", c.link_gbps}, {"gpus_per_node", c.link_gpus_per_node},
                                    {"nic_gbps", c.link_nic_gbps}, {"nic_latency_us", c.link_nic_latency_us},
-                                   {"nics_per_node", c.link_nics_per_node}}},
+                                   {"nics_per_node", c.link_nics_per_node}, {"nodes_per_leaf", c.link_nodes_per_leaf},
+                                   {"oversubscription", c.link_oversubscription}}},
                         {"what", "seconds inside collectives during training steps, and the part of them "
                                  "that overlapped the same rank's backward computation"}};
   nlohmann::json cpr = nlohmann::json::array();
