@@ -419,7 +419,8 @@ void add_eval_flags(CLI::App& app, lab::EvalCommandOptions& o) {
 }
 
 const std::vector<std::string>& lesson_commands() {
-  static const std::vector<std::string> k = {"run", "bench train", "bench sgemm", "bench allreduce", "bench chain", "eval"};
+  static const std::vector<std::string> k = {"run", "bench train", "bench sgemm", "bench allreduce", "bench chain", "eval",
+                                             "simulate"};
   return k;
 }
 
@@ -552,6 +553,7 @@ CommandSpec parse_command(const std::string& command, const std::vector<std::str
   else if (command == "bench allreduce") add_bench_allreduce_flags(app, spec.bench_allreduce);
   else if (command == "bench chain") add_bench_chain_flags(app, spec.bench_chain);
   else if (command == "eval") add_eval_flags(app, spec.eval);
+  else if (command == "simulate") add_simulate_flags(app, spec.simulate);
   else {
     std::string known;
     for (const std::string& c : lesson_commands()) known += (known.empty() ? "" : ", ") + c;
@@ -577,6 +579,7 @@ CommandSpec parse_command(const std::string& command, const std::vector<std::str
       spec.run = resume_config(app, spec.run, resume_stand_in ? resume_stand_in(spec.run.resume) : nullptr);
     lab::validate(spec.run);
   }
+  if (command == "simulate") lab::check_simulate_options(spec.simulate);  // each message names its flag
   return spec;
 }
 
@@ -647,7 +650,7 @@ void add_simulate_flags(CLI::App& app, lab::SimulateOptions& o) {
       ->capture_default_str();
   app.add_option("--protocol", o.protocol, "simple, ll128, ll (NCCL's) or wire (the link alone, as dtlab's emulated ranks)")
       ->capture_default_str();
-  app.add_option("--channels", o.channels, "rings or trees in parallel, each through its own NIC (0: one per NIC; wire: 1)")
+  app.add_option("--channels", o.channels, "rings or trees side by side, channel c through NIC c (0: two per NIC, as NCCL's search finds; wire: 1)")
       ->capture_default_str();
   app.add_option("--sizes", o.sizes, "sizes: LO..HI (x --step-factor), or a list; K, M, G, T are powers of 1024")
       ->capture_default_str();
@@ -656,6 +659,46 @@ void add_simulate_flags(CLI::App& app, lab::SimulateOptions& o) {
   app.add_option("--validate", o.validate,
                  "instead of a sweep, a validation table: emulated (against dtlab's emulated ranks), nccl (against "
                  "NCCL's cost model) or published (against measurements)");
+  // --step: training steps at scale (simulate_step.h, docs/simulate.md)
+  lab::SimulateStepFlags& s = o.step;
+  app.add_flag("--step", s.on,
+               "a training step instead of one collective: compute, each axis' communication, exposed communication "
+               "and samples/s per layout as N grows (with --gpu-tflops or --compute-from)");
+  app.add_option("--model", s.model,
+                 "--step: mlp or cnn (dtlab's), or generic (--params, --flops-per-sample, --layers, "
+                 "--activation-bytes); default cnn, generic with --params, the run's with --compute-from");
+  app.add_option("--params", s.params, "--step, generic model: parameters (7e9)");
+  app.add_option("--flops-per-sample", s.flops_per_sample,
+                 "--step, generic model: training FLOPs per sample (about 6 x params x tokens per sample)");
+  app.add_option("--layers", s.layers, "--step, generic model: layers (pipeline stages cut between them)")->capture_default_str();
+  app.add_option("--activation-bytes", s.activation_bytes,
+                 "--step, generic model: activation bytes per sample at a layer boundary (tokens x hidden x bytes): "
+                 "pipeline sends and tensor-parallel allreduces")
+      ->capture_default_str();
+  app.add_option("--grad-bytes", s.grad_bytes, "--step, generic model: bytes per gradient element (4 float32, 2 bf16)")
+      ->capture_default_str();
+  app.add_option("--global-batch", s.global_batch, "--step: samples per step over every replica")->capture_default_str();
+  app.add_option("--mode", s.mode,
+                 "--step: ddp, zero (ZeRO-2), fsdp (FULL_SHARD), pipeline (needs --pp) or tensor (--tp, default the "
+                 "GPUs per node); ddp, zero and fsdp also name how a grid's dp axis reduces")
+      ->capture_default_str();
+  app.add_option("--dp", s.dp, "--step: data-parallel replicas (0: N / (pp x tp); given: only the N it fits)")
+      ->capture_default_str();
+  app.add_option("--pp", s.pp, "--step: pipeline stages (0: 1)")->capture_default_str();
+  app.add_option("--tp", s.tp, "--step: tensor-parallel ranks (0: 1; --mode tensor: the GPUs per node)")->capture_default_str();
+  app.add_option("--layouts", s.layouts, "--step: all: every dp x pp x tp of each N, a table per (pp, tp)");
+  app.add_option("--microbatches", s.microbatches, "--step, pipeline: micro-batches per step (0: 4 x pp)")
+      ->capture_default_str();
+  app.add_option("--schedule", s.schedule, "--step, pipeline: 1f1b or gpipe")->capture_default_str();
+  app.add_option("--bucket-cap-mb,--bucket-mb", s.bucket_cap_mb, "--step: DDP's bucket_cap_mb (MiB; the first bucket 1 MiB)")
+      ->capture_default_str();
+  app.add_flag("--no-overlap", s.no_overlap, "--step: DDP's buckets after the whole backward instead of during it");
+  app.add_flag("--no-broadcast-buffers", s.no_broadcast_buffers,
+               "--step: DDP without the broadcast of BatchNorm's buffers before every forward (broadcast_buffers=False)");
+  app.add_option("--gpu-tflops", s.gpu_tflops, "--step: achieved dense TFLOP/s per GPU (compute = FLOPs / this)");
+  app.add_option("--compute-from", s.compute_from,
+                 "--step: a dtlab run directory: its summary.json's measured forward, backward and optimizer seconds "
+                 "per sample");
 }
 
 }  // namespace commands

@@ -54,7 +54,7 @@ void add_eval_flags(CLI::App& app, lab::EvalCommandOptions& o);
 // A command a lesson (or a script) runs: its name, its arguments as given, and its options as
 // the CLI parses them. Exactly one of the option structs is meaningful, the one `command` names.
 struct CommandSpec {
-  std::string command;              // "run", "bench train", "bench sgemm", "bench allreduce", "bench chain", "eval"
+  std::string command;              // "run", "bench train", "bench sgemm", "bench allreduce", "bench chain", "eval", "simulate"
   std::vector<std::string> args;    // the flags, as a user would type them after the command
   lab::RunConfig run;               // with bn_momentum resolved; validated (lab::validate)
   bool world_size_given = false;    // run: --world-size was on the command line
@@ -63,6 +63,7 @@ struct CommandSpec {
   lab::BenchAllreduceOptions bench_allreduce;
   lab::BenchChainOptions bench_chain;
   lab::EvalCommandOptions eval;
+  lab::SimulateOptions simulate;    // its values checked as dtlab simulate would check them (lab::check_simulate_options)
 };
 
 // The commands parse_command knows, in the order `dtlab lesson` documents them.

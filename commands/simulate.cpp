@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "collective_sim.h"
+#include "config.h"
 #include "errors.h"
 #include "nccl_model.h"
 #include "simulate_validate.h"
@@ -152,14 +153,67 @@ NcclColl nccl_coll(SimCollective c) {
 }  // namespace
 
 
-int simulate(const SimulateOptions& o, const std::string& argv0) {
-  if (!o.validate.empty()) return simulate_validate(o, argv0);
-  std::FILE* out = o.out ? o.out : stdout;
+Topology simulate_topology(const SimulateOptions& o, std::vector<int>* nodes) {
   Topology base = topology_from_arg(o.topology);
   if (o.gpus_per_node < 0) bad("--gpus-per-node", std::to_string(o.gpus_per_node), "at least 1 (0: the topology's)");
   if (o.gpus_per_node > 0) base.gpus_per_node = o.gpus_per_node;
-  if (o.channels < 0) bad("--channels", std::to_string(o.channels), "at least 1 (0: one per NIC)");
-  const std::vector<int> nodes = parse_int_list(o.nodes, "--nodes");
+  if (o.channels < 0) bad("--channels", std::to_string(o.channels), "at least 1 (0: two per NIC)");
+  *nodes = parse_int_list(o.nodes, "--nodes");
+  for (int nn : *nodes) {
+    Topology t = base;
+    t.nodes = nn;
+    validate_topology(t, "--topology " + o.topology + " with --nodes " + std::to_string(nn));
+  }
+  return base;
+}
+
+void check_simulate_options(const SimulateOptions& o) {
+  std::vector<int> nodes;
+  const Topology base = simulate_topology(o, &nodes);
+  if (o.step.on) return;  // simulate_step checks the rest
+  parse_size_list(o.sizes, o.step_factor, "--sizes");
+  const SimCollective coll = parse_sim_collective(o.collective);
+  parse_sim_protocol(o.protocol);
+  if (o.algorithms == "all") return;
+  // an algorithm named must run the collective at every node count (all: each one that does)
+  for (const auto& name : split(o.algorithms, ',')) {
+    const SimAlgorithm a = parse_sim_algorithm(name);
+    std::string why, where;
+    size_t refused = 0;
+    for (int nn : nodes) {
+      const int ranks = nn * base.gpus_per_node;
+      std::string w;
+      if (sim_supports(a, coll, ranks, &w)) continue;
+      if (refused++ == 0) {
+        why = w;
+        where = " on " + std::to_string(nn) + " node" + (nn == 1 ? "" : "s") + " (" + std::to_string(ranks) + " GPUs)";
+      }
+    }
+    if (refused > 0)  // where: only when it runs at some node counts and not at others
+      throw ConfigError(std::string("--algorithm ") + sim_algorithm_name(a) + " with --collective " +
+                            sim_collective_name(coll) + (refused < nodes.size() ? where : "") + ": " + why,
+                        "name only algorithms that run the collective (or --algorithm all: each that does)");
+  }
+}
+
+int simulate(const SimulateOptions& o, const std::string& argv0) {
+  if (!o.validate.empty()) return simulate_validate(o, argv0);
+  if (o.step.on) return simulate_step(o);
+  {  // a flag of --step without --step would be ignored: say so
+    const SimulateStepFlags& f = o.step;
+    const char* stray = f.gpu_tflops > 0           ? "--gpu-tflops"
+                        : !f.compute_from.empty()  ? "--compute-from"
+                        : f.params > 0             ? "--params"
+                        : !f.layouts.empty()       ? "--layouts"
+                        : !f.model.empty()         ? "--model"
+                        : f.mode != "ddp"          ? "--mode"
+                                                   : nullptr;
+    if (stray) throw ConfigError(std::string(stray) + " is a flag of dtlab simulate --step (a training step); add --step");
+  }
+  check_simulate_options(o);
+  std::FILE* out = o.out ? o.out : stdout;
+  std::vector<int> nodes;
+  const Topology base = simulate_topology(o, &nodes);
   const std::vector<uint64_t> sizes = parse_size_list(o.sizes, o.step_factor, "--sizes");
   const SimCollective coll = parse_sim_collective(o.collective);
   const SimProtocol proto = parse_sim_protocol(o.protocol);
@@ -168,11 +222,6 @@ int simulate(const SimulateOptions& o, const std::string& argv0) {
     algos = {SimAlgorithm::Ring, SimAlgorithm::Rhd, SimAlgorithm::DbTree, SimAlgorithm::Hier};
   } else {
     for (const auto& a : split(o.algorithms, ',')) algos.push_back(parse_sim_algorithm(a));
-  }
-  for (int nn : nodes) {
-    Topology t = base;
-    t.nodes = nn;
-    validate_topology(t, "--topology " + o.topology + " with --nodes " + std::to_string(nn));
   }
 
   nlohmann::json points = nlohmann::json::array();
@@ -191,18 +240,10 @@ int simulate(const SimulateOptions& o, const std::string& argv0) {
     so.channels = o.channels;
     const int channels = o.channels > 0 ? o.channels : sim_default_channels(t, proto);
     std::vector<SimAlgorithm> run;
-    std::string skipped;
-    for (auto a : algos) {
-      std::string why;
-      if (sim_supports(a, coll, n, &why)) {
-        run.push_back(a);
-      } else if (o.algorithms != "all") {
-        skipped += std::string(skipped.empty() ? "" : "; ") + why;
-      }
-    }
+    for (auto a : algos)
+      if (sim_supports(a, coll, n)) run.push_back(a);
     std::fprintf(out, "#\n# %s\n", topology_line(t).c_str());
-    std::fprintf(out, "# %d ranks, %d channel%s%s%s\n", n, channels, channels == 1 ? "" : "s",
-                 skipped.empty() ? "" : "; not run: ", skipped.c_str());
+    std::fprintf(out, "# %d ranks, %d channel%s\n", n, channels, channels == 1 ? "" : "s");
     std::fprintf(out, "# %12s %12s %6s %5s %5s %9s %12s %11s %11s %11s %11s %11s  %-14s %11s\n", "size", "count",
                  "type", "redop", "root", "algorithm", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "lat(us)", "bw(us)",
                  "cont(us)", "nccl picks", "nccl(us)");
@@ -252,6 +293,7 @@ int simulate(const SimulateOptions& o, const std::string& argv0) {
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!o.json_out.empty()) {
     nlohmann::json j = {{"command", "simulate"},
+                        {"producer", std::string("dtlab ") + kDtlabVersion},
                         {"topology", topology_toml(base)},
                         {"collective", sim_collective_name(coll)},
                         {"protocol", sim_protocol_name(proto)},

@@ -9,16 +9,22 @@
 // time. The fastest simulated algorithm of each size is marked '*'. The last line says how many
 // collectives were simulated and in how many seconds.
 //
-// --json FILE: {"command": "simulate", "producer", "topology": {...as its TOML keys},
+// --json FILE: {"command": "simulate", "producer", "topology": the topology as a TOML file (text),
 //   "collective", "protocol", "channels", "points": [{"nodes", "ranks", "bytes", "algorithm",
 //   "time_us", "algbw_GBps", "busbw_GBps", "latency_us", "bandwidth_us", "contention_us", "steps",
-//   "fastest", "nccl_algorithm", "nccl_protocol", "nccl_time_us"}]}
+//   "fastest", "nccl_choice" ("tree/LL128"; "-" under wire), "nccl_time_us"}]}
+//
+// --step: a training step instead of one collective, per layout as N grows (simulate_step.h).
 #pragma once
 
 #include <cstdint>
 #include <cstdio>
 #include <string>
 #include <vector>
+
+#include "topology.h"
+
+#include "simulate_step.h"
 
 namespace lab {
 
@@ -35,6 +41,7 @@ struct SimulateOptions {
   std::string json_out;
   std::string validate;                // emulated, nccl or published: a validation table instead
   std::string dtlab;                   // validate emulated: the dtlab binary to run (default: this one)
+  SimulateStepFlags step;              // --step: training steps instead of collectives (simulate_step.h)
   std::FILE* out = nullptr;            // nullptr: stdout
 };
 
@@ -46,6 +53,15 @@ std::vector<int> parse_int_list(const std::string& s, const std::string& flag);
 std::vector<uint64_t> parse_size_list(const std::string& s, uint64_t step_factor, const std::string& flag);
 // "1 KiB", "64 MiB", "8 GiB": sizes as nccl-tests' users write them.
 std::string size_text(uint64_t bytes);
+
+// The topology --topology names, with --gpus-per-node applied, checked at every node count of
+// --nodes (returned in *nodes); --channels >= 0. Throws ConfigError naming the flag and its value.
+Topology simulate_topology(const SimulateOptions& o, std::vector<int>* nodes);
+// Every value dtlab simulate reads, checked before anything runs (a lesson's lint calls it too):
+// the topology and --nodes, --sizes and --step-factor, --collective, --protocol, and each
+// --algorithm named must run the collective at every node count. Throws ConfigError naming the
+// flag and its value. (--step's own flags are checked by simulate_step.)
+void check_simulate_options(const SimulateOptions& o);
 
 int simulate(const SimulateOptions& o, const std::string& argv0);
 

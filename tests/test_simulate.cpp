@@ -377,7 +377,8 @@ TEST(SimulateValidation, NcclModelAgrees) {
     EXPECT_TRUE(r.pass) << r.what << ": " << r.simulated;
 }
 
-TEST(SimulateValidation, EmulatedRanksTakeThePredictedTime) {
+// (Serial*: run alone, tests/CMakeLists.txt)
+TEST(SerialSimulateValidation, EmulatedRanksTakeThePredictedTime) {
   for (const auto& r : lab::validate_emulated(true))
     EXPECT_TRUE(r.pass) << r.what << ": emulated " << r.reference << " ms, simulated " << r.simulated << " ms";
 }

@@ -17,6 +17,9 @@ const std::vector<MutationInfo>& known_mutations() {
        "the simulated network gives every ordered pair of ranks a link of its own instead of one link per rank "
        "to a switch: a rank's messages to different ranks leave at the same time, so sending to N-1 ranks costs "
        "one message time"},
+      {"sim-no-latency",
+       "dtlab simulate charges no latency (no base latency, no per-hop or per-message latency): only bytes over "
+       "bandwidth, as the bandwidth-only formulas of most teaching tools, which predict no slowdown as N grows"},
       {"naive-relay",
        "the naive allreduce's rank 0 sends the sum to rank 1 only, and each rank passes it on to the next: rank 0 "
        "sends S instead of (N-1) S (the same sum, the same bits)"},

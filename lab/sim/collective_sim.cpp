@@ -6,6 +6,7 @@
 
 #include "communicator.h"
 #include "errors.h"
+#include "mutation.h"
 #include "nccl_model.h"
 #include "ring_allreduce.h"
 #include "sharded_collectives.h"
@@ -156,7 +157,8 @@ NcclProto nccl_proto(SimProtocol p) {
 
 // dtlab's ring allreduce (ring_allreduce_pipelined): chunks of RingChunks{count, N}, G segments
 // per chunk, segment j of every chunk through all 2(N-1) steps before segment j+1.
-void ring_allreduce_exact(int n, size_t count, SimSchedule& s) {
+void ring_allreduce_exact(const std::vector<int>& mem, size_t count, SimSchedule& s) {
+  const int n = static_cast<int>(mem.size());
   RingChunks ch{count, n};
   const size_t largest = ch.size(0) * sizeof(float);
   const size_t g = std::max<size_t>(1, (largest + kRingSegmentBytes - 1) / kRingSegmentBytes);
@@ -171,7 +173,7 @@ void ring_allreduce_exact(int n, size_t count, SimSchedule& s) {
         p.what = phase == 0 ? "reduce-scatter" : "allgather";
         for (int r = 0; r < n; ++r) {
           const int c = phase == 0 ? mod(r - st, n) : mod(r + 1 - st, n);
-          p.messages.push_back({r, (r + 1) % n, seg(c, j), -1});
+          p.messages.push_back({mem[r], mem[(r + 1) % n], seg(c, j), -1});
         }
         s.phases.push_back(std::move(p));
       }
@@ -179,14 +181,15 @@ void ring_allreduce_exact(int n, size_t count, SimSchedule& s) {
 
 // dtlab's ring reduce-scatter / allgather (sharded_collectives.h): N blocks of `block` floats, G
 // segments per block (G = ceil(block x 4 / segment)), N-1 steps per segment.
-void ring_shard_exact(int n, size_t block, bool gather, SimSchedule& s) {
+void ring_shard_exact(const std::vector<int>& mem, size_t block, bool gather, SimSchedule& s) {
+  const int n = static_cast<int>(mem.size());
   const size_t g = std::max<size_t>(1, (block * sizeof(float) + kShardSegmentBytes - 1) / kShardSegmentBytes);
   for (size_t j = 0; j < g; ++j)
     for (int st = 0; st < n - 1; ++st) {
       SimPhase p;
       p.what = gather ? "allgather" : "reduce-scatter";
       const double b = static_cast<double>((block * (j + 1) / g - block * j / g) * sizeof(float));
-      for (int r = 0; r < n; ++r) p.messages.push_back({r, (r + 1) % n, b, -1});
+      for (int r = 0; r < n; ++r) p.messages.push_back({mem[r], mem[(r + 1) % n], b, -1});
       s.phases.push_back(std::move(p));
     }
 }
@@ -226,7 +229,8 @@ std::vector<int> all_ranks(int n) {
 }
 
 // dtlab's tree allreduce (tree_allreduce.h), message by message.
-void rhd_allreduce_exact(int n, size_t count, SimSchedule& s) {
+void rhd_allreduce_exact(const std::vector<int>& mem, size_t count, SimSchedule& s) {
+  const int n = static_cast<int>(mem.size());
   int p = 1;
   while (p * 2 <= n) p *= 2;
   int levels = 0;
@@ -236,7 +240,7 @@ void rhd_allreduce_exact(int n, size_t count, SimSchedule& s) {
   if (rem > 0) {
     SimPhase f;
     f.what = "fold-in";
-    for (int r = p; r < n; ++r) f.messages.push_back({r, r - p, whole, -1});
+    for (int r = p; r < n; ++r) f.messages.push_back({mem[r], mem[r - p], whole, -1});
     s.phases.push_back(std::move(f));
   }
   if (count * sizeof(float) <= kTreeDoublingBytes) {
@@ -244,7 +248,7 @@ void rhd_allreduce_exact(int n, size_t count, SimSchedule& s) {
       const int d = p >> (k + 1);
       SimPhase st;
       st.what = "recursive doubling";
-      for (int r = 0; r < p; ++r) st.messages.push_back({r, r ^ d, whole, -1});
+      for (int r = 0; r < p; ++r) st.messages.push_back({mem[r], mem[r ^ d], whole, -1});
       s.phases.push_back(std::move(st));
     }
   } else {
@@ -259,7 +263,7 @@ void rhd_allreduce_exact(int n, size_t count, SimSchedule& s) {
       for (int r = 0; r < p; ++r) {
         const int partner = r ^ d;
         // the partner's half of r's current range (2d blocks from r & ~(2d - 1))
-        st.messages.push_back({r, partner, range_bytes(partner & ~(d - 1), d), -1});
+        st.messages.push_back({mem[r], mem[partner], range_bytes(partner & ~(d - 1), d), -1});
       }
       s.phases.push_back(std::move(st));
     }
@@ -267,20 +271,21 @@ void rhd_allreduce_exact(int n, size_t count, SimSchedule& s) {
       const int d = 1 << k;
       SimPhase st;
       st.what = "allgather";
-      for (int r = 0; r < p; ++r) st.messages.push_back({r, r ^ d, range_bytes(r & ~(d - 1), d), -1});
+      for (int r = 0; r < p; ++r) st.messages.push_back({mem[r], mem[r ^ d], range_bytes(r & ~(d - 1), d), -1});
       s.phases.push_back(std::move(st));
     }
   }
   if (rem > 0) {
     SimPhase f;
     f.what = "fold-out";
-    for (int r = p; r < n; ++r) f.messages.push_back({r - p, r, whole, -1});
+    for (int r = p; r < n; ++r) f.messages.push_back({mem[r - p], mem[r], whole, -1});
     s.phases.push_back(std::move(f));
   }
 }
 
 // dtlab's tree reduce-scatter / allgather (N a power of two): N blocks of `block` floats.
-void rhd_shard(int n, size_t block, bool gather, SimSchedule& s) {
+void rhd_shard(const std::vector<int>& mem, size_t block, bool gather, SimSchedule& s) {
+  const int n = static_cast<int>(mem.size());
   int levels = 0;
   while ((1 << levels) < n) ++levels;
   const double b = static_cast<double>(block) * kFloat;
@@ -288,7 +293,7 @@ void rhd_shard(int n, size_t block, bool gather, SimSchedule& s) {
     const int d = gather ? (1 << k) : (n >> (k + 1));
     SimPhase st;
     st.what = gather ? "allgather" : "reduce-scatter";
-    for (int r = 0; r < n; ++r) st.messages.push_back({r, r ^ d, b * d, -1});
+    for (int r = 0; r < n; ++r) st.messages.push_back({mem[r], mem[r ^ d], b * d, -1});
     s.phases.push_back(std::move(st));
   }
 }
@@ -297,9 +302,13 @@ void rhd_shard(int n, size_t block, bool gather, SimSchedule& s) {
 // every node's GPUs per channel (channel c's starts at local GPU c, the node's member of the trees
 // on that channel; the next GPU sends up to it, and so on),
 // half the data on each tree, each tree on half the channels. Reduce up, then broadcast down:
-// every edge carries its tree's half once each way.
-void dbtree_allreduce(const Topology& t, double bytes, int channels, bool wire, SimSchedule& s) {
-  const int g = t.gpus_per_node, nodes = t.nodes;
+// every edge carries its tree's half once each way. For a group, `nodes` holds the group's members
+// of each node it spans (as many on each), in the order the group meets the nodes: the trees are
+// over those nodes, the chains through those members.
+void dbtree_allreduce(const std::vector<std::vector<int>>& nodes_of, double bytes, int channels, bool wire,
+                      SimSchedule& s) {
+  const int nodes = static_cast<int>(nodes_of.size());
+  const int g = static_cast<int>(nodes_of[0].size());
   SimPhase p;
   p.what = "tree up + down";
   p.pipelined = true;
@@ -315,16 +324,18 @@ void dbtree_allreduce(const Topology& t, double bytes, int channels, bool wire, 
       // channel c's chain starts at local GPU c (the one next to NIC c), so the heads rotate
       const int head = c % g;
       for (int node = 0; node < nodes; ++node) {
+        const std::vector<int>& mem = nodes_of[static_cast<size_t>(node)];
         for (int i = 1; i < g; ++i) {
-          const int a = node * g + (head + i) % g, b = node * g + (head + i - 1) % g;
+          const int a = mem[(head + i) % g], b = mem[(head + i - 1) % g];
           p.messages.push_back({a, b, per_channel, nic});
           p.messages.push_back({b, a, per_channel, nic});
         }
         if (trees > 1) {
           const int up = dbtree_parent(nodes, node, tr);
           if (up >= 0) {
-            p.messages.push_back({node * g + head, up * g + head, per_channel, nic});
-            p.messages.push_back({up * g + head, node * g + head, per_channel, nic});
+            const int other = nodes_of[static_cast<size_t>(up)][head];
+            p.messages.push_back({mem[head], other, per_channel, nic});
+            p.messages.push_back({other, mem[head], per_channel, nic});
           }
         }
       }
@@ -342,10 +353,44 @@ void dbtree_allreduce(const Topology& t, double bytes, int channels, bool wire, 
   s.phases.push_back(std::move(p));
 }
 
+// A group's members by node: one list per node the group spans, in the order the group first meets
+// each node, each list in group order.
+std::vector<std::vector<int>> members_by_node(const Topology& t, const std::vector<int>& members) {
+  std::vector<std::vector<int>> out;
+  std::unordered_map<int, size_t> index;
+  for (int m : members) {
+    const int node = m / t.gpus_per_node;
+    auto it = index.find(node);
+    if (it == index.end()) {
+      it = index.emplace(node, out.size()).first;
+      out.emplace_back();
+    }
+    out[it->second].push_back(m);
+  }
+  return out;
+}
+
+void check_members(const Topology& t, const std::vector<int>& members) {
+  const int n = t.ranks();
+  if (members.empty()) throw ConfigError("a group collective needs at least one member");
+  std::vector<char> seen(static_cast<size_t>(n), 0);
+  for (int m : members) {
+    if (m < 0 || m >= n)
+      throw ConfigError("group member " + std::to_string(m) + " is not a rank of " + t.name + " (" +
+                        std::to_string(n) + " ranks)");
+    if (seen[static_cast<size_t>(m)]++) throw ConfigError("group member " + std::to_string(m) + " appears twice");
+  }
+}
+
 }  // namespace
 
 SimSchedule sim_schedule(const Topology& t, const SimOptions& o, uint64_t bytes) {
-  const int n = t.ranks();
+  return sim_schedule_group(t, o, bytes, all_ranks(t.ranks()));
+}
+
+SimSchedule sim_schedule_group(const Topology& t, const SimOptions& o, uint64_t bytes, const std::vector<int>& members) {
+  check_members(t, members);
+  const int n = static_cast<int>(members.size());
   std::string why;
   if (!sim_supports(o.algorithm, o.collective, n, &why))
     throw ConfigError(std::string("--algorithm ") + sim_algorithm_name(o.algorithm) + " with --collective " +
@@ -356,16 +401,23 @@ SimSchedule sim_schedule(const Topology& t, const SimOptions& o, uint64_t bytes)
   const size_t count = bytes / sizeof(float);
   const double S = static_cast<double>(count) * kFloat;
   if (n == 1) return s;
-  const std::vector<int> everyone = all_ranks(n);
+  const std::vector<int>& everyone = members;
+  const std::vector<std::vector<int>> per_node = members_by_node(t, members);
+  if (o.algorithm == SimAlgorithm::DbTree || o.algorithm == SimAlgorithm::Hier)
+    for (const auto& l : per_node)
+      if (l.size() != per_node[0].size())
+        throw ConfigError(std::string("--algorithm ") + sim_algorithm_name(o.algorithm) +
+                          ": the group has " + std::to_string(per_node[0].size()) + " members on one node and " +
+                          std::to_string(l.size()) + " on another (it needs as many on every node it spans)");
   switch (o.algorithm) {
     case SimAlgorithm::Ring: {
       if (o.collective == SimCollective::Broadcast) {
         // a chain from rank 0 (Communicator::broadcast: 1 MiB segments, pipelined)
         SimPhase p = ring_phase(everyone, S, 1, channels, true, "broadcast chain", t);
         p.messages.erase(std::remove_if(p.messages.begin(), p.messages.end(),
-                                        [&](const SimMessage& m) { return m.src == n - 1; }),
+                                        [&](const SimMessage& m) { return m.src == everyone[n - 1]; }),
                          p.messages.end());
-        p.net_hops = t.nodes - 1;
+        p.net_hops = static_cast<int>(per_node.size()) - 1;
         p.intra_hops = n - 1 - p.net_hops;
         if (wire) {
           p.fill_bytes = std::min<double>(S, double(kBroadcastSegmentBytes));
@@ -375,7 +427,7 @@ SimSchedule sim_schedule(const Topology& t, const SimOptions& o, uint64_t bytes)
             p.messages.clear();
             for (size_t k = 0; k < segments; ++k)
               for (int r = 0; r + 1 < n; ++r)
-                p.messages.push_back({r, r + 1, std::min<double>(double(seg), S - double(k * seg)) * (count > 0), -1});
+                p.messages.push_back({everyone[r], everyone[r + 1], std::min<double>(double(seg), S - double(k * seg)) * (count > 0), -1});
           }
         }
         s.phases.push_back(std::move(p));
@@ -383,7 +435,7 @@ SimSchedule sim_schedule(const Topology& t, const SimOptions& o, uint64_t bytes)
       }
       if (o.collective == SimCollective::Allreduce) {
         if (wire && o.exact) {
-          ring_allreduce_exact(n, count, s);
+          ring_allreduce_exact(everyone, count, s);
         } else if (wire) {
           RingChunks ch{count, n};
           const size_t largest = ch.size(0) * sizeof(float);
@@ -400,7 +452,7 @@ SimSchedule sim_schedule(const Topology& t, const SimOptions& o, uint64_t bytes)
       const bool gather = o.collective == SimCollective::Allgather;
       const size_t block = count / n;
       if (wire && o.exact) {
-        ring_shard_exact(n, block, gather, s);
+        ring_shard_exact(everyone, block, gather, s);
       } else if (wire) {
         const size_t g = std::max<size_t>(1, (block * sizeof(float) + kShardSegmentBytes - 1) / kShardSegmentBytes);
         SimPhase p = ring_phase(everyone, static_cast<double>((block + g - 1) / g) * kFloat, n - 1, 1, false,
@@ -415,24 +467,23 @@ SimSchedule sim_schedule(const Topology& t, const SimOptions& o, uint64_t bytes)
     }
     case SimAlgorithm::Rhd:
       if (o.collective == SimCollective::Allreduce)
-        rhd_allreduce_exact(n, count, s);
+        rhd_allreduce_exact(everyone, count, s);
       else
-        rhd_shard(n, count / n, o.collective == SimCollective::Allgather, s);
+        rhd_shard(everyone, count / n, o.collective == SimCollective::Allgather, s);
       break;
     case SimAlgorithm::DbTree:
-      dbtree_allreduce(t, S, channels, wire, s);
+      dbtree_allreduce(per_node, S, channels, wire, s);
       break;
     case SimAlgorithm::Hier: {
-      const int g = t.gpus_per_node, nodes = t.nodes;
+      const int g = static_cast<int>(per_node[0].size()), nodes = static_cast<int>(per_node.size());
       const bool pipelined = !wire;
       auto intra = [&](double per_step, const std::string& what) {
         SimPhase p;
         p.what = what;
         p.pipelined = pipelined;
         for (int node = 0; node < nodes; ++node) {
-          std::vector<int> members(g);
-          for (int i = 0; i < g; ++i) members[i] = node * g + i;
-          SimPhase q = ring_phase(members, per_step, g - 1, pipelined ? channels : 1, pipelined, what, t);
+          SimPhase q = ring_phase(per_node[static_cast<size_t>(node)], per_step, g - 1, pipelined ? channels : 1,
+                                  pipelined, what, t);
           p.messages.insert(p.messages.end(), q.messages.begin(), q.messages.end());
           p.repeat = q.repeat;
           p.intra_hops = q.intra_hops;
@@ -444,9 +495,11 @@ SimSchedule sim_schedule(const Topology& t, const SimOptions& o, uint64_t bytes)
         p.what = what;
         p.pipelined = pipelined;
         for (int l = 0; l < g; ++l) {
-          std::vector<int> members(nodes);
-          for (int node = 0; node < nodes; ++node) members[node] = node * g + l;
-          SimPhase q = ring_phase(members, per_step, steps, 1, pipelined, what, t, l % t.nics_per_node);
+          std::vector<int> ring(static_cast<size_t>(nodes));
+          for (int node = 0; node < nodes; ++node) ring[static_cast<size_t>(node)] = per_node[static_cast<size_t>(node)][l];
+          // the ring of the GPUs of local index ring[0] % gpus_per_node, through that index's NIC
+          SimPhase q = ring_phase(ring, per_step, steps, 1, pipelined, what, t,
+                                  (ring[0] % t.gpus_per_node) % t.nics_per_node);
           p.messages.insert(p.messages.end(), q.messages.begin(), q.messages.end());
           p.repeat = q.repeat;
           p.net_hops = q.net_hops;
@@ -478,6 +531,7 @@ SimSchedule sim_schedule(const Topology& t, const SimOptions& o, uint64_t bytes)
   }
   return s;
 }
+
 
 namespace {
 
@@ -532,26 +586,56 @@ struct PhaseTime {
 // The loads of a set of messages and the makespan over them: `with` = every resource's load,
 // `alone` = shared resources charged only with the sender's own bytes.
 PhaseTime phase_time(const Resources& res, const SimPhase& p, double lat_intra, double lat_net) {
+  // every message's path once; the loads; and `own`: for each (message, hop) on a shared resource,
+  // the bytes its sender puts on that resource (each sum taken in message order)
+  const size_t count = p.messages.size();
+  std::vector<int> paths(count * 6);
+  std::vector<unsigned char> lens(count);
+  std::vector<char> nets(count);
   std::vector<double> load(res.bw.size(), 0.0);
-  std::unordered_map<int64_t, double> own;  // (resource, sender) -> bytes, shared resources only
-  int path[6], len = 0;
-  for (const auto& m : p.messages) {
-    res.path(m, path, len);
+  // the hops on shared resources, as (resource - 2N, message x 6 + hop), in message order
+  std::vector<std::pair<int, uint32_t>> on_shared;
+  for (size_t j = 0; j < count; ++j) {
+    const SimMessage& m = p.messages[j];
+    int* path = &paths[j * 6];
+    int len = 0;
+    nets[j] = res.path(m, path, len) ? 1 : 0;
+    lens[j] = static_cast<unsigned char>(len);
     for (int i = 0; i < len; ++i) {
       load[path[i]] += m.bytes;
-      if (res.shared(path[i])) own[static_cast<int64_t>(path[i]) * res.n + m.src] += m.bytes;
+      if (res.shared(path[i])) on_shared.push_back({path[i] - 2 * res.n, static_cast<uint32_t>(j * 6 + i)});
     }
+  }
+  // grouped by resource (a counting sort: stable, so message order within a resource), then summed
+  // per sender in that order
+  const size_t shared = res.bw.size() - static_cast<size_t>(2 * res.n);
+  std::vector<uint32_t> first(shared + 1, 0);
+  for (const auto& h : on_shared) ++first[static_cast<size_t>(h.first) + 1];
+  for (size_t r = 0; r < shared; ++r) first[r + 1] += first[r];
+  std::vector<uint32_t> by_resource(on_shared.size());
+  {
+    std::vector<uint32_t> next(first.begin(), first.end() - 1);
+    for (const auto& h : on_shared) by_resource[next[static_cast<size_t>(h.first)]++] = h.second;
+  }
+  std::vector<double> own(count * 6, 0.0), sum(static_cast<size_t>(res.n), 0.0);
+  for (size_t r = 0; r < shared; ++r) {
+    for (uint32_t k = first[r]; k < first[r + 1]; ++k) {
+      const SimMessage& m = p.messages[by_resource[k] / 6];
+      sum[static_cast<size_t>(m.src)] += m.bytes;
+    }
+    for (uint32_t k = first[r]; k < first[r + 1]; ++k) own[by_resource[k]] = sum[static_cast<size_t>(p.messages[by_resource[k] / 6].src)];
+    for (uint32_t k = first[r]; k < first[r + 1]; ++k) sum[static_cast<size_t>(p.messages[by_resource[k] / 6].src)] = 0;
   }
   PhaseTime out;
   if (p.pipelined) {
     double full = 0, alone = 0, min_bw = 1e300;
-    for (const auto& m : p.messages) {
-      res.path(m, path, len);
-      for (int i = 0; i < len; ++i) {
+    for (size_t j = 0; j < count; ++j) {
+      const int* path = &paths[j * 6];
+      for (int i = 0; i < lens[j]; ++i) {
         const double b = res.bw[path[i]];
         min_bw = std::min(min_bw, b);
         full = std::max(full, load[path[i]] / b);
-        const double mine = res.shared(path[i]) ? own[static_cast<int64_t>(path[i]) * res.n + m.src] : load[path[i]];
+        const double mine = res.shared(path[i]) ? own[j * 6 + i] : load[path[i]];
         alone = std::max(alone, mine / b);
       }
     }
@@ -563,14 +647,14 @@ PhaseTime phase_time(const Resources& res, const SimPhase& p, double lat_intra, 
     return out;
   }
   double best_full = 0, best_alone = 0, lat_of_alone = 0;
-  for (const auto& m : p.messages) {
-    const bool net = res.path(m, path, len);
-    const double lat = net ? lat_net : lat_intra;
+  for (size_t j = 0; j < count; ++j) {
+    const int* path = &paths[j * 6];
+    const double lat = nets[j] ? lat_net : lat_intra;
     double full = 0, alone = 0;
-    for (int i = 0; i < len; ++i) {
+    for (int i = 0; i < lens[j]; ++i) {
       const double b = res.bw[path[i]];
       full = std::max(full, load[path[i]] / b);
-      const double mine = res.shared(path[i]) ? own[static_cast<int64_t>(path[i]) * res.n + m.src] : load[path[i]];
+      const double mine = res.shared(path[i]) ? own[j * 6 + i] : load[path[i]];
       alone = std::max(alone, mine / b);
     }
     best_full = std::max(best_full, lat + full);
@@ -587,15 +671,38 @@ PhaseTime phase_time(const Resources& res, const SimPhase& p, double lat_intra, 
 
 }  // namespace
 
-SimResult sim_time(const Topology& t, const SimOptions& o, const SimSchedule& s, uint64_t bytes) {
+namespace {
+
+// What NCCL's model sees of a group: the nodes it spans and its members per node (the most on any
+// node), and its size. For the whole world: the topology's nodes and GPUs per node.
+struct GroupShape {
+  int nodes = 1, per_node = 1, ranks = 1;
+};
+
+GroupShape shape_of(const Topology& t, const std::vector<std::vector<int>>& groups) {
+  GroupShape g;
+  for (const auto& members : groups) {
+    const auto per_node = members_by_node(t, members);
+    g.nodes = std::max(g.nodes, static_cast<int>(per_node.size()));
+    for (const auto& l : per_node) g.per_node = std::max(g.per_node, static_cast<int>(l.size()));
+    g.ranks = std::max(g.ranks, static_cast<int>(members.size()));
+  }
+  return g;
+}
+
+SimResult time_of(const Topology& t, const SimOptions& o, const SimSchedule& s, uint64_t bytes, const GroupShape& gs) {
   double factor = 1.0, cap = HUGE_VAL, base = 0;
   double lat_intra = t.intra_latency_us * 1e-6, lat_net = t.net_latency_us * 1e-6;
   if (o.protocol != SimProtocol::Wire) {
     // NCCL's costs for the protocol: its latencies, and its bandwidth factor and cap on every
-    // GPU's link (the cap is on NCCL's bus bandwidth, which a GPU's link carries)
+    // GPU's link (the cap is on NCCL's bus bandwidth, which a GPU's link carries). NCCL's model
+    // is given the group's shape (a group's communicator spans its own nodes).
+    Topology shape = t;
+    shape.nodes = gs.nodes;
+    shape.gpus_per_node = gs.per_node;
     const NcclAlgo algo = o.algorithm == SimAlgorithm::DbTree ? NcclAlgo::Tree : NcclAlgo::Ring;
     const int channels = o.channels > 0 ? o.channels : sim_default_channels(t, o.protocol);
-    const NcclModelInputs in = sim_nccl_inputs(t, channels);
+    const NcclModelInputs in = sim_nccl_inputs(shape, channels);
     const NcclProtocolCosts c = nccl_protocol_costs(in, algo, nccl_proto(o.protocol));
     // and NCCL's measured size factors (tree's pipeline at middle sizes, the ring's plateau)
     const NcclSizeFactors f = nccl_size_factors(in, nccl_coll_of(o.collective), algo, nccl_proto(o.protocol),
@@ -606,6 +713,7 @@ SimResult sim_time(const Topology& t, const SimOptions& o, const SimSchedule& s,
     lat_intra = (algo == NcclAlgo::Ring ? c.ring_intra_hop_us : c.intra_hop_us) * f.latency * 1e-6;
     lat_net = c.inter_hop_us * f.latency * 1e-6;
   }
+  if (mutated("sim-no-latency")) base = lat_intra = lat_net = 0;  // a lesson's mutation test (mutation.h)
   Resources res(t, factor, cap);
   SimResult r;
   r.latency_s = base;
@@ -621,12 +729,92 @@ SimResult sim_time(const Topology& t, const SimOptions& o, const SimSchedule& s,
   if (r.contention_s < 1e-9 * r.time_s) r.contention_s = 0;  // rounding, not contention
   const double S = static_cast<double>(bytes / sizeof(float)) * kFloat;
   r.algbw = r.time_s > 0 ? S / r.time_s : 0;
-  r.busbw = r.algbw * busbw_factor(o.collective, t.ranks());
+  r.busbw = r.algbw * busbw_factor(o.collective, gs.ranks);
   return r;
+}
+
+}  // namespace
+
+SimResult sim_time(const Topology& t, const SimOptions& o, const SimSchedule& s, uint64_t bytes) {
+  return time_of(t, o, s, bytes, {t.nodes, t.gpus_per_node, t.ranks()});
 }
 
 SimResult simulate_collective(const Topology& t, const SimOptions& o, uint64_t bytes) {
   return sim_time(t, o, sim_schedule(t, o, bytes), bytes);
+}
+
+SimSchedule sim_schedule_groups(const Topology& t, const SimOptions& o, uint64_t bytes,
+                                const std::vector<std::vector<int>>& groups) {
+  std::vector<char> seen(static_cast<size_t>(t.ranks()), 0);
+  SimSchedule all;
+  for (const auto& members : groups) {
+    for (int m : members)
+      if (m >= 0 && m < t.ranks() && seen[static_cast<size_t>(m)]++)
+        throw ConfigError("rank " + std::to_string(m) + " is in two of the groups of one collective");
+    SimSchedule one = sim_schedule_group(t, o, bytes, members);
+    // phase k of every group runs beside phase k of the others (the groups have the same shape)
+    for (size_t k = 0; k < one.phases.size(); ++k) {
+      if (k >= all.phases.size()) {
+        all.phases.push_back(std::move(one.phases[k]));
+        continue;
+      }
+      SimPhase& p = all.phases[k];
+      SimPhase& q = one.phases[k];
+      p.messages.insert(p.messages.end(), q.messages.begin(), q.messages.end());
+      p.repeat = std::max(p.repeat, q.repeat);
+      p.intra_hops = std::max(p.intra_hops, q.intra_hops);
+      p.net_hops = std::max(p.net_hops, q.net_hops);
+      p.fill_bytes = std::max(p.fill_bytes, q.fill_bytes);
+    }
+  }
+  return all;
+}
+
+SimResult sim_time_groups(const Topology& t, const SimOptions& o, const SimSchedule& s, uint64_t bytes,
+                          const std::vector<std::vector<int>>& groups) {
+  return time_of(t, o, s, bytes, shape_of(t, groups));
+}
+
+SimResult simulate_group_collective(const Topology& t, const SimOptions& o, uint64_t bytes,
+                                    const std::vector<int>& members) {
+  return simulate_groups_collective(t, o, bytes, {members});
+}
+
+SimResult simulate_groups_collective(const Topology& t, const SimOptions& o, uint64_t bytes,
+                                     const std::vector<std::vector<int>>& groups) {
+  return sim_time_groups(t, o, sim_schedule_groups(t, o, bytes, groups), bytes, groups);
+}
+
+SimResult simulate_messages(const Topology& t, const SimOptions& o, const std::vector<SimMessage>& messages) {
+  SimSchedule s;
+  if (messages.empty()) return SimResult{};
+  SimPhase p;
+  p.what = "point-to-point";
+  p.messages = messages;
+  double largest = 0;
+  GroupShape gs{1, 1, 2};
+  for (const SimMessage& m : messages) {
+    if (m.src < 0 || m.src >= t.ranks() || m.dst < 0 || m.dst >= t.ranks())
+      throw ConfigError("a message from " + std::to_string(m.src) + " to " + std::to_string(m.dst) + ": not ranks of " +
+                        t.name + " (" + std::to_string(t.ranks()) + " ranks)");
+    largest = std::max(largest, m.bytes);
+    if (m.src / t.gpus_per_node != m.dst / t.gpus_per_node) gs.nodes = 2;
+  }
+  s.phases.push_back(std::move(p));
+  SimOptions so = o;
+  so.algorithm = SimAlgorithm::Ring;
+  so.collective = SimCollective::Broadcast;  // (NCCL's size factors: none apply to a send)
+  SimResult r = time_of(t, so, s, static_cast<uint64_t>(largest), gs);
+  r.busbw = r.algbw;
+  return r;
+}
+
+double sim_network_bytes(const Topology& t, const SimSchedule& s) {
+  double b = 0;
+  for (const auto& p : s.phases)
+    for (const auto& m : p.messages)
+      if (m.src / t.gpus_per_node != m.dst / t.gpus_per_node) b += m.bytes * static_cast<double>(p.repeat);
+  return b;
 }
 
 SimTraffic sim_traffic(const SimSchedule& s, int ranks) {

@@ -9,6 +9,17 @@
 //   channel    NCCL splits a collective over several rings or trees, each through its own NIC;
 //              dtlab's own algorithms run one.
 //
+// Groups. A collective may run over a subset of the topology's ranks (a process group: a tensor-
+// parallel group inside a node, a data-parallel group with a stride across nodes), with the same
+// schedules over its members: ring over the members in the group's order (broadcast: a chain from
+// the first member); rhd over the members as ranks 0 .. n-1; dbtree over the nodes the members
+// span, in the order the group meets them, with a chain through each node's members; hier with
+// the members of each node as its GPUs (dbtree and hier need as many members on every node). Several
+// groups may run the same collective at once (every data-parallel group of a grid): their messages
+// share the links, NICs and uplinks, so the time includes their contention. NCCL's protocols price a
+// group as its own communicator: the nodes it spans and its members per node. The whole-world
+// functions are the special case of one group of every rank, 0 .. N-1.
+//
 // Algorithms (SimAlgorithm):
 //   ring    the flat ring over ranks 0 .. N-1 (NCCL builds flat rings only): allreduce =
 //           reduce-scatter + allgather, 2(N-1) steps; reduce-scatter and allgather N-1 steps;
@@ -122,6 +133,28 @@ struct SimResult {
 };
 SimResult sim_time(const Topology& t, const SimOptions& o, const SimSchedule& s, uint64_t bytes);
 SimResult simulate_collective(const Topology& t, const SimOptions& o, uint64_t bytes);
+
+// Groups (above): one group's schedule over `members` (world ranks, in the group's order), and the
+// schedule of several groups running the same collective at once (phase k of each beside the
+// others'). Throws ConfigError for a member out of range or repeated (a rank in two groups), or a
+// dbtree or hier group with unequal members per node. A group of all ranks in order is
+// sim_schedule's schedule, message for message.
+SimSchedule sim_schedule_group(const Topology& t, const SimOptions& o, uint64_t bytes, const std::vector<int>& members);
+SimSchedule sim_schedule_groups(const Topology& t, const SimOptions& o, uint64_t bytes,
+                                const std::vector<std::vector<int>>& groups);
+// The time of a groups' schedule: NCCL's latencies for the groups' shape (the nodes a group spans,
+// its members per node), busbw with the group's size.
+SimResult sim_time_groups(const Topology& t, const SimOptions& o, const SimSchedule& s, uint64_t bytes,
+                          const std::vector<std::vector<int>>& groups);
+SimResult simulate_group_collective(const Topology& t, const SimOptions& o, uint64_t bytes, const std::vector<int>& members);
+SimResult simulate_groups_collective(const Topology& t, const SimOptions& o, uint64_t bytes,
+                                     const std::vector<std::vector<int>>& groups);
+// Point-to-point messages sent at once (a pipeline's activations between stages): one step, each
+// message over its path, sharing the resources it crosses; under NCCL's protocols a send pays the
+// protocol's base latency and the hop's (o's algorithm and collective are ignored).
+SimResult simulate_messages(const Topology& t, const SimOptions& o, const std::vector<SimMessage>& messages);
+// Bytes of a schedule's messages between nodes (through NICs), every repeat counted.
+double sim_network_bytes(const Topology& t, const SimSchedule& s);
 
 // Per rank: bytes sent and messages sent (0-byte ones too) by a schedule; exact only for
 // schedules built with exact = true.
