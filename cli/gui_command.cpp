@@ -37,7 +37,8 @@ lab::RunConfig gui_default_config() {
 void add_gui_flags(CLI::App& app, GuiOptions& o) {
   app.add_option("--open", o.open_dir, "show a finished run from its run directory (written by dtlab run --out DIR), or "
                                        "a bench train / bench chain result (its --json file, or the directory holding "
-                                       "result.json) in the Benchmark view");
+                                       "result.json) in the Benchmark view, or a dtlab simulate result in the Scale "
+                                       "view");
   app.add_option("--screenshot", o.screenshot,
                  "when the run has done --steps iterations (or ended), save the window as PNG and exit 0; "
                  "with several --view names, FILE-<view>.png each");
@@ -47,7 +48,7 @@ void add_gui_flags(CLI::App& app, GuiOptions& o) {
   app.add_option("--frame-stats", o.frame_stats,
                  "write frame-time percentiles (p50, p95, p99, max) and training samples/s as JSON at exit");
   app.add_option("--view", o.view, "bring views to the front, full window: ring, batchnorm, batching, traineval, "
-                                   "bench, memory, pipeline, layout (all panels), or a comma list");
+                                   "bench, memory, pipeline, grid, scale, layout (all panels), or a comma list");
   app.add_option("--ui-scale", o.ui_scale, "scale of text and widgets (default: the monitor's content scale)");
   app.add_option("--ring-steps", o.ring_steps,
                  "with --screenshot: after --steps iterations, stop K steps into the next gradient allreduce");

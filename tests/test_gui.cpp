@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -77,7 +78,7 @@ double differing(const Png& a, const Png& b) {
   return static_cast<double>(diff) / static_cast<double>(a.px.size() / 3);
 }
 
-const char* kViews[] = {"ring", "batchnorm", "batching", "traineval", "grid", "layout"};
+const char* kViews[] = {"ring", "batchnorm", "batching", "traineval", "grid", "scale", "layout"};
 
 // Every view's screenshot exists, is not blank, and differs from the others.
 void expect_views(const std::string& stem) {
@@ -162,7 +163,7 @@ TEST(Gui, EveryViewRendersWithAnEmptyRun) {
   DTLAB_REQUIRE_GUI();
   testutil::TempDir d;
   // no dataset: the run fails to load, the window says so and every view renders empty
-  const auto r = run_gui("--data-dir " + d.file("nowhere") + " --view ring,batchnorm,batching,traineval,grid,layout "
+  const auto r = run_gui("--data-dir " + d.file("nowhere") + " --view ring,batchnorm,batching,traineval,grid,scale,layout "
                          "--screenshot " + d.file("empty.png"), d.file("config"));
   ASSERT_EQ(r.exit_code, 0) << r.out;
   expect_views(d.file("empty"));
@@ -175,7 +176,7 @@ TEST(Gui, EveryViewRendersWithABusyRun) {
   testutil::TempDir d;
   const auto r = run_gui("--model mlp --world-size 4 --batch-size 16 --limit-train 1000 --limit-test 200 --steps 20 "
                          "--eval-every 5 --eval-samples 100 --compare-bn --frame-stats " + d.file("frames.json") +
-                         " --view ring,batchnorm,batching,traineval,grid,layout --screenshot " + d.file("busy.png"),
+                         " --view ring,batchnorm,batching,traineval,grid,scale,layout --screenshot " + d.file("busy.png"),
                          d.file("config"));
   ASSERT_EQ(r.exit_code, 0) << r.out;
   expect_views(d.file("busy"));
@@ -197,7 +198,7 @@ TEST(Gui, EveryViewRendersForDataParallelAndLocalSgd) {
                             {"lsgd", "--mode local-sgd --average-every 3 --warmup-steps 2 --allreduce tree"}};
   for (const auto& m : modes) {
     const auto r = run_gui(std::string("--model mlp --world-size 4 --limit-train 1000 --limit-test 200 --steps 12 ") + m[1] +
-                               " --eval-every 5 --eval-samples 100 --view ring,batchnorm,batching,traineval,grid,layout "
+                               " --eval-every 5 --eval-samples 100 --view ring,batchnorm,batching,traineval,grid,scale,layout "
                                "--frame-stats " + d.file(std::string(m[0]) + ".json") + " --screenshot " +
                                d.file(std::string(m[0]) + ".png"),
                            d.file("config"));
@@ -250,7 +251,7 @@ TEST(Gui, OpensARunDirectory) {
   const auto run = testutil::run_cli("run --model mlp --world-size 2 --batch-size 16 --limit-train 320 --limit-test 64 "
                                      "--steps 10 --eval-every 5 --threads 1 --out " + d.file("run"));
   ASSERT_EQ(run.exit_code, 0) << run.out;
-  const auto r = run_gui("--open " + d.file("run") + " --view ring,batchnorm,batching,traineval,grid,layout --screenshot " +
+  const auto r = run_gui("--open " + d.file("run") + " --view ring,batchnorm,batching,traineval,grid,scale,layout --screenshot " +
                          d.file("open.png"), d.file("config"));
   ASSERT_EQ(r.exit_code, 0) << r.out;
   expect_views(d.file("open"));
@@ -324,6 +325,72 @@ TEST(Gui, TheGridViewDrawsTheGroupsAndTheirBytes) {
                 std::to_string(static_cast<uint64_t>(bytes[kind].get<double>())))
           << kind;
   }
+}
+
+// The Scale view: the simulator's charts at its default settings (128 DGX H100 nodes, 16 MiB
+// allreduce, NCCL's simple protocol) are complete in a screenshot, its busbw series are `dtlab
+// simulate`'s, dbtree stays faster than ring up to 8 GiB on 1,024 GPUs (as NCCL's own model); a run
+// trained with the link model adds its gradient allreduces as measured, beside the wire prediction
+// for its link; one without says so in one line.
+TEST(Gui, TheScaleViewDrawsTheSimulatorAndTheRunsAllreduces) {
+  DTLAB_REQUIRE_GUI();
+  DTLAB_REQUIRE_DATASET();
+  testutil::TempDir d;
+  const auto run = testutil::run_cli("run --model mlp --world-size 4 --batch-size 16 --limit-train 640 --limit-test 64 "
+                                     "--steps 4 --threads 1 --link-gbps 1 --link-latency-us 50 --out " + d.file("run"));
+  ASSERT_EQ(run.exit_code, 0) << run.out;
+  const auto r = run_gui("--open " + d.file("run") + " --view scale --screenshot-items --screenshot " + d.file("s.png"),
+                         d.file("config"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const Drawn g = load_drawn(d.file("s.png"));
+  ASSERT_EQ(g.find("value", "scale: settings").size(), 1u) << g.dump();
+  EXPECT_EQ(g.find("value", "scale: settings")[0]["value"], "dgx-h100 allreduce simple 128 nodes 16777216 bytes");
+  EXPECT_EQ(g.find("value", "scale: missing").at(0)["value"], "0") << "a screenshot waits for every point";
+  EXPECT_EQ(g.find("value", "scale: crossover").at(0)["value"], "none");
+  // the ring's busbw at 8 .. 4,096 GPUs, as `dtlab simulate` prints it (GB/s, two decimals)
+  const auto sim = testutil::run_cli("simulate --topology dgx-h100 --nodes 1,8,512 --sizes 16M --algorithm ring");
+  ASSERT_EQ(sim.exit_code, 0) << sim.out;
+  const std::string ring = g.find("value", "scale: busbw by GPUs ring").at(0)["value"];
+  std::vector<double> busbw;
+  for (size_t at = 0; at < ring.size();) {
+    size_t used = 0;
+    busbw.push_back(std::stod(ring.substr(at), &used) / 1e9);
+    at += used;
+  }
+  ASSERT_EQ(busbw.size(), 10u) << ring;
+  for (size_t i : {size_t{0}, size_t{3}, size_t{9}}) {
+    char text[32];
+    std::snprintf(text, sizeof text, " %.2f ", busbw[i]);
+    EXPECT_TRUE(contains(sim.out, text)) << text << " not in\n" << sim.out;
+  }
+  // this run's bucket (the mlp's gradients fit DDP's one 25 MB bucket): an allreduce per iteration,
+  // measured and predicted, milliseconds on a 1 Gbit/s link (a loose band: the machine may be busy)
+  int points = 0;
+  for (const auto& it : g.find("value", "scale: this run ")) {
+    double measured = 0, predicted = 0;
+    int n = 0;
+    ASSERT_EQ(std::sscanf(it["value"].get<std::string>().c_str(), "measured %lf predicted %lf n %d", &measured, &predicted,
+                          &n),
+              3)
+        << it;
+    EXPECT_GT(predicted, 1e-3);
+    EXPECT_GT(measured, predicted * 0.5);
+    EXPECT_LT(measured, predicted * 20);
+    EXPECT_EQ(n, 4);
+    ++points;
+  }
+  EXPECT_EQ(points, 1) << g.dump();
+
+  // a run without the link model: one line says why its points are missing
+  const auto plain = testutil::run_cli("run --model mlp --world-size 2 --batch-size 16 --limit-train 320 --limit-test 64 "
+                                       "--steps 2 --threads 1 --out " + d.file("plain"));
+  ASSERT_EQ(plain.exit_code, 0) << plain.out;
+  const auto r2 = run_gui("--open " + d.file("plain") + " --view scale --screenshot-items --screenshot " + d.file("p.png"),
+                          d.file("config"));
+  ASSERT_EQ(r2.exit_code, 0) << r2.out;
+  const Drawn p = load_drawn(d.file("p.png"));
+  ASSERT_EQ(p.find("value", "scale: this run").size(), 1u) << p.dump();
+  EXPECT_TRUE(contains(p.find("value", "scale: this run")[0]["value"], "no link model")) << p.dump();
 }
 
 // A finished run opened from its run directory cannot move: the controls offer no play, pause, step
@@ -558,6 +625,116 @@ TEST(GuiLessons, PreparedRunsShowTheObservedCollectiveAndRingStep) {
   EXPECT_TRUE(contains(step[0]["value"], "reduce-scatter step 3 of 3  (step 3 of 6 overall)")) << step[0].dump();
   EXPECT_TRUE(o.find("text", "This run directory's trace holds none of the collectives chosen here.", "Views").empty())
       << o.dump();
+}
+
+// The busbw of the Scale view's series `label` ("scale: busbw by GPUs ring": 1 to 512 nodes), bytes/s.
+std::vector<double> scale_busbw(const Drawn& g, const std::string& label) {
+  std::vector<double> out;
+  const auto it = g.find("value", label, "Views");
+  if (it.empty()) return out;
+  const std::string v = it[0]["value"];
+  for (size_t at = 0; at < v.size();) {
+    size_t used = 0;
+    out.push_back(v.compare(at, 1, "-") == 0 ? -1 : std::stod(v.substr(at), &used));
+    at += used ? used : 2;
+  }
+  return out;
+}
+
+// The one value item `label` of the Views window ("" when not drawn once).
+std::string views_value(const Drawn& g, const std::string& label) {
+  const auto it = g.find("value", label, "Views");
+  return it.size() == 1 ? it[0]["value"].get<std::string>() : "";
+}
+
+// A lesson's simulate run observed in the app, through the Lessons panel's path (the runs run, the
+// observation opens the run's directory): the Scale view comes to the front set up from the run
+// (fsdp-at-scale's all-gather: dgx-h100, allgather, ll128, ring) at the observation's node count and
+// size (128 nodes, 16 MiB), and its busbw at 16 and 1,024 GPUs is the run's own points'. Prepared
+// ahead (ring-or-tree), the observation's 2 nodes show the ring / tree crossover at the size the
+// run's points put it.
+TEST(GuiLessons, ASimulateRunsObservationSetsUpTheScaleView) {
+  DTLAB_REQUIRE_GUI();
+  testutil::TempDir d;
+  const std::string env = lesson_env(d);
+  const auto r = testutil::run_cli_with_prefix(
+      env, "gui --lesson fsdp-at-scale --answers auto --lesson-stage observe --screenshot-items --screenshot " +
+               d.file("gather.png"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_FALSE(contains(r.out, "error")) << r.out;
+  const Drawn g = load_drawn(d.file("gather.png"));
+  EXPECT_EQ(views_value(g, "scale: settings"), "dgx-h100 allgather ll128 128 nodes 16777216 bytes") << g.dump();
+  EXPECT_EQ(views_value(g, "scale: algorithms"), "ring");
+  EXPECT_EQ(views_value(g, "scale: split"), "ring");
+  EXPECT_EQ(views_value(g, "scale: channels"), "0");
+  EXPECT_EQ(views_value(g, "scale: missing"), "0");
+  EXPECT_TRUE(contains(views_value(g, "scale: from"), "From the simulate run gather: allgather as ring on dgx-h100"))
+      << views_value(g, "scale: from");
+  // the run's points (its directory in this learner's session) are the view's
+  std::string result;
+  for (const auto& e : std::filesystem::directory_iterator(d.file("data/dtlab/lessons/runs")))
+    if (std::filesystem::exists(e.path() / "gather" / "result.json")) result = (e.path() / "gather" / "result.json").string();
+  ASSERT_FALSE(result.empty());
+  const auto j = nlohmann::json::parse(testutil::read_file(result));
+  const std::vector<double> ring = scale_busbw(g, "scale: busbw by GPUs ring");
+  ASSERT_EQ(ring.size(), 10u) << g.dump();
+  int matched = 0;
+  for (const auto& p : j["points"]) {
+    const int nodes = p["nodes"];
+    if (nodes != 2 && nodes != 128) continue;
+    const double want = p["busbw_GBps"].get<double>() * 1e9;
+    EXPECT_NEAR(ring[static_cast<size_t>(std::log2(nodes))], want, want * 1e-6) << nodes << " nodes";
+    ++matched;
+  }
+  EXPECT_EQ(matched, 2);
+
+  const auto prep = testutil::run_cli("lesson prepare ring-or-tree --out " + d.file("prepared"));
+  ASSERT_EQ(prep.exit_code, 0) << prep.out;
+  const auto t = testutil::run_cli_with_prefix(
+      env, "gui --lesson ring-or-tree --prepared " + d.file("prepared") +
+               " --answers auto --lesson-stage observe --screenshot-items --screenshot " + d.file("tree.png"));
+  ASSERT_EQ(t.exit_code, 0) << t.out;
+  EXPECT_FALSE(contains(t.out, "error")) << t.out;
+  const Drawn o = load_drawn(d.file("tree.png"));
+  // nodes = 2; no size: of the run's 1 KiB .. 8 GiB, the view's 16 MiB
+  EXPECT_EQ(views_value(o, "scale: settings"), "dgx-h100 allreduce simple 2 nodes 16777216 bytes") << o.dump();
+  EXPECT_EQ(views_value(o, "scale: algorithms"), "ring,dbtree");
+  uint64_t first_ring_2 = 0;  // the lesson's quantity: the smallest size where the ring is the faster, 2 nodes
+  const auto sweep = nlohmann::json::parse(testutil::read_file(d.file("prepared/sweep/result.json")));
+  for (const auto& p : sweep["points"])
+    if (p["algorithm"] == "ring" && p["nodes"] == 2 && p["fastest"] == true && (first_ring_2 == 0 || p["bytes"] < first_ring_2))
+      first_ring_2 = p["bytes"];
+  EXPECT_EQ(first_ring_2, uint64_t{32} << 20);
+  EXPECT_EQ(views_value(o, "scale: crossover"), std::to_string(first_ring_2));
+}
+
+// A simulate result opened from the command line: the Scale view fills the window, set up from it;
+// a topology of the run's own (a file, 4 GPUs per node) and its channels are the view's.
+TEST(Gui, OpensASimulateResultInTheScaleView) {
+  DTLAB_REQUIRE_GUI();
+  testutil::TempDir d;
+  testutil::write_file(d.file("cluster.toml"), "name = \"my-cluster\"\ngpus_per_node = 8\n[intra]\nkind = \"pcie\"\n"
+                                               "GBps = 24\nlatency_us = 1\n[network]\nnics_per_node = 2\nnic_Gbps = 100\n"
+                                               "latency_us = 5\n");
+  std::filesystem::create_directories(d.file("sim"));
+  const auto sim = testutil::run_cli("simulate --topology " + d.file("cluster.toml") + " --gpus-per-node 4 --channels 2 "
+                                     "--nodes 1,2,4,...,64 --algorithm ring,rhd --sizes 1M --json " + d.file("sim/result.json"));
+  ASSERT_EQ(sim.exit_code, 0) << sim.out;
+  const auto r = run_gui("--open " + d.file("sim") + " --screenshot-items --screenshot " + d.file("s.png"), d.file("config"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const Drawn g = load_drawn(d.file("s.png"));
+  EXPECT_EQ(views_value(g, "scale: settings"), "my-cluster allreduce simple 64 nodes 1048576 bytes") << g.dump();
+  EXPECT_EQ(views_value(g, "scale: channels"), "2");
+  EXPECT_EQ(views_value(g, "scale: algorithms"), "ring,rhd");
+  EXPECT_TRUE(contains(views_value(g, "scale: topology"), "64 nodes x 4 GPUs")) << views_value(g, "scale: topology");
+  const auto j = nlohmann::json::parse(testutil::read_file(d.file("sim/result.json")));
+  const std::vector<double> ring = scale_busbw(g, "scale: busbw by GPUs ring");
+  ASSERT_EQ(ring.size(), 10u) << g.dump();
+  for (const auto& p : j["points"])
+    if (p["algorithm"] == "ring") {
+      const double want = p["busbw_GBps"].get<double>() * 1e9;
+      EXPECT_NEAR(ring[static_cast<size_t>(std::log2(p["nodes"].get<int>()))], want, want * 1e-6) << p.dump();
+    }
 }
 
 // A malformed lesson never takes the app down: it is shown with its error (file:line:col) next to

@@ -11,11 +11,13 @@
 
 #include "bn_stats.h"
 #include "catalog.h"
+#include "collective_sim.h"
 #include "lesson.h"
 #include "lesson_runs.h"
 #include "report.h"
 #include "session.h"
 #include "test_util.h"
+#include "topology.h"
 
 namespace {
 
@@ -890,4 +892,262 @@ TEST(LessonTorchCheck, ScriptsPassFailOrSkipAndCitationsAreShown) {
   EXPECT_TRUE(contains(r.out, "PyTorch does y instead")) << r.out;
   r = testutil::run_cli("lesson torch-check " + write_lesson(d, lesson("skip.py")));
   EXPECT_EQ(r.exit_code, 77) << r.out;
+}
+
+// ---- simulate runs: `dtlab simulate` in a lesson, its points read with field and where ----
+
+const char* kSim = R"TOML(format_version = 1
+id = "sim"
+version = 1
+title = "The ring at scale"
+minutes = 5
+budget_s = 5
+
+[question]
+text = "Does the ring allreduce's busbw hold from 16 to 1,024 GPUs?"
+
+[[predict]]
+id = "holds"
+kind = "choice"
+prompt = "At 1,024 GPUs, does the ring keep its busbw?"
+
+[[predict.choices]]
+key = "a"
+text = "Yes"
+correct_if = "bw_1024 >= 0.8 * bw_16"
+
+[[predict.choices]]
+key = "b"
+text = "No"
+correct_if = "bw_1024 < 0.8 * bw_16"
+
+[runs.sweep]
+command = "simulate"
+args = "--topology dgx-h100 --nodes 2,16,128 --collective allreduce --algorithm ring,dbtree --sizes 1M,16M"
+
+[quantities]
+bw_16 = { run = "sweep", result = "/points", where = { algorithm = "ring", ranks = 16, bytes = 16777216 }, field = "busbw_GBps" }
+bw_1024 = { run = "sweep", result = "/points", where = { algorithm = "ring", ranks = 1024, bytes = 16_777_216 }, field = "busbw_GBps" }
+lat_1024 = { run = "sweep", result = "/points", where = { algorithm = "ring", nodes = 128, bytes = 16777216 }, field = "latency_us" }
+ring_lats = { run = "sweep", result = "/points", where = { algorithm = "ring", bytes = 16777216 }, field = "latency_us", reduce = "series" }
+tree_wins = { run = "sweep", result = "/points", where = { algorithm = "dbtree", fastest = true }, reduce = "count" }
+tree_wins_too = { run = "sweep", result = "/points", where = { algorithm = "dbtree" }, field = "fastest", reduce = "sum" }
+nccl_trees = { run = "sweep", result = "/points", where = { algorithm = "ring", nodes = [16, 128], nccl_choice = "tree/*" }, reduce = "count" }
+nowhere = { run = "sweep", result = "/points", where = { algorithm = "hier" }, reduce = "count" }
+smallest = { run = "sweep", result = "/points", field = "bytes", reduce = "min" }
+pick = { run = "sweep", result = "/points", where = { algorithm = "ring", ranks = 1024, bytes = 16777216 }, field = "nccl_choice" }
+
+[[check]]
+id = "collapses"
+that = "bw_1024 < 0.05 * bw_16"
+why = "the ring's 2(N-1) steps of latency"
+
+[[hint]]
+text = "Count the ring's steps."
+
+[explain]
+text = "{bw_16:.0f} to {bw_1024:.2f} GB/s"
+)TOML";
+
+// The point of the simulator itself: what the quantities must read, number for number.
+lab::SimResult simulated(int nodes, lab::SimAlgorithm a, uint64_t bytes) {
+  lab::Topology t = lab::topology_preset("dgx-h100");
+  t.nodes = nodes;
+  lab::SimOptions o;
+  o.algorithm = a;
+  return lab::simulate_collective(t, o, bytes);
+}
+
+TEST(LessonSimulate, QuantitiesReadTheSimulatorsPoints) {
+  testutil::TempDir dir;
+  Session s(parse_lesson(kSim, "sim.toml"), dir.path());
+  s.set_auto_answers(true);
+  const RunSpec& r = s.lesson().main.runs.at(0);
+  EXPECT_EQ(r.command, "simulate");
+  const std::vector<std::string> args = s.concrete_args(r);
+  ASSERT_GE(args.size(), 2u);
+  EXPECT_EQ(args[args.size() - 2], "--json");  // the runner chooses where the points go
+  EXPECT_EQ(args.back(), s.run_dir("sweep") + "/result.json");
+  const RunOutcome o = execute_run(r, args, s.run_dir("sweep"));
+  ASSERT_EQ(o.exit_code, 0) << o.error;
+  EXPECT_TRUE(std::filesystem::exists(s.run_dir("sweep") + "/output.txt"));  // the table, as the command prints it
+  s.set_outcome(o);
+  const PartResult& res = s.evaluate(s.lesson().main);
+  for (const CheckResult& c : res.checks) EXPECT_TRUE(c.passed) << c.id << ": " << c.error;
+  std::map<std::string, Value> q(res.quantities.begin(), res.quantities.end());
+  const uint64_t m16 = 16u << 20;
+  // exactly the simulator's numbers (the JSON keeps every double's digits)
+  EXPECT_EQ(q.at("bw_16").number, simulated(2, lab::SimAlgorithm::Ring, m16).busbw / 1e9);
+  EXPECT_EQ(q.at("bw_1024").number, simulated(128, lab::SimAlgorithm::Ring, m16).busbw / 1e9);
+  EXPECT_EQ(q.at("lat_1024").number, simulated(128, lab::SimAlgorithm::Ring, m16).latency_s * 1e6);
+  ASSERT_TRUE(q.at("ring_lats").is_tensor());  // 2, 16, 128 nodes, in the file's order
+  ASSERT_EQ(q.at("ring_lats").tensor.size(), 3u);
+  EXPECT_EQ(q.at("ring_lats").tensor[0], simulated(2, lab::SimAlgorithm::Ring, m16).latency_s * 1e6);
+  EXPECT_EQ(q.at("ring_lats").tensor[2], q.at("lat_1024").number);
+  // the tree is the faster one on 16 and 128 nodes at both sizes, and on 2 nodes at 1 MiB
+  int tree_faster = 0;
+  for (int n : {2, 16, 128})
+    for (uint64_t b : {uint64_t{1} << 20, m16})
+      tree_faster += simulated(n, lab::SimAlgorithm::DbTree, b).time_s < simulated(n, lab::SimAlgorithm::Ring, b).time_s;
+  EXPECT_EQ(q.at("tree_wins").number, tree_faster);
+  EXPECT_EQ(q.at("tree_wins_too").number, tree_faster);  // booleans sum as 1 and 0
+  EXPECT_EQ(q.at("nccl_trees").number, 4);               // NCCL's model: the tree at both sizes on 16 and 128 nodes
+  EXPECT_EQ(q.at("nowhere").number, 0);                  // count: nothing matches is 0, not an error
+  EXPECT_EQ(q.at("smallest").number, 1048576);
+  ASSERT_TRUE(q.at("pick").is_string());
+  EXPECT_TRUE(contains(q.at("pick").text, "tree/")) << q.at("pick").text;
+  // computed, not timed: its checks are judged on every machine
+  for (const QuantitySpec& spec : s.lesson().main.quantities)
+    EXPECT_FALSE(is_timing_quantity(s.lesson(), s.lesson().main, spec)) << spec.name;
+  EXPECT_TRUE(contains(res.explanation, " GB/s")) << res.explanation;
+}
+
+// field and where over an array of objects, with what each mistake says.
+TEST(LessonSimulate, FieldAndWhereSelectElements) {
+  testutil::TempDir d;
+  testutil::write_file(d.file("result.json"), R"({"points": [
+    {"algorithm": "ring", "ranks": 16, "bytes": 1024, "busbw_GBps": 10.5, "fastest": false, "nccl_choice": "tree/LL"},
+    {"algorithm": "dbtree", "ranks": 16, "bytes": 1024, "busbw_GBps": 20.0, "fastest": true, "nccl_choice": "tree/LL"},
+    {"algorithm": "ring", "ranks": 32, "bytes": 1024, "busbw_GBps": 5.25, "fastest": true, "nccl_choice": "ring/LL128"},
+    {"algorithm": "dbtree", "ranks": 32, "bytes": 1024, "busbw_GBps": 4.0, "fastest": false, "nccl_choice": "ring/LL128"}],
+    "about": {"n": 1}})");
+  RunOutcome o;
+  o.name = "s";
+  o.dir = d.path();
+  QuantitySpec q;
+  q.name = "x";
+  q.source = "result";
+  q.path = "/points";
+  q.field = "busbw_GBps";
+  auto term = [](const std::string& key, std::vector<nlohmann::json> values) {
+    WhereTerm t;
+    t.key = key;
+    t.values = std::move(values);
+    return t;
+  };
+  RunFiles files;
+  auto error_of = [&](const QuantitySpec& spec) -> std::string {
+    try {
+      files.read(spec, o);
+    } catch (const QuantityError& e) {
+      return e.what();
+    }
+    return "(no error)";
+  };
+  q.where = {term("algorithm", {"ring"}), term("ranks", {32})};
+  EXPECT_EQ(files.read(q, o).number, 5.25);
+  q.where = {term("nccl_choice", {"tree/*"}), term("fastest", {true})};  // a glob, a boolean
+  EXPECT_EQ(files.read(q, o).number, 20.0);
+  q.where = {term("ranks", {16, 32}), term("algorithm", {"ring"})};  // any of several
+  q.reduce = "series";
+  const Value series = files.read(q, o);
+  ASSERT_TRUE(series.is_tensor());
+  EXPECT_EQ(series.tensor, (std::vector<double>{10.5, 5.25}));
+  q.reduce = "max";
+  EXPECT_EQ(files.read(q, o).number, 10.5);
+  q.field = "fastest";  // a boolean: one value is a boolean, a numeric reduction counts it as 1 or 0
+  q.reduce = "sum";
+  EXPECT_EQ(files.read(q, o).number, 1);
+  q.reduce = "";
+  q.where = {term("ranks", {32}), term("algorithm", {"ring"})};
+  EXPECT_TRUE(files.read(q, o).is_bool());
+  q.field = "busbw_GBps";
+
+  q.where = {term("algorithm", {"ring"})};  // two match, no reduce
+  EXPECT_TRUE(contains(error_of(q), "2 elements match where algorithm = \"ring\": narrow where, or add reduce")) << error_of(q);
+  q.where = {term("ranks", {1000})};  // none: what is there
+  EXPECT_TRUE(contains(error_of(q), "no element matches where ranks = 1000 (there: ranks: 16, 32)")) << error_of(q);
+  q.reduce = "count";
+  EXPECT_EQ(files.read(q, o).number, 0);
+  q.reduce = "min";
+  EXPECT_TRUE(contains(error_of(q), "reduce = \"count\" would be 0")) << error_of(q);
+  q.reduce = "";
+  q.where = {term("algoritm", {"ring"})};  // a misspelt key is not a filter that matches nothing
+  EXPECT_TRUE(contains(error_of(q), "no element has a field 'algoritm' (fields: algorithm, busbw_GBps")) << error_of(q);
+  q.where = {term("algorithm", {"ring"}), term("ranks", {16})};
+  q.field = "busbw";
+  EXPECT_TRUE(contains(error_of(q), "no element has a field 'busbw'")) << error_of(q);
+  q.field = "busbw_GBps";
+  q.path = "/about";
+  EXPECT_TRUE(contains(error_of(q), "field and where read an array of objects")) << error_of(q);
+}
+
+// A simulate run's flags are dtlab simulate's, checked as it checks them: a bad value is named
+// with the lesson file's line and the flag, before anything runs.
+TEST(LessonSimulate, BadArgsAreRefusedWithTheFileAndTheFlag) {
+  auto first = [](const std::string& text) {
+    const auto p = problems(text, "lessons/sim.toml");
+    return p.empty() ? std::string() : p[0].format();
+  };
+  const std::string args = "args = \"--topology dgx-h100 --nodes 2,16,128 --collective allreduce --algorithm ring,dbtree --sizes 1M,16M\"";
+  auto with = [&](const std::string& a) { return replace(kSim, args, "args = \"" + a + "\""); };
+  EXPECT_NO_THROW(parse_lesson(kSim, "lessons/sim.toml"));
+  std::string m = first(with("--nodes 1,3,...,512"));
+  EXPECT_TRUE(contains(m, "lessons/sim.toml:26:7: run 'sweep': dtlab simulate --nodes 1,3,...,512: --nodes 1,3,...,512: 512 is not on "
+                          "the progression")) << m;
+  m = first(with("--sizes 16Q"));
+  EXPECT_TRUE(contains(m, "lessons/sim.toml:26:7:") && contains(m, "--sizes 16Q: '16Q': unknown unit 'Q'")) << m;
+  m = first(with("--topology dgx-h1000"));
+  EXPECT_TRUE(contains(m, "--topology dgx-h1000: not a preset")) << m;
+  m = first(with("--collective alltoall"));
+  EXPECT_TRUE(contains(m, "--collective")) << m;
+  m = first(with("--algorithm tree"));
+  EXPECT_TRUE(contains(m, "--algorithm")) << m;
+  m = first(with("--collective allgather --algorithm ring,dbtree"));
+  EXPECT_TRUE(contains(m, "--algorithm dbtree with --collective allgather: NCCL's tree runs allreduce only")) << m;
+  m = first(with("--nodes 2 --channels x"));
+  EXPECT_TRUE(contains(m, "--channels")) << m;
+  m = first(with("--nodse 2"));
+  EXPECT_TRUE(contains(m, "unknown flag --nodse (did you mean --nodes?)")) << m;
+  m = first(with("--nodes 2 --json out.json"));
+  EXPECT_TRUE(contains(m, "run 'sweep': drop --json")) << m;
+  m = first(with("--validate nccl"));
+  EXPECT_TRUE(contains(m, "run 'sweep': drop --validate")) << m;
+
+  // and on the command line: the file, the line, the flag; exit 2
+  testutil::TempDir dir;
+  const std::string path = write_lesson(dir, with("--nodes 1,3,...,512"), "sim.toml");
+  const auto r = testutil::run_cli("lesson check " + path);
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_TRUE(contains(r.out, path + ":26:7: run 'sweep':") && contains(r.out, "--nodes 1,3,...,512")) << r.out;
+  // a lesson run refuses it before anything runs
+  const auto run = testutil::run_cli("lesson run " + path + " --answers auto --out " + dir.file("out"));
+  EXPECT_EQ(run.exit_code, 2) << run.out;
+  EXPECT_TRUE(contains(run.out, "--nodes 1,3,...,512")) << run.out;
+}
+
+// What field, where and the scale view accept.
+TEST(LessonSimulate, FieldWhereAndTheScaleViewAreChecked) {
+  auto all = [](const std::string& text) {
+    std::string out;
+    for (const Diagnostic& d : problems(text, "lessons/sim.toml")) out += d.format() + "\n";
+    return out;
+  };
+  const std::string line = "tree_wins = { run = \"sweep\", result = \"/points\", where = { algorithm = \"dbtree\", fastest = true }, reduce = \"count\" }";
+  auto with = [&](const std::string& q) { return replace(kSim, line, q); };
+  std::string m = all(with("tree_wins = { run = \"sweep\", result = \"/points\", where = { algorithm = \"dbtree\" } }"));
+  EXPECT_TRUE(contains(m, "where selects elements of the array at the pointer: name the field to read")) << m;
+  m = all(with("tree_wins = { run = \"sweep\", result = \"/points\", where = { algorithm = { a = 1 } }, field = \"bytes\" }"));
+  EXPECT_TRUE(contains(m, "where.algorithm must be a number, a string")) << m;
+  m = all(with("tree_wins = { run = \"sweep\", result = \"/points\", where = { algorithm = [] }, field = \"bytes\" }"));
+  EXPECT_TRUE(contains(m, "where.algorithm = [] matches nothing")) << m;
+  m = all(with("tree_wins = { run = \"sweep\", result = \"/points\", field = \"bytes\", reduce = \"median\" }"));
+  EXPECT_TRUE(contains(m, "unknown reduce 'median'")) << m;
+  m = all(with("tree_wins = { run = \"sweep\", result = \"/points\", reduce = \"max\" }"));
+  EXPECT_TRUE(contains(m, "takes only reduce = \"count\"") && contains(m, "with field")) << m;
+  m = all(with("tree_wins = { run = \"sweep\", result = \"/points\", field = \"/bytes\" }"));
+  EXPECT_TRUE(contains(m, "field names a field of each element")) << m;
+  m = all(with("tree_wins = { expr = \"1\", field = \"bytes\" }"));
+  EXPECT_TRUE(contains(m, "'field' reads an array of objects in a summary or result quantity, not expr")) << m;
+  m = all(with("tree_wins = { run = \"sweep\", summary = \"/points\", field = \"bytes\", reduce = \"count\" }"));
+  EXPECT_TRUE(contains(m, "summary comes from a training run's directory; run 'sweep' is `dtlab simulate`")) << m;
+  // the scale view shows simulate runs, and a simulate run no other view
+  const std::string obs = "\n[[observe]]\nrun = \"sweep\"\nview = \"scale\"\nsay = \"{bw_1024:.2f} GB/s at 1,024 GPUs\"\n";
+  EXPECT_NO_THROW(parse_lesson(std::string(kSim) + obs, "lessons/sim.toml"));
+  m = all(std::string(kSim) + replace(obs, "view = \"scale\"", "view = \"ring\""));
+  EXPECT_TRUE(contains(m, "the app's views show training runs") && contains(m, "view = \"scale\" simulate results")) << m;
+  m = all(std::string(kSim) + replace(obs, "view = \"scale\"", "view = \"scale\"\nstep = 1"));
+  EXPECT_TRUE(contains(m, "the scale view shows a finished simulation")) << m;
+  m = all(replace(kGood, "[[check]]", "[[observe]]\nrun = \"dropped\"\nview = \"scale\"\nsay = \"x\"\n\n[[check]]"));
+  EXPECT_TRUE(contains(m, "run 'dropped' is `dtlab run`: the scale view shows `dtlab simulate` results")) << m;
 }

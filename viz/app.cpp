@@ -27,6 +27,7 @@
 #include "panels.h"
 #include "paths.h"
 #include "run_dir.h"
+#include "scale_data.h"
 
 namespace viz {
 
@@ -42,6 +43,7 @@ const char* view_key(ViewId v) {
     case ViewId::Memory: return "memory";
     case ViewId::Pipeline: return "pipeline";
     case ViewId::Grid: return "grid";
+    case ViewId::Scale: return "scale";
   }
   return "?";
 }
@@ -56,6 +58,7 @@ const char* view_title(ViewId v) {
     case ViewId::Memory: return "Memory";
     case ViewId::Pipeline: return "Pipeline";
     case ViewId::Grid: return "Grid";
+    case ViewId::Scale: return "Scale";
   }
   return "?";
 }
@@ -264,7 +267,32 @@ bool open_bench(AppState& app, const std::string& path, double t0) {
   }
 }
 
+// A simulate result (result.json, or a simulate run's directory) sets up the Scale view: its
+// topology, collective, protocol, channels and algorithms, and of its node counts and sizes the
+// ones nearest the view's default; the runs are left as they are.
+void show_simulate_run(AppState& app, SimulateRun r, int nodes = 0, uint64_t bytes = 0) {
+  auto run = std::make_shared<const SimulateRun>(std::move(r));
+  app.scale.apply = std::make_shared<const ScaleSetup>(scale_setup(*run, nodes, bytes));
+  app.scale.opened = std::move(run);
+}
+
+bool open_simulate(AppState& app, const std::string& path, double t0) {
+  try {
+    show_simulate_run(app, load_simulate_result(path));
+    app.view = ViewId::Scale;
+    app.select_view = true;
+    if (app.solo) app.solo = ViewId::Scale;
+    app.log.add(LogLevel::Info, fmt("opened %s: %s", path.c_str(), app.scale.apply->line.c_str()), since_start(t0));
+    return true;
+  } catch (const lab::Error& e) {
+    app.log.add(LogLevel::Error, fmt("cannot open %s: %s", path.c_str(), e.what()), since_start(t0));
+    if (!e.hint().empty()) app.log.add(LogLevel::Warning, "hint: " + e.hint(), since_start(t0));
+    return false;
+  }
+}
+
 bool open_run_dir(AppState& app, const std::string& dir, double t0) {
+  if (looks_like_simulate_result(dir)) return open_simulate(app, dir, t0);
   if (looks_like_bench_result(dir)) return open_bench(app, dir, t0);
   try {
     RunData d = load_run_dir(dir);
@@ -318,6 +346,10 @@ class AppLab : public LabHooks {
   }
   std::string open_dirs(const std::string& dir, const std::string& twin_dir) override {
     try {
+      if (looks_like_simulate_result(dir)) {  // a simulate run: the Scale view, set up by show() (the training runs stay)
+        show_simulate_run(m_app, load_simulate_result(dir));
+        return "";
+      }
       if (looks_like_bench_result(dir)) {  // a bench run: the Benchmark view (the training runs stay)
         BenchResult b = load_bench_result(dir);
         BenchResult t;
@@ -350,6 +382,10 @@ class AppLab : public LabHooks {
         m_app.select_view = true;
         if (m_app.solo) m_app.solo = m_app.view;
       }
+    // a simulate run (opened just before): the Scale view at the observation's node count and size
+    if (o.view == "scale" && m_app.scale.opened)
+      m_app.scale.apply = std::make_shared<const ScaleSetup>(
+          scale_setup(*m_app.scale.opened, static_cast<int>(std::max<int64_t>(o.nodes, 0)), o.bytes));
     if (!o.layer.empty()) m_app.bn_layer_wanted = o.layer;
     if (o.channel >= 0) m_app.bn.channel = static_cast<int>(o.channel);
     if (!m_app.data.live && o.step >= 0) {  // finished runs: show the observed iteration
@@ -417,6 +453,7 @@ void start_lesson(AppState& app, const std::string& id_or_file, double t0, bool 
     const std::string session = lessons::new_session_dir(l.id);
     const std::string record = lessons::records_dir() + "/" + session.substr(session.find_last_of('/') + 1) + ".json";
     app.lesson = std::make_unique<LessonDriver>(std::move(l), session, prepared, record);
+    app.scale.opened.reset();  // a simulate run is shown again once this lesson's observation opens it
     st.part_for_drafts = ~size_t{0};
     app.log.add(LogLevel::Info,
                 fmt("lesson %s: %s%s", app.lesson->lesson().id.c_str(), app.lesson->lesson().title.c_str(),
@@ -654,6 +691,10 @@ void draw_view(AppState& app, ViewId v, Commands& cmd) {
     draw_bench_view(app.bench, app.bench_twin_shown ? &app.bench_twin : nullptr, app.bench_view);
     return;
   }
+  if (v == ViewId::Scale) {  // the simulator's charts, once; the points of the run shown (not its twin)
+    draw_scale_view(app.data, app.scale, app.clock);
+    return;
+  }
   if (v == ViewId::BatchNorm) {  // the BatchNorm view lays out its own twin columns
     draw_batchnorm_view(app.data, app.twin_shown ? &app.twin_data : nullptr, app.bn, cmd);
     return;
@@ -671,7 +712,8 @@ void draw_view(AppState& app, ViewId v, Commands& cmd) {
       case ViewId::Pipeline: draw_pipeline_view(d, twin ? app.pipeline_twin : app.pipeline); break;
       case ViewId::Grid: draw_grid_view(d, twin ? app.grid_twin : app.grid); break;
       case ViewId::BatchNorm:
-      case ViewId::Bench: break;
+      case ViewId::Bench:
+      case ViewId::Scale: break;
     }
   };
   if (!app.twin_shown) {
@@ -709,7 +751,8 @@ void draw_views_header(const AppState& app) {
 
 void draw_views_window(AppState& app, Commands& cmd) {
   if (app.solo != ViewId::Bench) draw_views_header(app);  // a benchmark needs no dataset
-  if (app.lesson && !app.host && app.data.phase == RunPhase::Empty && app.bench.kind == BenchKind::None) {
+  if (app.lesson && !app.host && app.data.phase == RunPhase::Empty && app.bench.kind == BenchKind::None &&
+      !app.scale.opened) {
     // nothing is shown before the learner has predicted
     ImGui::Spacing();
     heading(app.lesson->lesson().title.c_str());
@@ -727,6 +770,12 @@ void draw_views_window(AppState& app, Commands& cmd) {
       return;
     }
     const RunData& d = app.data;
+    if (*app.solo == ViewId::Scale && app.scale.opened && d.phase == RunPhase::Empty) {  // a simulate result, no run
+      ImGui::TextDisabled("  dtlab simulate's result %s", app.scale.opened->file.c_str());
+      ImGui::Separator();
+      draw_view(app, *app.solo, cmd);
+      return;
+    }
     ImGui::TextDisabled("  %s, %s, %s, bn %s%s, %lld iteration%s done | %s", d.cfg.model.c_str(),
                         describe_parallelism(d.cfg).c_str(), describe_batch(d.cfg).c_str(), d.cfg.bn.c_str(),
                         app.twin_shown ? fmt(" (twin: %s)", column_label(app, true).c_str()).c_str() : "",
@@ -877,7 +926,8 @@ std::vector<std::pair<std::string, std::optional<ViewId>>> parse_views(const std
       }
     if (!found)
       throw lab::ConfigError("--view: unknown view '" + name + "'",
-                             "choose ring, batchnorm, batching, traineval, bench, memory, pipeline or layout (a comma list for several)");
+                             "choose ring, batchnorm, batching, traineval, bench, memory, pipeline, grid, scale or layout (a comma list for "
+                             "several)");
   }
   return out;
 }
@@ -969,11 +1019,14 @@ void save_layout(AppState& app) {
 
 int run_app(const lab::RunConfig& cfg_in, const AppOptions& opts) {
   const auto shots = parse_views(opts.view);  // throws before any window for a bad --view
-  // --open: a run directory, or a bench result (read before any window: a bad one is exit 4)
+  // --open: a run directory, a simulate result or a bench result (read before any window: a bad one is exit 4)
   RunData opened;
   BenchResult opened_bench;
-  const bool open_bench_result = !opts.open_dir.empty() && looks_like_bench_result(opts.open_dir);
-  if (open_bench_result) opened_bench = load_bench_result(opts.open_dir);
+  std::optional<SimulateRun> opened_sim;
+  const bool open_sim_result = !opts.open_dir.empty() && looks_like_simulate_result(opts.open_dir);
+  const bool open_bench_result = !open_sim_result && !opts.open_dir.empty() && looks_like_bench_result(opts.open_dir);
+  if (open_sim_result) opened_sim = load_simulate_result(opts.open_dir);
+  else if (open_bench_result) opened_bench = load_bench_result(opts.open_dir);
   else if (!opts.open_dir.empty()) opened = load_run_dir(opts.open_dir);
 
   // The GUI thread asks for a higher priority than the ranks (before GL starts its rasterizer
@@ -1019,7 +1072,15 @@ int run_app(const lab::RunConfig& cfg_in, const AppOptions& opts) {
 
   app.compare_bn = opts.compare_bn;
   app.controls.delay_ms = static_cast<float>(opts.delay_ms);
-  if (open_bench_result) {
+  if (opened_sim) {
+    // no run to watch or control: the Scale view, set up from the simulation, fills the window
+    show_simulate_run(app, std::move(*opened_sim));
+    app.controls.pending = cfg_in;
+    app.view = ViewId::Scale;
+    app.select_view = true;
+    if (shots.empty()) app.solo = ViewId::Scale;
+    app.log.add(LogLevel::Info, "opened " + opts.open_dir + ": " + app.scale.apply->line, 0);
+  } else if (open_bench_result) {
     // no run to watch or control: the Benchmark view fills the window (as --view bench)
     app.bench = std::move(opened_bench);
     app.controls.pending = cfg_in;

@@ -29,9 +29,9 @@
 
 namespace viz {
 
-enum class ViewId { Ring = 0, BatchNorm, Batching, TrainEval, Bench, Memory, Pipeline, Grid };
-constexpr int kViewCount = 8;
-const char* view_key(ViewId v);    // "ring", "batchnorm", "batching", "traineval", "bench", "memory", "pipeline", "grid"
+enum class ViewId { Ring = 0, BatchNorm, Batching, TrainEval, Bench, Memory, Pipeline, Grid, Scale };
+constexpr int kViewCount = 9;
+const char* view_key(ViewId v);    // "ring", "batchnorm", "batching", "traineval", "bench", "memory", "pipeline", "grid", "scale"
 const char* view_title(ViewId v);  // tab titles
 
 // Time and animation for one frame.
@@ -135,6 +135,19 @@ struct GridViewState {
   bool follow = true;        // the newest iteration
   int64_t step = -1;         // the iteration drawn
   std::shared_ptr<GridViewCache> cache;
+};
+
+// The Scale view (panel_scale.cpp): its settings, the simulator's results (computed off the GUI
+// thread) and the emulated run's allreduces.
+struct ScaleViewCache;
+struct ScaleSetup;   // scale_data.h
+struct SimulateRun;  // scale_data.h
+struct ScaleViewState {
+  std::shared_ptr<ScaleViewCache> cache;
+  // settings for the view to take on its next frame: a simulate run (a lesson's observation, --open)
+  std::shared_ptr<const ScaleSetup> apply;
+  // the simulate run last opened (a lesson's open_dirs), which its observation (show) sets up the view from
+  std::shared_ptr<const SimulateRun> opened;
 };
 
 struct PipelineDiagramCache;  // panel_pipeline.cpp: what the events and the config give for the iteration drawn
@@ -257,6 +270,7 @@ struct AppState {
   MemoryViewState memory, memory_twin;
   PipelineViewState pipeline, pipeline_twin;
   GridViewState grid, grid_twin;
+  ScaleViewState scale;                 // one column: the simulator's charts, the shown run's points
   TrainEvalViewState train_eval, train_eval_twin;
   std::string bn_layer_wanted;          // a BatchNorm layer to select by name ("2") once the run has steps
   // a benchmark's result.json (--open, File > Open, a lesson's bench run), independent of the runs;

@@ -19,7 +19,7 @@ void draw_help_window(bool* open) {
                            {"Shift + Right", "one iteration"},
                            {"R", "reset: a new run with the settings in the Controls panel"},
                            {"S", "screenshot of the window (PNG in the current directory)"},
-                           {"1 ... 8", "allreduce, BatchNorm, batching, train vs eval, benchmark, memory, pipeline, grid view"},
+                           {"1 ... 9", "allreduce, BatchNorm, batching, train vs eval, benchmark, memory, pipeline, grid, scale view"},
                            {"F1", "this help"}};
   if (ImGui::BeginTable("keys", 2, ImGuiTableFlags_SizingFixedFit)) {
     ImGui::TableSetupColumn("key", ImGuiTableColumnFlags_WidthFixed);
@@ -60,6 +60,11 @@ void draw_help_window(bool* open) {
   ImGui::TextWrapped("Grid: the ranks placed on the grid of data, pipeline and tensor parallelism (--dp with --mode "
                      "pipeline or tensor; every other mode is one data-parallel group): which ranks form which group, "
                      "what travels in each kind of group and its bytes in an iteration.");
+  ImGui::TextWrapped("Scale: collectives on 8 to 4,096 GPUs from the simulator (`dtlab simulate`): the cluster for "
+                     "the chosen N, busbw and time against N with the time split into latency, bandwidth and "
+                     "contention, busbw against the size with the size where ring overtakes NCCL's tree. A run "
+                     "trained with the link model (--link-gbps) adds its own measured allreduces beside the "
+                     "simulator's prediction for its link.");
   ImGui::Separator();
   ImGui::TextWrapped("Headless: `dtlab run` trains with the same flags and writes a run directory (--out DIR); "
                      "`dtlab gui --open DIR` shows it here again, as a recording: the views' own sliders move through "

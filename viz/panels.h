@@ -29,6 +29,11 @@ void draw_pipeline_view(const RunData& d, PipelineViewState& st);
 // 8. Grid: the ranks on the grid of data, pipeline and tensor parallelism, their groups and each
 // group's bytes in an iteration.
 void draw_grid_view(const RunData& d, GridViewState& st);
+// 9. Scale: collectives on 8 to 4,096 GPUs from the simulator (lab/sim): the topology, busbw and
+// time against N with the time's latency / bandwidth / contention split, busbw against the size
+// with the ring / tree crossover; the run's own allreduces against the simulator when it was
+// trained with the link model.
+void draw_scale_view(const RunData& d, ScaleViewState& st, const FrameClock& clock);
 // Compute and communication per rank over time.
 void draw_timeline_panel(const RunData& d, TimelineState& st);
 // Loss and accuracy per rank.

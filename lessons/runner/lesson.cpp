@@ -25,6 +25,7 @@
 #include "dataset.h"
 #include "gemm.h"
 #include "machine.h"
+#include "simulate.h"
 #include "toml_parse.h"
 
 namespace lessons {
@@ -214,7 +215,7 @@ class Reader {
 
 // ---- 3. the parts of a lesson ----
 
-const std::vector<std::string> kViews = {"ring", "batchnorm", "batching", "traineval", "bench", "memory", "pipeline"};
+const std::vector<std::string> kViews = {"ring", "batchnorm", "batching", "traineval", "bench", "memory", "pipeline", "scale"};
 const std::vector<std::string> kSources = {"summary", "metrics", "trace", "tensor", "result", "config", "exit_code", "error", "expr"};
 const std::vector<std::string> kReduces = {"last", "first", "mean", "sum", "min", "max", "spread", "std", "count", "series"};
 
@@ -306,6 +307,54 @@ void read_runs(Reader& rd, const toml::table& t, const std::string& where, Part&
   });
 }
 
+// field = "busbw_GBps" and where = { algorithm = "ring", ranks = [512, 1024], nccl_choice = "tree/*" }
+// of a summary or result quantity (lesson.h, WhereTerm).
+void read_field_and_where(Reader& rd, const toml::table& qt, const std::string& w, QuantitySpec& q) {
+  if (qt.get("field")) {
+    q.field = rd.str(qt, "field", w, false).value_or("");
+    if (q.field.empty() || q.field.front() == '.' || q.field.back() == '.' || q.field.find("..") != std::string::npos ||
+        q.field.find('/') != std::string::npos)
+      rd.error(rd.pos(qt, "field"), w + ": field names a field of each element, e.g. \"busbw_GBps\" (a dotted path "
+                                      "for nested objects; the JSON pointer before it names the array)");
+  }
+  const toml::node* n = qt.get("where");
+  if (!n) return;
+  const toml::table* wt = n->as_table();
+  if (!wt) {
+    rd.error(pos_of(n->source()), w + ": where is a table of conditions, e.g. where = { algorithm = \"ring\", ranks = 1024 }");
+    return;
+  }
+  if (wt->empty()) rd.error(pos_of(n->source()), w + ": where has no condition (leave it out to take every element)");
+  auto one = [&](const toml::node& v, const std::string& key, nlohmann::json& out) {
+    if (v.is_integer()) out = *v.value<int64_t>();
+    else if (v.is_floating_point()) out = *v.value<double>();
+    else if (v.is_string()) out = *v.value<std::string>();
+    else if (v.is_boolean()) out = *v.value<bool>();
+    else {
+      rd.error(pos_of(v.source()), w + ": where." + key + " must be a number, a string (a glob: \"tree/*\"), a boolean "
+                                       "or an array of them (any of them), got " + Reader::type_of(v));
+      return false;
+    }
+    return true;
+  };
+  for (const auto& [k, v] : *wt) {
+    WhereTerm term;
+    term.key = std::string(k.str());
+    term.pos = pos_of(k.source());
+    if (const toml::array* a = v.as_array()) {
+      if (a->empty()) rd.error(pos_of(v.source()), w + ": where." + term.key + " = [] matches nothing");
+      for (const toml::node& e : *a) {
+        nlohmann::json j;
+        if (one(e, term.key, j)) term.values.push_back(std::move(j));
+      }
+    } else {
+      nlohmann::json j;
+      if (one(v, term.key, j)) term.values.push_back(std::move(j));
+    }
+    q.where.push_back(std::move(term));
+  }
+}
+
 void read_quantities(Reader& rd, const toml::table& t, const std::string& where, Part& part) {
   const toml::table* qs = rd.table(t, "quantities", where, false);
   if (!qs) return;
@@ -322,7 +371,7 @@ void read_quantities(Reader& rd, const toml::table& t, const std::string& where,
       continue;
     }
     rd.known_keys(*qt, w, {"run", "summary", "metrics", "trace", "tensor", "result", "config", "exit_code", "error", "expr", "file",
-                           "rank", "kind", "step", "epoch", "layer", "channel", "reduce", "what", "unit"});
+                           "rank", "kind", "step", "epoch", "layer", "channel", "reduce", "field", "where", "what", "unit"});
     std::vector<std::string> given;
     for (const std::string& s : kSources)
       if (qt->get(s)) given.push_back(s);
@@ -360,11 +409,26 @@ void read_quantities(Reader& rd, const toml::table& t, const std::string& where,
         rd.error(rd.pos(*qt, key), w + ": '" + k + "' filters metrics" + (k == "step" || k == "reduce" ? " and trace" : "") +
                                        " quantities, not " + q.source);
     }
-    if (json_source && qt->get("reduce")) {
-      q.reduce = rd.str(*qt, "reduce", w, false).value_or("");
-      if (q.reduce != "count")
-        rd.error(rd.pos(*qt, "reduce"), w + ": a " + q.source + " quantity takes only reduce = \"count\" (the number of "
-                                         "elements of an array, or keys of an object, at the pointer), got '" + q.reduce + "'");
+    if (json_source) {
+      read_field_and_where(rd, *qt, w, q);
+      if (qt->get("reduce")) {
+        q.reduce = rd.str(*qt, "reduce", w, false).value_or("");
+        if (q.field.empty() && q.reduce != "count")
+          rd.error(rd.pos(*qt, "reduce"), w + ": a " + q.source + " quantity takes only reduce = \"count\" (the number of "
+                                           "elements of an array, or keys of an object, at the pointer), got '" + q.reduce +
+                                           "'; with field (a field of each element of an array of objects) it takes any of " +
+                                           quote_list(kReduces));
+        else if (std::find(kReduces.begin(), kReduces.end(), q.reduce) == kReduces.end())
+          rd.error(rd.pos(*qt, "reduce"), w + ": unknown reduce '" + q.reduce + "' (known: " + quote_list(kReduces) + ")");
+      }
+      if (qt->get("where") && q.field.empty() && q.reduce != "count")
+        rd.error(rd.pos(*qt, "where"), w + ": where selects elements of the array at the pointer: name the field to read "
+                                         "(field = \"busbw_GBps\"), or count them (reduce = \"count\")");
+    } else {
+      for (const char* key : {"field", "where"})
+        if (qt->get(key))
+          rd.error(rd.pos(*qt, key), w + ": '" + std::string(key) + "' reads an array of objects in a summary or result "
+                                         "quantity, not " + (q.source.empty() ? "this one" : q.source));
     }
     if (qt->get("file") && !tensor) rd.error(rd.pos(*qt, "file"), w + ": 'file' names the weights file of a tensor quantity");
     if (qt->get("rank") && !metrics && !tensor && !trace)
@@ -410,12 +474,54 @@ void read_quantities(Reader& rd, const toml::table& t, const std::string& where,
   }
 }
 
+bool power_of_two(uint64_t v) { return v > 0 && (v & (v - 1)) == 0; }
+
+// nodes = 128 and size = "16M" (or 16777216): the N and S the scale view is set to. The run's own
+// node counts and sizes are checked by the linker (they are known once the runs are).
+void read_scale_observe(Reader& rd, const toml::table& o, const std::string& w, Observe& ob) {
+  if (ob.view != "scale") {
+    for (const char* key : {"nodes", "size"})
+      if (o.get(key))
+        rd.error(rd.pos(o, key), w + ": " + key + " chooses the " + (std::string(key) == "nodes" ? "node count" : "size") +
+                                     " the scale view shows; view '" + ob.view + "' has none");
+    return;
+  }
+  if (o.get("nodes")) {
+    ob.nodes_pos = rd.pos(o, "nodes");
+    ob.nodes = rd.integer(o, "nodes", w, false).value_or(-1);
+    if (ob.nodes != -1 && (ob.nodes < 1 || ob.nodes > kScaleViewMaxNodes || !power_of_two(static_cast<uint64_t>(ob.nodes))))
+      rd.error(ob.nodes_pos, w + ": nodes = " + std::to_string(ob.nodes) + ": the scale view shows 1, 2, 4, ... " +
+                                 std::to_string(kScaleViewMaxNodes) + " nodes (a power of two)");
+  }
+  if (const toml::node* n = o.get("size")) {
+    ob.size_pos = rd.pos(o, "size");
+    if (n->is_integer()) {
+      const int64_t v = *n->value<int64_t>();
+      ob.bytes = v > 0 ? static_cast<uint64_t>(v) : 0;
+      if (v <= 0) rd.error(ob.size_pos, w + ": size = " + std::to_string(v) + ": a size in bytes is at least 1");
+    } else if (const auto text = n->value<std::string>()) {
+      try {
+        const std::vector<uint64_t> sizes = lab::parse_size_list(*text, 2, "size");
+        if (sizes.size() != 1) throw lab::ConfigError("size = \"" + *text + "\" names " + std::to_string(sizes.size()) + " sizes");
+        ob.bytes = sizes[0];
+      } catch (const lab::Error& e) {
+        rd.error(ob.size_pos, w + ": " + e.what() + " (one size, as --sizes writes it: \"16M\", \"1G\")");
+      }
+    } else {
+      rd.error(ob.size_pos, w + ": size must be a size (\"16M\", \"1G\") or a number of bytes, got " + Reader::type_of(*n));
+    }
+    if (ob.bytes > 0 && (ob.bytes < kScaleViewMinBytes || ob.bytes > kScaleViewMaxBytes || !power_of_two(ob.bytes)))
+      rd.error(ob.size_pos, w + ": size = " + std::to_string(ob.bytes) + " bytes: the scale view shows 1K, 2K, 4K, ... 8G "
+                                "(a power of two from 1 KiB to 8 GiB)");
+  }
+}
+
 void read_observe(Reader& rd, const toml::table& t, const std::string& where, Part& part) {
   for (const toml::table* o : rd.tables(t, "observe", where)) {
     Observe ob;
     ob.pos = pos_of(o->source());
     const std::string w = "[[observe]] of " + where;
-    rd.known_keys(*o, w, {"run", "runs", "view", "layer", "channel", "step", "ring_step", "say"});
+    rd.known_keys(*o, w, {"run", "runs", "view", "layer", "channel", "step", "ring_step", "nodes", "size", "say"});
     if (o->get("run")) {
       if (auto r = rd.str(*o, "run", w, false)) ob.runs.push_back(*r);
     }
@@ -438,6 +544,10 @@ void read_observe(Reader& rd, const toml::table& t, const std::string& where, Pa
     if (ob.view == "bench" && (o->get("step") || o->get("ring_step")))
       rd.error(rd.pos(*o, o->get("step") ? "step" : "ring_step"),
                w + ": step and ring_step choose a moment of a training run; the bench view shows a finished benchmark");
+    if (ob.view == "scale" && (o->get("step") || o->get("ring_step")))
+      rd.error(rd.pos(*o, o->get("step") ? "step" : "ring_step"),
+               w + ": step and ring_step choose a moment of a training run; the scale view shows a finished simulation");
+    read_scale_observe(rd, *o, w, ob);
     part.observe.push_back(std::move(ob));
   }
 }
@@ -622,6 +732,9 @@ class Linker {
           m_rd.error(r.pos, "run '" + r.name + "': drop " + flag + ": the lesson runner chooses where each run writes (its run "
                                                              "directory; --json for bench and eval)");
         if (flag == "--help" || flag == "-h") m_rd.error(r.pos, "run '" + r.name + "': --help is not a run");
+        if (flag == "--validate" && r.command == "simulate")
+          m_rd.error(r.pos, "run '" + r.name + "': drop --validate: it prints validation tables and writes no points; a "
+                                               "lesson's simulate run is a sweep whose points its quantities read");
       }
       // placeholders: runs declared before this one (or the main part's, from a variation)
       std::vector<std::string> stand_in = words;
@@ -773,7 +886,7 @@ class Linker {
           m_rd.error(q.pos, "quantity '" + q.name + "': " + q.source + " comes from a training run's directory; run '" + q.run +
                                 "' is `dtlab " + r->command + "`: read its output with result = \"/json/pointer\"");
         if (q.source == "result" && is_run)
-          m_rd.error(q.pos, "quantity '" + q.name + "': result reads the JSON of bench and eval commands; run '" + q.run +
+          m_rd.error(q.pos, "quantity '" + q.name + "': result reads the JSON of bench, eval and simulate commands; run '" + q.run +
                                 "' trains: read summary = \"/json/pointer\" or metrics");
       }
     }
@@ -831,9 +944,18 @@ class Linker {
                    rs->parsed.bench_train.batch_sizes.empty() && !rs->parsed.bench_train.per_sample)
             m_rd.error(o.pos, "[[observe]]: run '" + r + "' times one batch size: the bench view plots a sweep "
                               "(--batch-sizes 2,8,32,128,512) or the per-sample comparison (--per-sample)");
+        } else if (o.view == "scale") {
+          if (rs->command != "simulate")
+            m_rd.error(o.pos, "[[observe]]: run '" + r + "' is `dtlab " + rs->command + "`: the scale view shows `dtlab "
+                              "simulate` results");
+          else if (o.runs.size() > 1)
+            m_rd.error(o.pos, "[[observe]]: the scale view shows one simulate run (run = \"" + o.runs[0] + "\")");
+          else if (!m_failed_runs.count(rs->name))
+            check_scale_observe(o, *rs);
         } else if (rs->command != "run") {
           m_rd.error(o.pos, "[[observe]]: run '" + r + "' is `dtlab " + rs->command + "`: the app's views show training "
-                            "runs (view = \"bench\" shows bench train and bench chain results)");
+                            "runs (view = \"bench\" shows bench train and bench chain results, view = \"scale\" "
+                            "simulate results)");
         }
       }
       check_text(p, o.say, o.say_pos, "[[observe]] say");
@@ -842,6 +964,26 @@ class Linker {
     if (p.predictions.empty()) m_rd.error(p.pos, where + " has no [[predict]]: a lesson asks for a prediction before it runs anything");
     if (p.runs.empty() && is_main(p)) m_rd.error(p.pos, "the lesson has no [runs.NAME]: what answers the question?");
     if (p.checks.empty()) m_rd.error(p.pos, where + " has no [[check]]: the checks verify the lesson's claim on every CI run");
+  }
+
+  // The scale view's N and S (nodes, size) are among the node counts and sizes the run simulates:
+  // the view is set up from the run, and what the observation says comes from its points.
+  void check_scale_observe(const Observe& o, const RunSpec& rs) {
+    if (o.nodes < 0 && o.bytes == 0) return;
+    std::vector<int> nodes;
+    std::vector<uint64_t> sizes;
+    try {
+      nodes = lab::parse_int_list(rs.parsed.simulate.nodes, "--nodes");
+      sizes = lab::parse_size_list(rs.parsed.simulate.sizes, rs.parsed.simulate.step_factor, "--sizes");
+    } catch (const lab::Error&) {
+      return;  // reported with the run
+    }
+    if (o.nodes > 0 && std::find(nodes.begin(), nodes.end(), o.nodes) == nodes.end())
+      m_rd.error(o.nodes_pos, "[[observe]]: nodes = " + std::to_string(o.nodes) + " is not among the node counts run '" +
+                                  rs.name + "' simulates (--nodes " + rs.parsed.simulate.nodes + ")");
+    if (o.bytes > 0 && std::find(sizes.begin(), sizes.end(), o.bytes) == sizes.end())
+      m_rd.error(o.size_pos, "[[observe]]: size = " + lab::size_text(o.bytes) + " is not among the sizes run '" + rs.name +
+                                 "' simulates (--sizes " + rs.parsed.simulate.sizes + ")");
   }
 
   Reader& m_rd;
@@ -1256,7 +1398,14 @@ namespace {
 bool timing_quantity(const Lesson& l, const Part& p, const QuantitySpec& q, int depth) {
   if (q.source == "metrics") return q.path == "t";
   if (q.source == "trace") return true;  // the durations of timeline spans
-  if (q.source == "summary" || q.source == "result") return q.reduce != "count" && kTimingKeys.count(last_key(q.path)) > 0;
+  if (q.source == "summary" || q.source == "result") {
+    // dtlab simulate computes its times (deterministic arithmetic): nothing in its result was timed
+    const RunSpec* r = l.find_run(q.run);
+    if (r && r->command == "simulate") return false;
+    if (q.reduce == "count") return false;
+    if (!q.field.empty()) return kTimingKeys.count(q.field.substr(q.field.find_last_of('.') + 1)) > 0;
+    return kTimingKeys.count(last_key(q.path)) > 0;
+  }
   if (q.source != "expr" || depth > 64) return false;  // deeper: a cycle, reported by the linker
   for (const auto& [name, off] : q.expr.names()) {
     const QuantitySpec* d = nullptr;

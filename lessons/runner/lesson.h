@@ -83,6 +83,16 @@ struct RunSpec {
                                    // a stand-in directory)
 };
 
+// One condition of a quantity's `where` (summary and result quantities over an array of objects,
+// e.g. a simulate run's points): an element matches when its field `key` (a dotted path for
+// nested objects) equals one of `values`: a number the same number, a string as a glob (`*`, `?`:
+// "tree/*"), a boolean the same boolean.
+struct WhereTerm {
+  std::string key;
+  std::vector<nlohmann::json> values;  // one, or several written as an array (any of them)
+  SourcePos pos;
+};
+
 struct QuantitySpec {
   std::string name;
   std::string run;                 // the run it is read from (empty for expr)
@@ -95,21 +105,35 @@ struct QuantitySpec {
   std::optional<int64_t> epoch;    // metrics filter
   std::string layer;               // metrics bn.*: the BatchNorm layer ("2" in "2.running_mean")
   std::optional<int64_t> channel;  // metrics bn.*: one channel instead of the whole array
-  std::string reduce;              // metrics, trace: last first mean sum min max spread std count series
+  std::string reduce;              // metrics, trace, and summary/result with field: last first mean sum min max
+                                   // spread std count series; summary/result without field: count only
+  std::string field;               // summary/result: the pointer names an array of objects; read this field
+                                   // (a dotted path) of each element that `where` selects
+  std::vector<WhereTerm> where;    // summary/result: which elements of that array (all conditions hold)
   Expr expr;                       // expr
   std::string what, unit;          // for people: shown next to the value
   SourcePos pos;
 };
 
+// What the scale view can show (viz/data/scale_data.h's kScaleMaxNodes, kScaleMinBytes and
+// kScaleMaxBytes; test_viz_scale.cpp checks that they agree): an observation's `nodes` is a power of
+// two up to this, its `size` a power of two in this range.
+constexpr int64_t kScaleViewMaxNodes = 512;
+constexpr uint64_t kScaleViewMinBytes = uint64_t{1} << 10;
+constexpr uint64_t kScaleViewMaxBytes = uint64_t{8} << 30;
+
 struct Observe {
   std::vector<std::string> runs;   // one run, or two shown side by side (twins)
   std::string view;                // ring | batchnorm | batching | traineval | bench (bench train / chain runs) | memory
+                                   // | pipeline | scale (simulate runs)
   std::string layer;               // batchnorm view: the BatchNorm layer ("2")
   int64_t channel = -1;            // batchnorm view: the channel
   int64_t step = -1;               // the iteration to look at: the run pauses when it is done (-1: the end)
   int ring_step = -1;              // ... or this many ring steps into its gradient allreduce
+  int64_t nodes = -1;              // scale view: the node count N the observation is about (-1: the run's)
+  uint64_t bytes = 0;              // scale view: the size S, from `size` ("16M" or bytes; 0: the run's)
   std::string say;                 // what to look at ({quantity:fmt} placeholders allowed)
-  SourcePos pos, say_pos;
+  SourcePos pos, say_pos, nodes_pos, size_pos;
 };
 
 struct Check {
@@ -253,7 +277,8 @@ const std::vector<std::string>& known_requirements();
 // Whether a quantity is a measured time, or computed from one (then the checks that read it say
 // timing = true or false): metrics "t"; summary and result pointers whose last key is a time, a
 // rate or a ratio of times (train_seconds, samples_per_s, step_ms, time_us, gflops, busbw_gbps,
-// scaling, hidden_fraction, noise, ...); an expr quantity that reads one.
+// scaling, hidden_fraction, noise, ...), or whose field is one; an expr quantity that reads one.
+// Never a `simulate` run's result: the simulator computes its times, nothing is timed.
 bool is_timing_quantity(const Lesson& l, const Part& p, const QuantitySpec& q);
 
 }  // namespace lessons

@@ -19,6 +19,7 @@
 #include "errors.h"
 #include "eval_command.h"
 #include "events.h"
+#include "simulate.h"
 
 namespace lessons {
 
@@ -137,6 +138,9 @@ RunOutcome execute_run(const RunSpec& spec, const std::vector<std::string>& args
       } else if (spec.command == "eval") {
         cmd.eval.out = out.get();
         o.exit_code = lab::eval_command(cmd.eval);
+      } else if (spec.command == "simulate") {
+        cmd.simulate.out = out.get();
+        o.exit_code = lab::simulate(cmd.simulate, "dtlab");  // argv0 serves --validate only, which a lesson refuses
       }
     }
   } catch (...) {

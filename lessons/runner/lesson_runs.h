@@ -1,8 +1,8 @@
-// Executing a lesson's run: `dtlab run`, `dtlab bench ...` or `dtlab eval` in this process, with
+// Executing a lesson's run: `dtlab run`, `dtlab bench ...`, `dtlab eval` or `dtlab simulate` in this process, with
 // the options the CLI parses from the same arguments, ending the way the CLI would (the exit
 // code main() would return, the error and hint it would print). A run with --comm mpi is started
-// under mpirun as separate processes. Each run leaves outcome.json in its directory; bench and
-// eval write their tables to output.txt and their figures to result.json there.
+// under mpirun as separate processes. Each run leaves outcome.json in its directory; bench, eval
+// and simulate write their tables to output.txt and their figures to result.json there.
 #pragma once
 
 #include <atomic>

@@ -256,7 +256,109 @@ std::vector<double> tensor_values(const lab::SafeTensor& t) {
   return out;
 }
 
+// ---- field and where: elements of an array of objects (e.g. a simulate run's /points) ----
+
+// The element's field at a dotted path ("busbw_GBps", "nested.key"), or nullptr.
+const nlohmann::json* field_of(const nlohmann::json& e, const std::string& path) {
+  const nlohmann::json* cur = &e;
+  std::stringstream s(path);
+  std::string token;
+  while (std::getline(s, token, '.')) {
+    if (!cur->is_object() || !cur->contains(token)) return nullptr;
+    cur = &(*cur)[token];
+  }
+  return cur;
+}
+
+bool term_matches(const nlohmann::json& v, const nlohmann::json& want) {
+  if (want.is_string()) return v.is_string() && fnmatch(want.get<std::string>().c_str(), v.get<std::string>().c_str(), 0) == 0;
+  if (want.is_boolean()) return v.is_boolean() && v.get<bool>() == want.get<bool>();
+  return v.is_number() && want.is_number() && v.get<double>() == want.get<double>();
+}
+
+std::string json_text(const nlohmann::json& v) { return v.is_string() ? "\"" + v.get<std::string>() + "\"" : v.dump(); }
+
+std::string where_text(const QuantitySpec& q) {
+  std::string out;
+  for (const WhereTerm& t : q.where) {
+    std::string vals;
+    for (const nlohmann::json& v : t.values) vals += (vals.empty() ? "" : ", ") + json_text(v);
+    out += (out.empty() ? "" : ", ") + t.key + " = " + (t.values.size() == 1 ? vals : "[" + vals + "]");
+  }
+  return out;
+}
+
+// The values each where key takes in the array, to say what is there when nothing matches.
+std::string values_there(const nlohmann::json& arr, const QuantitySpec& q) {
+  std::string out;
+  for (const WhereTerm& t : q.where) {
+    std::vector<std::string> seen;
+    for (const nlohmann::json& e : arr) {
+      const nlohmann::json* v = field_of(e, t.key);
+      if (!v) continue;
+      const std::string text = json_text(*v);
+      if (std::find(seen.begin(), seen.end(), text) == seen.end()) seen.push_back(text);
+    }
+    std::string list;
+    for (size_t i = 0; i < seen.size() && i < 24; ++i) list += (list.empty() ? "" : ", ") + seen[i];
+    if (seen.size() > 24) list += ", ... (" + std::to_string(seen.size()) + " values)";
+    out += (out.empty() ? "" : "; ") + t.key + ": " + list;
+  }
+  return out;
+}
+
 }  // namespace
+
+Value RunFiles::select_elements(const nlohmann::json& arr, const QuantitySpec& q, const std::string& where) {
+  if (!arr.is_array())
+    throw QuantityError(where + " is " + std::string(arr.is_object() ? "an object" : std::string("a ") + arr.type_name()) +
+                        ": field and where read an array of objects (e.g. result = \"/points\")");
+  // a where key or the field that no element has is a misspelling, not a filter that matches nothing
+  std::vector<std::string> keys = {q.field};
+  for (const WhereTerm& t : q.where) keys.push_back(t.key);
+  for (const std::string& k : keys) {
+    if (k.empty() || arr.empty()) continue;
+    bool any = false;
+    for (const nlohmann::json& e : arr) any |= field_of(e, k) != nullptr;
+    if (!any)
+      throw QuantityError(where + ": no element has a field '" + k + "' (fields: " + keys_of(arr[0]) + ")");
+  }
+  std::vector<Value> vals;
+  for (size_t i = 0; i < arr.size(); ++i) {
+    const nlohmann::json& e = arr[i];
+    bool match = true;
+    for (const WhereTerm& t : q.where) {
+      const nlohmann::json* v = field_of(e, t.key);
+      bool any = false;
+      if (v)
+        for (const nlohmann::json& want : t.values) any |= term_matches(*v, want);
+      match = match && any;
+    }
+    if (!match) continue;
+    if (q.field.empty()) {  // counted only
+      vals.push_back(Value::num(1));
+      continue;
+    }
+    const nlohmann::json* f = field_of(e, q.field);
+    if (!f) throw QuantityError(where + "/" + std::to_string(i) + " has no field '" + q.field + "' (fields: " + keys_of(e) + ")");
+    Value v = json_to_value(*f, where + "/" + std::to_string(i) + "/" + q.field);
+    // numeric reductions count a boolean as 1 or 0 (sum of "fastest": how many)
+    if (v.is_bool() && q.reduce != "first" && q.reduce != "last" && !q.reduce.empty()) v = Value::num(v.boolean ? 1 : 0);
+    vals.push_back(std::move(v));
+  }
+  const std::string selected = q.where.empty() ? "" : " where " + where_text(q);
+  if (q.reduce.empty()) {
+    if (vals.size() == 1) return vals[0];
+    if (vals.empty())
+      throw QuantityError(where + ": no element matches" + selected + " (there: " + values_there(arr, q) + ")");
+    throw QuantityError(where + ": " + std::to_string(vals.size()) + " elements match" + selected +
+                        ": narrow where, or add reduce (series, min, max, count, ...)");
+  }
+  if (vals.empty() && q.reduce != "count")
+    throw QuantityError(where + ": no element matches" + selected + " (there: " + values_there(arr, q) +
+                        "); reduce = \"count\" would be 0");
+  return reduce_values(vals, q.reduce, where);
+}
 
 Value json_to_value(const nlohmann::json& j, const std::string& where) {
   if (j.is_number()) return Value::num(j.get<double>());
@@ -340,6 +442,7 @@ Value RunFiles::read(const QuantitySpec& q, const RunOutcome& o) {
     const std::string path = o.dir + "/" + file;
     if (!is_file(path)) throw QuantityError(where + ": " + missing(o, file));
     const nlohmann::json& j = at_pointer(json_file(path), q.path, path);
+    if (!q.field.empty() || !q.where.empty()) return select_elements(j, q, where + ": " + file + q.path);
     if (q.reduce == "count") {  // how many: array elements or object keys (e.g. /ddp/buckets)
       if (!j.is_array() && !j.is_object())
         throw QuantityError(where + ": " + file + q.path + " is a " + j.type_name() + "; reduce = \"count\" counts the "

@@ -49,6 +49,9 @@ class RunFiles {
 
  private:
   const nlohmann::json& json_file(const std::string& path);
+  // field and where of a summary or result quantity: the field of the elements of `arr` that
+  // where selects, one value, or several reduced (QuantitySpec::reduce).
+  static Value select_elements(const nlohmann::json& arr, const QuantitySpec& q, const std::string& where);
   const std::vector<nlohmann::json>& metrics(const std::string& dir);
   // bn_stats.bin of a run directory as metrics "bn" arrays: [step] -> [rank] -> the record's "bn"
   const std::map<int64_t, std::vector<nlohmann::json>>* bn_stats(const std::string& dir);

@@ -12,7 +12,7 @@ struct AppOptions {
   std::string screenshot;      // --screenshot FILE.png: save the window, then exit 0
   bool screenshot_items = false;  // --screenshot-items: also FILE.items.json, what was drawn (drawn_items.h)
   std::string frame_stats;     // --frame-stats FILE.json: frame times and samples/s, at exit
-  std::string view;            // --view ring|batchnorm|batching|traineval|bench|layout (comma list)
+  std::string view;            // --view ring|batchnorm|batching|traineval|bench|memory|pipeline|grid|scale|layout (comma list)
   double ui_scale = 0;         // --ui-scale: 0 means the monitor's content scale
   int ring_steps = -1;         // --ring-steps K: with --screenshot, K ring steps into the next
                                //   gradient allreduce after --steps iterations
