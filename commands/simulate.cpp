@@ -140,18 +140,15 @@ std::string size_text(uint64_t bytes) {
 
 namespace {
 
-NcclColl nccl_coll(SimCollective c) {
-  switch (c) {
-    case SimCollective::Allreduce: return NcclColl::AllReduce;
-    case SimCollective::ReduceScatter: return NcclColl::ReduceScatter;
-    case SimCollective::Allgather: return NcclColl::AllGather;
-    case SimCollective::Broadcast: return NcclColl::Broadcast;
-  }
-  return NcclColl::AllReduce;
-}
-
 }  // namespace
 
+
+std::vector<SimAlgorithm> parse_algorithm_list(const std::string& s) {
+  if (s == "all") return {SimAlgorithm::Ring, SimAlgorithm::Rhd, SimAlgorithm::DbTree, SimAlgorithm::Hier};
+  std::vector<SimAlgorithm> out;
+  for (const auto& a : split(s, ',')) out.push_back(parse_sim_algorithm(a));
+  return out;
+}
 
 Topology simulate_topology(const SimulateOptions& o, std::vector<int>* nodes) {
   Topology base = topology_from_arg(o.topology);
@@ -176,8 +173,7 @@ void check_simulate_options(const SimulateOptions& o) {
   parse_sim_protocol(o.protocol);
   if (o.algorithms == "all") return;
   // an algorithm named must run the collective at every node count (all: each one that does)
-  for (const auto& name : split(o.algorithms, ',')) {
-    const SimAlgorithm a = parse_sim_algorithm(name);
+  for (const SimAlgorithm a : parse_algorithm_list(o.algorithms)) {
     std::string why, where;
     size_t refused = 0;
     for (int nn : nodes) {
@@ -217,12 +213,7 @@ int simulate(const SimulateOptions& o, const std::string& argv0) {
   const std::vector<uint64_t> sizes = parse_size_list(o.sizes, o.step_factor, "--sizes");
   const SimCollective coll = parse_sim_collective(o.collective);
   const SimProtocol proto = parse_sim_protocol(o.protocol);
-  std::vector<SimAlgorithm> algos;
-  if (o.algorithms == "all") {
-    algos = {SimAlgorithm::Ring, SimAlgorithm::Rhd, SimAlgorithm::DbTree, SimAlgorithm::Hier};
-  } else {
-    for (const auto& a : split(o.algorithms, ',')) algos.push_back(parse_sim_algorithm(a));
-  }
+  const std::vector<SimAlgorithm> algos = parse_algorithm_list(o.algorithms);
 
   nlohmann::json points = nlohmann::json::array();
   const auto t0 = std::chrono::steady_clock::now();
@@ -261,7 +252,7 @@ int simulate(const SimulateOptions& o, const std::string& argv0) {
       std::string pick = "-";
       double nccl_us = 0;
       if (proto != SimProtocol::Wire && n > 1) {
-        const NcclEstimate e = nccl_choice(nin, nccl_coll(coll), static_cast<double>(bytes));
+        const NcclEstimate e = nccl_choice(nin, sim_nccl_coll(coll), static_cast<double>(bytes));
         pick = std::string(nccl_algo_name(e.algo)) + "/" + nccl_proto_name(e.proto);
         nccl_us = e.time_us;
       }

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "collective_sim.h"
 #include "topology.h"
 
 #include "simulate_step.h"
@@ -51,6 +52,9 @@ std::vector<int> parse_int_list(const std::string& s, const std::string& flag);
 // "1K..8G" (every size from 1 KiB to 8 GiB, x step_factor), "4M", "1K,64K,1M": K, M, G, T are
 // powers of 1024; a size is rounded down to whole floats. Throws ConfigError naming `flag`.
 std::vector<uint64_t> parse_size_list(const std::string& s, uint64_t step_factor, const std::string& flag);
+// --algorithm's value: a list of ring, rhd, dbtree, hier, or all (every one). Throws ConfigError
+// naming --algorithm.
+std::vector<SimAlgorithm> parse_algorithm_list(const std::string& s);
 // "1 KiB", "64 MiB", "8 GiB": sizes as nccl-tests' users write them.
 std::string size_text(uint64_t bytes);
 

@@ -19,21 +19,6 @@ namespace lab {
 
 namespace {
 
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  std::string cur;
-  for (char ch : s) {
-    if (ch == ',') {
-      out.push_back(cur);
-      cur.clear();
-    } else if (ch != ' ') {
-      cur += ch;
-    }
-  }
-  out.push_back(cur);
-  return out;
-}
-
 struct Family {
   int pp = 1, tp = 1;
   int dp = 0;  // 0: N / (pp tp); else only the node counts where N = dp pp tp
@@ -111,8 +96,7 @@ int simulate_step(const SimulateOptions& o) {
   cfg.broadcast_buffers = !f.no_broadcast_buffers;
   cfg.protocol = parse_sim_protocol(o.protocol);
   cfg.channels = o.channels;
-  if (o.algorithms != "all")
-    for (const auto& a : split_list(o.algorithms)) cfg.algorithms.push_back(parse_sim_algorithm(a));
+  if (o.algorithms != "all") cfg.algorithms = parse_algorithm_list(o.algorithms);
   if (f.microbatches < 0) throw ConfigError("--microbatches must be >= 0 (0: 4 x --pp)");
   if (f.dp < 0 || f.pp < 0 || f.tp < 0) throw ConfigError("--dp, --pp and --tp must be >= 1 (0: the mode's)");
 

@@ -97,6 +97,16 @@ double busbw_factor(SimCollective c, int n) {
   return 1.0;
 }
 
+NcclColl sim_nccl_coll(SimCollective c) {
+  switch (c) {
+    case SimCollective::Allreduce: return NcclColl::AllReduce;
+    case SimCollective::ReduceScatter: return NcclColl::ReduceScatter;
+    case SimCollective::Allgather: return NcclColl::AllGather;
+    case SimCollective::Broadcast: return NcclColl::Broadcast;
+  }
+  return NcclColl::AllReduce;
+}
+
 int sim_default_channels(const Topology& t, SimProtocol p) { return p == SimProtocol::Wire ? 1 : 2 * t.nics_per_node; }
 
 NcclModelInputs sim_nccl_inputs(const Topology& t, int channels) {
@@ -134,16 +144,6 @@ namespace {
 constexpr double kFloat = 4.0;
 
 int mod(int a, int n) { return ((a % n) + n) % n; }
-
-NcclColl nccl_coll_of(SimCollective c) {
-  switch (c) {
-    case SimCollective::Allreduce: return NcclColl::AllReduce;
-    case SimCollective::ReduceScatter: return NcclColl::ReduceScatter;
-    case SimCollective::Allgather: return NcclColl::AllGather;
-    case SimCollective::Broadcast: return NcclColl::Broadcast;
-  }
-  return NcclColl::AllReduce;
-}
 
 NcclProto nccl_proto(SimProtocol p) {
   switch (p) {
@@ -705,7 +705,7 @@ SimResult time_of(const Topology& t, const SimOptions& o, const SimSchedule& s, 
     const NcclModelInputs in = sim_nccl_inputs(shape, channels);
     const NcclProtocolCosts c = nccl_protocol_costs(in, algo, nccl_proto(o.protocol));
     // and NCCL's measured size factors (tree's pipeline at middle sizes, the ring's plateau)
-    const NcclSizeFactors f = nccl_size_factors(in, nccl_coll_of(o.collective), algo, nccl_proto(o.protocol),
+    const NcclSizeFactors f = nccl_size_factors(in, sim_nccl_coll(o.collective), algo, nccl_proto(o.protocol),
                                                 static_cast<double>(bytes));
     factor = c.bus_factor * f.bandwidth;
     cap = c.bus_cap_GBps * f.bandwidth * 1e9;

@@ -106,6 +106,8 @@ struct SimSchedule {
 // Channels when SimOptions::channels is 0: one under wire (dtlab's algorithms run one), else two
 // per NIC, as NCCL's search finds on rail-optimized nodes (16 on a DGX H100).
 int sim_default_channels(const Topology& t, SimProtocol p);
+// The collective as nccl_model.h names it.
+NcclColl sim_nccl_coll(SimCollective c);
 // What NCCL's topology search would report for this topology (nccl_model.h's inputs): the GPUs'
 // link as bw_intra, the node's NICs together as bw_inter, its architecture and link kind.
 NcclModelInputs sim_nccl_inputs(const Topology& t, int channels);
