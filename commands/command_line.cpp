@@ -657,8 +657,9 @@ void add_simulate_flags(CLI::App& app, lab::SimulateOptions& o) {
   app.add_option("--step-factor", o.step_factor, "the ratio between successive sizes of a range")->capture_default_str();
   app.add_option("--json", o.json_out, "also write every figure to this file as JSON");
   app.add_option("--validate", o.validate,
-                 "instead of a sweep, a validation table: emulated (against dtlab's emulated ranks), nccl (against "
-                 "NCCL's cost model) or published (against measurements)");
+                 "instead of a sweep, a validation table: emulated (against dtlab's emulated ranks; emulated-quick: "
+                 "its 4-rank rows on a 32x slower link, which a busy machine does not upset), nccl (against NCCL's "
+                 "cost model) or published (against measurements)");
   // --step: training steps at scale (simulate_step.h, docs/simulate.md)
   lab::SimulateStepFlags& s = o.step;
   app.add_flag("--step", s.on,

@@ -6,6 +6,8 @@
 #include <exception>
 #include <memory>
 #include <thread>
+#include <tuple>
+#include <utility>
 
 #include "bench_allreduce.h"
 #include "collective_sim.h"
@@ -87,6 +89,7 @@ void print_rows(std::FILE* out, const std::vector<ValidationRow>& rows) {
     else std::snprintf(tol, sizeof tol, "<= +%.0f%%", r.tolerance * 100);
     std::fprintf(out, "  %-68s %11.4g %11.4g %-7s %+6.1f%% %-9s %s  %s\n", r.what.c_str(), r.reference, r.simulated,
                  r.unit.c_str(), 100 * (r.simulated / r.reference - 1), tol, r.rule == "shown" ? "-   " : r.pass ? "ok  " : "FAIL", r.source.c_str());
+    if (!r.note.empty()) std::fprintf(out, "  %-68s %s\n", "", r.note.c_str());
   }
 }
 
@@ -230,11 +233,20 @@ std::vector<ValidationRow> validate_emulated(bool quick) {
     for (auto a : {AllreduceAlgorithm::Ring, AllreduceAlgorithm::Tree})
       for (uint64_t s : sizes) cases.push_back({1, n, 0, a, s});
   for (auto a : {AllreduceAlgorithm::Ring, AllreduceAlgorithm::Tree}) {
-    cases.push_back({quick ? 2 : 4, quick ? 2 : 4, 0.5, a, uint64_t{1} << 20});
+    cases.push_back({quick ? 2 : 4, quick ? 2 : 4, 0.5, a, quick ? uint64_t{512} << 10 : uint64_t{1} << 20});
     // two leaves of two nodes, uplinks 2:1 oversubscribed: rhd's cross-leaf steps share them
     if (!quick) cases.push_back({4, 2, 1.0, a, uint64_t{1} << 20, 2, 2.0});
   }
-  const double link_gbps = 1.0, latency_us = 50, nic_latency_us = 50;
+  // The table's link: 1 Gbit/s and 50 us, steps of 0.1 to 8 ms, measured on an idle machine. A
+  // busy one (more runnable threads than cores) wakes a rank that waited for a message one
+  // scheduler slice late, about 3 ms, and every step of a collective adds that: a 1 MiB ring
+  // allreduce on 4 ranks (6 steps of 2.1 ms) then takes 32 ms, not 13. The quick rows (the
+  // default test suite, which runs beside other work) run the same cases 32 times slower (the
+  // link at 1/32 Gbit/s, the shared NIC at half that and 512 KiB through it): every step lasts
+  // about 67 ms, so a slice late per step stays within the tolerance, as the claim must hold on a
+  // class's busy machine. Each row's note says how late the host was.
+  const double slow = quick ? 32.0 : 1.0;
+  const double link_gbps = 1.0 / slow, latency_us = 50, nic_latency_us = 50;
   for (const auto& c : cases) {
     Topology t;
     t.name = "emulated";
@@ -242,7 +254,7 @@ std::vector<ValidationRow> validate_emulated(bool quick) {
     t.gpus_per_node = c.gpus;
     t.intra_GBps = link_gbps / 8;
     t.intra_latency_us = latency_us;
-    t.nic_Gbps = c.nic_gbps > 0 ? c.nic_gbps : link_gbps;
+    t.nic_Gbps = c.nic_gbps > 0 ? c.nic_gbps / slow : link_gbps;
     t.net_latency_us = latency_us + nic_latency_us;
     t.nodes_per_leaf = c.nodes_per_leaf;
     t.oversubscription = c.oversubscription;
@@ -250,12 +262,13 @@ std::vector<ValidationRow> validate_emulated(bool quick) {
     SimOptions so;
     so.protocol = SimProtocol::Wire;
     so.algorithm = c.algo == AllreduceAlgorithm::Ring ? SimAlgorithm::Ring : SimAlgorithm::Rhd;
-    const double predicted = simulate_collective(t, so, c.bytes).time_s;
+    const SimResult sim = simulate_collective(t, so, c.bytes);
+    const double predicted = sim.time_s;
 
     LinkModelOptions lo = link_model_options(latency_us, link_gbps);
     if (c.nic_gbps > 0) {
       lo.gpus_per_node = c.gpus;
-      lo.nic_bytes_per_s = c.nic_gbps * 1e9 / 8;
+      lo.nic_bytes_per_s = c.nic_gbps / slow * 1e9 / 8;
       lo.nic_latency_s = nic_latency_us * 1e-6;
       lo.nodes_per_leaf = c.nodes_per_leaf;
       lo.oversubscription = c.oversubscription;
@@ -289,16 +302,18 @@ std::vector<ValidationRow> validate_emulated(bool quick) {
       for (auto& th : threads) th.join();
       for (const auto& e : errors)
         if (e) std::rethrow_exception(e);
-      return result.at(0).seconds.at(0);
+      return std::make_pair(result.at(0).seconds.at(0), world.wait_stats());
     };
-    double measured = measure();
-    for (int attempt = 1; attempt < 3 && std::fabs(predicted / measured - 1) > kEmulatedTolerance; ++attempt)
-      measured = std::min(measured, measure());
+    auto [measured, waits] = measure();
+    for (int attempt = 1; attempt < 3 && std::fabs(predicted / measured - 1) > kEmulatedTolerance; ++attempt) {
+      const auto again = measure();
+      if (again.first < measured) std::tie(measured, waits) = again;
+    }
     char what[160];
     std::string where;
     if (c.nic_gbps > 0) {
       char buf[96];
-      std::snprintf(buf, sizeof buf, ", %d nodes sharing a %g Gbit/s NIC", c.nodes, c.nic_gbps);
+      std::snprintf(buf, sizeof buf, ", %d nodes sharing a %g Gbit/s NIC", c.nodes, c.nic_gbps / slow);
       where = buf;
     }
     if (c.nodes_per_leaf > 0) {
@@ -306,14 +321,26 @@ std::vector<ValidationRow> validate_emulated(bool quick) {
       std::snprintf(buf, sizeof buf, ", %d per leaf, %g:1 uplinks", c.nodes_per_leaf, c.oversubscription);
       where += buf;
     }
+    char source[64];
+    std::snprintf(source, sizeof source, "dtlab's emulated ranks, %g Gbit/s, 50 us", link_gbps);
     std::snprintf(what, sizeof what, "%s allreduce, %s, %d rank%s%s", so.algorithm == SimAlgorithm::Ring ? "ring" : "rhd",
                   size_text(c.bytes).c_str(), n, n == 1 ? "" : "s", where.c_str());
     // rhd with a fold (N not a power of two, beyond the doubling path): the step model's known
     // limit (simulate_validate.h), shown beside the checks
     const bool fold = c.algo == AllreduceAlgorithm::Tree && (n & (n - 1)) != 0 && c.bytes > kTreeDoublingBytes;
-    rows.push_back(row(fold ? std::string(what) + " (the fold: shown)" : std::string(what),
-                       "dtlab's emulated ranks, 1 Gbit/s, 50 us", measured * 1e3, predicted * 1e3, "ms",
-                       fold ? "shown" : "within", kEmulatedTolerance));
+    // Host-bound: more than 4 ranks per core and steps under 100 us (ring at 64 KiB on 16 ranks
+    // and 2 cores: 30 steps of 83 us). Every step then waits for one of 8 threads a core runs in
+    // turn, about 20 us on an idle machine (the note), a quarter of the step: the emulation's own
+    // resolution, not the link's, so those rows are shown, not checked.
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    const bool host_bound = n > 4 * static_cast<int>(cores) && sim.steps > 0 && predicted / static_cast<double>(sim.steps) < 100e-6;
+    const char* shown = fold ? " (the fold: shown)" : host_bound ? " (host-bound: shown)" : "";
+    rows.push_back(row(std::string(what) + shown, source, measured * 1e3, predicted * 1e3, "ms",
+                       *shown ? "shown" : "within", kEmulatedTolerance));
+    char note[160];
+    std::snprintf(note, sizeof note, "the host woke a waiting rank %.0f us after its message's arrival (mean of %llu waits, at most %.0f us)",
+                  waits.late_mean_s() * 1e6, static_cast<unsigned long long>(waits.waits), waits.late_max_s * 1e6);
+    rows.back().note = note;
   }
   return rows;
 }
@@ -330,16 +357,21 @@ int simulate_validate(const SimulateOptions& o, const std::string&) {
                       "# allreduce on dgx-h100 nodes\n");
     rows = validate_nccl(out);
   } else if (o.validate == "emulated" || o.validate == "emulated-quick") {
-    std::fprintf(out, "# dtlab simulate --validate emulated: dtlab's emulated ranks on the link model against the\n"
-                      "# simulator's wire protocol (median of 3 batches)\n");
+    std::fprintf(out, "# dtlab simulate --validate %s: dtlab's emulated ranks on the link model against the\n"
+                      "# simulator's wire protocol (median of 3 batches)%s\n", o.validate.c_str(),
+                 o.validate == "emulated" ? "" : ": the 4-rank rows on a 32x slower link");
     rows = validate_emulated(o.validate == "emulated-quick");
   } else {
-    throw ConfigError("--validate " + o.validate + ": one of emulated, nccl, published");
+    throw ConfigError("--validate " + o.validate + ": one of emulated, emulated-quick, nccl, published");
   }
   print_rows(out, rows);
   int failed = 0;
   for (const auto& r : rows) failed += r.pass ? 0 : 1;
   std::fprintf(out, "# %zu points, %d outside their tolerance\n", rows.size(), failed);
+  if (failed && o.validate == "emulated")
+    std::fprintf(out, "# where a failing row's note has the host waking ranks milliseconds late, the machine was busy:\n"
+                      "# that lateness comes with every step, and the table measured the machine, not the model. Run\n"
+                      "# it on an idle machine, or --validate emulated-quick (its 4-rank rows, steps of 67 ms)\n");
   return failed ? kExitFailure : kExitOk;
 }
 

@@ -398,6 +398,27 @@ TEST(LinkNodesRing, ARingAllreduceOverTheWorldTakesAtLeastTheModeledTime) {
   }
 }
 
+// The waits LinkModelWorld counts: a recv that finds its message still on the link waits for it and
+// is counted, with how late the host woke it (never early); one that finds it arrived is not.
+TEST(LinkWaitStats, OnlyAWaitForAMessageStillOnTheLinkCountsAndItIsNeverEarly) {
+  const lab::LinkModelOptions opt = lab::link_model_options(2000, 8);  // 2 ms latency, 1e9 B/s
+  lab::LinkModelWorld world(std::make_unique<lab::ThreadsWorld>(2), opt);
+  float x = 1.0f, y = 0.0f;
+  world.transport(0).send(1, &x, sizeof x, 7);
+  world.transport(1).recv(0, &y, sizeof y, 7);  // posted at once: waits about 2 ms
+  EXPECT_EQ(y, 1.0f);
+  lab::LinkModelWorld::WaitStats s = world.wait_stats();
+  EXPECT_EQ(s.waits, 1u);
+  EXPECT_GE(s.late_total_s, 0.0);
+  EXPECT_EQ(s.late_max_s, s.late_total_s);
+  EXPECT_EQ(s.late_mean_s(), s.late_total_s);
+  world.transport(0).send(1, &x, sizeof x, 8);
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the message arrives meanwhile
+  world.transport(1).recv(0, &y, sizeof y, 8);
+  s = world.wait_stats();
+  EXPECT_EQ(s.waits, 1u);
+}
+
 // ---- the configuration and the flags ----
 
 namespace {

@@ -380,7 +380,8 @@ TEST(SimulateValidation, NcclModelAgrees) {
 // (Serial*: run alone, tests/CMakeLists.txt)
 TEST(SerialSimulateValidation, EmulatedRanksTakeThePredictedTime) {
   for (const auto& r : lab::validate_emulated(true))
-    EXPECT_TRUE(r.pass) << r.what << ": emulated " << r.reference << " ms, simulated " << r.simulated << " ms";
+    EXPECT_TRUE(r.pass) << r.what << ": emulated " << r.reference << " ms, simulated " << r.simulated << " ms; "
+                        << r.note;
 }
 
 }  // namespace

@@ -198,6 +198,17 @@ class LinkModelWorld : public World {
   Transport& transport(int rank) override;
   const LinkModelOptions& options() const { return m_opt; }
 
+  // The waits for a message still on the link, and how late the host woke the waiting rank after
+  // its arrival time: on an idle machine tens of microseconds; on a busy one (more threads than
+  // free cores) milliseconds, which every step of a collective adds to its time.
+  struct WaitStats {
+    uint64_t waits = 0;
+    double late_total_s = 0;
+    double late_max_s = 0;
+    double late_mean_s() const { return waits ? late_total_s / static_cast<double>(waits) : 0.0; }
+  };
+  WaitStats wait_stats() const;
+
  private:
   std::unique_ptr<World> m_inner;
   LinkModelOptions m_opt;
