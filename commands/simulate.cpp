@@ -167,7 +167,18 @@ Topology simulate_topology(const SimulateOptions& o, std::vector<int>* nodes) {
 void check_simulate_options(const SimulateOptions& o) {
   std::vector<int> nodes;
   const Topology base = simulate_topology(o, &nodes);
-  if (o.step.on) return;  // simulate_step checks the rest
+  if (o.step.on) return check_simulate_step_options(o);
+  {  // a flag of --step without --step would be ignored: say so
+    const SimulateStepFlags& f = o.step;
+    const char* stray = f.gpu_tflops > 0           ? "--gpu-tflops"
+                        : !f.compute_from.empty()  ? "--compute-from"
+                        : f.params > 0             ? "--params"
+                        : !f.layouts.empty()       ? "--layouts"
+                        : !f.model.empty()         ? "--model"
+                        : f.mode != "ddp"          ? "--mode"
+                                                   : nullptr;
+    if (stray) throw ConfigError(std::string(stray) + " is a flag of dtlab simulate --step (a training step); add --step");
+  }
   parse_size_list(o.sizes, o.step_factor, "--sizes");
   const SimCollective coll = parse_sim_collective(o.collective);
   parse_sim_protocol(o.protocol);
@@ -195,17 +206,6 @@ void check_simulate_options(const SimulateOptions& o) {
 int simulate(const SimulateOptions& o, const std::string& argv0) {
   if (!o.validate.empty()) return simulate_validate(o, argv0);
   if (o.step.on) return simulate_step(o);
-  {  // a flag of --step without --step would be ignored: say so
-    const SimulateStepFlags& f = o.step;
-    const char* stray = f.gpu_tflops > 0           ? "--gpu-tflops"
-                        : !f.compute_from.empty()  ? "--compute-from"
-                        : f.params > 0             ? "--params"
-                        : !f.layouts.empty()       ? "--layouts"
-                        : !f.model.empty()         ? "--model"
-                        : f.mode != "ddp"          ? "--mode"
-                                                   : nullptr;
-    if (stray) throw ConfigError(std::string(stray) + " is a flag of dtlab simulate --step (a training step); add --step");
-  }
   check_simulate_options(o);
   std::FILE* out = o.out ? o.out : stdout;
   std::vector<int> nodes;

@@ -37,7 +37,43 @@ std::string mode_of(const Family& f, DpSync sync) {
 
 }  // namespace
 
+// The checks that need no file: each names its flag (a lesson's lint runs them, command_line.h).
+void check_simulate_step_options(const SimulateOptions& o) {
+  const SimulateStepFlags& f = o.step;
+  if (f.gpu_tflops > 0 && !f.compute_from.empty())
+    throw ConfigError("--gpu-tflops and --compute-from: give one (a stated throughput, or a run's measured compute)");
+  if (f.gpu_tflops < 0) throw ConfigError("--gpu-tflops must be > 0 (achieved dense TFLOP/s per GPU)");
+  if (f.gpu_tflops == 0 && f.compute_from.empty())
+    throw ConfigError("--step needs the compute: --gpu-tflops T (achieved dense TFLOP/s per GPU, e.g. 400 for an "
+                      "H100 at 40% of its bf16 peak) or --compute-from RUN_DIR (a dtlab run's measured compute)");
+  const std::string model_name = f.model.empty() && f.params > 0 ? "generic" : f.model;
+  if (model_name == "generic") {
+    if (!f.compute_from.empty())
+      throw ConfigError("--compute-from with --model generic: a run measures dtlab's mlp or cnn; give --gpu-tflops");
+  } else {
+    if (f.params > 0 || f.flops_per_sample > 0)
+      throw ConfigError("--params and --flops-per-sample describe --model generic, not --model " +
+                        (model_name.empty() ? std::string("cnn") : model_name));
+    if (!model_name.empty()) step_model_dtlab(model_name);  // throws for a name that is none of dtlab's
+  }
+  parse_sim_protocol(o.protocol);
+  if (o.algorithms != "all") parse_algorithm_list(o.algorithms);
+  if (f.microbatches < 0) throw ConfigError("--microbatches must be >= 0 (0: 4 x --pp)");
+  if (f.dp < 0 || f.pp < 0 || f.tp < 0) throw ConfigError("--dp, --pp and --tp must be >= 1 (0: the mode's)");
+  const std::string& mode = f.mode;
+  if (mode != "ddp" && mode != "zero" && mode != "fsdp" && mode != "pipeline" && mode != "tensor")
+    throw ConfigError("--mode " + mode + ": one of ddp, zero, fsdp, pipeline, tensor (for --step)");
+  if (!f.layouts.empty() && f.layouts != "all")
+    throw ConfigError("--layouts " + f.layouts + ": all (every dp x pp x tp of each N), or leave it out and give --mode "
+                      "with --dp/--pp/--tp");
+  if (f.layouts.empty()) {
+    if (mode == "pipeline" && f.pp < 2) throw ConfigError("--mode pipeline needs --pp P (P >= 2 stages)");
+    if (mode == "tensor" && f.tp == 1) throw ConfigError("--mode tensor needs --tp T >= 2");
+  }
+}
+
 int simulate_step(const SimulateOptions& o) {
+  check_simulate_step_options(o);
   const SimulateStepFlags& f = o.step;
   std::FILE* out = o.out ? o.out : stdout;
   std::vector<int> nodes;
@@ -45,20 +81,14 @@ int simulate_step(const SimulateOptions& o) {
 
   // ---- compute ----
   StepConfig cfg;
-  if (f.gpu_tflops > 0 && !f.compute_from.empty())
-    throw ConfigError("--gpu-tflops and --compute-from: give one (a stated throughput, or a run's measured compute)");
-  if (f.gpu_tflops < 0) throw ConfigError("--gpu-tflops must be > 0 (achieved dense TFLOP/s per GPU)");
   if (!f.compute_from.empty()) {
     cfg.compute = step_compute_from_run(f.compute_from);
-  } else if (f.gpu_tflops > 0) {
+  } else {
     cfg.compute.tflops = f.gpu_tflops;
     char buf[120];
     std::snprintf(buf, sizeof buf, "--gpu-tflops %g: every GPU computes %g TFLOP/s of the model's matrix products", f.gpu_tflops,
                   f.gpu_tflops);
     cfg.compute.source = buf;
-  } else {
-    throw ConfigError("--step needs the compute: --gpu-tflops T (achieved dense TFLOP/s per GPU, e.g. 400 for an "
-                      "H100 at 40% of its bf16 peak) or --compute-from RUN_DIR (a dtlab run's measured compute)");
   }
 
   // ---- the model ----
@@ -69,8 +99,6 @@ int simulate_step(const SimulateOptions& o) {
                                                                          : "cnn";
   StepModel model;
   if (model_name == "generic") {
-    if (!f.compute_from.empty())
-      throw ConfigError("--compute-from with --model generic: a run measures dtlab's mlp or cnn; give --gpu-tflops");
     GenericModelSpec g;
     g.parameters = f.params;
     g.flops_per_sample = f.flops_per_sample;
@@ -79,8 +107,6 @@ int simulate_step(const SimulateOptions& o) {
     g.grad_bytes = f.grad_bytes;
     model = step_model_generic(g);
   } else {
-    if (f.params > 0 || f.flops_per_sample > 0)
-      throw ConfigError("--params and --flops-per-sample describe --model generic, not --model " + model_name);
     model = step_model_dtlab(model_name);
     if (!f.compute_from.empty() && !cfg.compute.run_model.empty() && cfg.compute.run_model != model_name)
       throw ConfigError("--model " + model_name + " with --compute-from " + f.compute_from + ": that run trained the " +
@@ -97,12 +123,7 @@ int simulate_step(const SimulateOptions& o) {
   cfg.protocol = parse_sim_protocol(o.protocol);
   cfg.channels = o.channels;
   if (o.algorithms != "all") cfg.algorithms = parse_algorithm_list(o.algorithms);
-  if (f.microbatches < 0) throw ConfigError("--microbatches must be >= 0 (0: 4 x --pp)");
-  if (f.dp < 0 || f.pp < 0 || f.tp < 0) throw ConfigError("--dp, --pp and --tp must be >= 1 (0: the mode's)");
-
   const std::string& mode = f.mode;
-  if (mode != "ddp" && mode != "zero" && mode != "fsdp" && mode != "pipeline" && mode != "tensor")
-    throw ConfigError("--mode " + mode + ": one of ddp, zero, fsdp, pipeline, tensor (for --step)");
   cfg.sync = mode == "zero" ? DpSync::Zero : mode == "fsdp" ? DpSync::Fsdp : DpSync::Ddp;
 
   std::vector<Family> families;
@@ -111,15 +132,11 @@ int simulate_step(const SimulateOptions& o) {
     for (int nn : nodes)
       for (const StepLayout& l : all_layouts(nn * base.gpus_per_node)) seen.insert({l.pp * l.tp, l.pp});
     for (const auto& [prod, pp] : seen) families.push_back({pp, prod / pp, 0});
-  } else if (!f.layouts.empty()) {
-    throw ConfigError("--layouts " + f.layouts + ": all (every dp x pp x tp of each N), or leave it out and give --mode "
-                      "with --dp/--pp/--tp");
   } else {
     Family fam;
     fam.pp = f.pp > 0 ? f.pp : 1;
     fam.tp = f.tp > 0 ? f.tp : (mode == "tensor" ? base.gpus_per_node : 1);
     fam.dp = f.dp;
-    if (mode == "pipeline" && fam.pp < 2) throw ConfigError("--mode pipeline needs --pp P (P >= 2 stages)");
     if (mode == "tensor" && fam.tp < 2) throw ConfigError("--mode tensor needs --tp T >= 2");
     families.push_back(fam);
   }

@@ -48,6 +48,9 @@ struct SimulateStepFlags {
   std::string compute_from;        // a dtlab run directory
 };
 
+// Throws ConfigError, naming the flag, for --step's flags that cannot run (those that need no file:
+// whether --compute-from's run trained --model is found when it is read).
+void check_simulate_step_options(const SimulateOptions& o);
 // Runs --step with the simulate command's topology, nodes, protocol, algorithms, channels and --json.
 int simulate_step(const SimulateOptions& o);
 

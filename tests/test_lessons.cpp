@@ -1103,6 +1103,21 @@ TEST(LessonSimulate, BadArgsAreRefusedWithTheFileAndTheFlag) {
   EXPECT_TRUE(contains(m, "run 'sweep': drop --json")) << m;
   m = first(with("--validate nccl"));
   EXPECT_TRUE(contains(m, "run 'sweep': drop --validate")) << m;
+  // --step's flags, as dtlab simulate --step checks them before it reads anything
+  const std::string step = "--topology dgx-h100 --nodes 1,2 --step --gpu-tflops 100";
+  EXPECT_NO_THROW(parse_lesson(with(step), "lessons/sim.toml"));
+  m = first(with(step + " --mode zeroo"));
+  EXPECT_TRUE(contains(m, "lessons/sim.toml:26:7:") && contains(m, "--mode zeroo: one of ddp, zero, fsdp, pipeline, tensor")) << m;
+  m = first(with(step + " --mode pipeline"));
+  EXPECT_TRUE(contains(m, "--mode pipeline needs --pp P")) << m;
+  m = first(with(step + " --layouts some"));
+  EXPECT_TRUE(contains(m, "--layouts some: all")) << m;
+  m = first(with(step + " --model resnet"));
+  EXPECT_TRUE(contains(m, "resnet")) << m;
+  m = first(with("--topology dgx-h100 --nodes 1,2 --step"));
+  EXPECT_TRUE(contains(m, "--step needs the compute")) << m;
+  m = first(with("--topology dgx-h100 --nodes 1,2 --gpu-tflops 100"));
+  EXPECT_TRUE(contains(m, "--gpu-tflops is a flag of dtlab simulate --step")) << m;
 
   // and on the command line: the file, the line, the flag; exit 2
   testutil::TempDir dir;
