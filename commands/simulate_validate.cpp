@@ -248,23 +248,7 @@ std::vector<ValidationRow> validate_emulated(bool quick) {
   const double slow = quick ? 32.0 : 1.0;
   const double link_gbps = 1.0 / slow, latency_us = 50, nic_latency_us = 50;
   for (const auto& c : cases) {
-    Topology t;
-    t.name = "emulated";
-    t.nodes = c.nodes;
-    t.gpus_per_node = c.gpus;
-    t.intra_GBps = link_gbps / 8;
-    t.intra_latency_us = latency_us;
-    t.nic_Gbps = c.nic_gbps > 0 ? c.nic_gbps / slow : link_gbps;
-    t.net_latency_us = latency_us + nic_latency_us;
-    t.nodes_per_leaf = c.nodes_per_leaf;
-    t.oversubscription = c.oversubscription;
-    const int n = t.ranks();
-    SimOptions so;
-    so.protocol = SimProtocol::Wire;
-    so.algorithm = c.algo == AllreduceAlgorithm::Ring ? SimAlgorithm::Ring : SimAlgorithm::Rhd;
-    const SimResult sim = simulate_collective(t, so, c.bytes);
-    const double predicted = sim.time_s;
-
+    const int n = c.nodes * c.gpus;
     LinkModelOptions lo = link_model_options(latency_us, link_gbps);
     if (c.nic_gbps > 0) {
       lo.gpus_per_node = c.gpus;
@@ -273,6 +257,12 @@ std::vector<ValidationRow> validate_emulated(bool quick) {
       lo.nodes_per_leaf = c.nodes_per_leaf;
       lo.oversubscription = c.oversubscription;
     }
+    SimOptions so;
+    so.protocol = SimProtocol::Wire;
+    so.algorithm = c.algo == AllreduceAlgorithm::Ring ? SimAlgorithm::Ring : SimAlgorithm::Rhd;
+    const SimResult sim = simulate_collective(link_model_topology(n, lo), so, c.bytes);
+    const double predicted = sim.time_s;
+
     // One measurement: the median of 3 batches of back-to-back calls. A busy machine only adds
     // time (late wake-ups, the adds themselves), so a point outside the tolerance is measured
     // again, up to 3 times, and the fastest counts.

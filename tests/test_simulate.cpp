@@ -34,14 +34,7 @@ using lab::SimProtocol;
 // N ranks on one switch: every rank's link to it `gbps`, `latency_us` per message (the emulated
 // link model's network).
 lab::Topology flat(int n, double GBps = 1.0, double latency_us = 10) {
-  lab::Topology t;
-  t.name = "flat";
-  t.nodes = 1;
-  t.gpus_per_node = n;
-  t.intra_GBps = GBps;
-  t.intra_latency_us = latency_us;
-  t.nic_Gbps = 8;
-  return t;
+  return lab::link_model_topology(n, lab::link_model_options(latency_us, GBps * 8));
 }
 
 struct Sent {

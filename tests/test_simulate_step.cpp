@@ -33,14 +33,7 @@ using lab::SimProtocol;
 // N ranks on one switch, as the emulated link model: every rank's link `GBps` each way, `latency_us`
 // per message.
 lab::Topology flat(int n, double GBps = 1.0, double latency_us = 10) {
-  lab::Topology t;
-  t.name = "flat";
-  t.nodes = 1;
-  t.gpus_per_node = n;
-  t.intra_GBps = GBps;
-  t.intra_latency_us = latency_us;
-  t.nic_Gbps = 8;
-  return t;
+  return lab::link_model_topology(n, lab::link_model_options(latency_us, GBps * 8));
 }
 
 lab::Topology preset(const std::string& name, int nodes) {

@@ -566,6 +566,18 @@ void point_lines(const lab::SimResult& r, lab::SimCollective c) {
               r.steps == 1 ? "step" : "steps or hops");
 }
 
+// One algorithm's row in a busbw chart's tooltip: its name in its colour, then the point's figures.
+// Returns whether the point is ready.
+bool tooltip_algorithm_row(const ScaleSeries& s, const ScalePoint& p, lab::SimCollective c) {
+  ImGui::PushStyleColor(ImGuiCol_Text, ImGui::ColorConvertU32ToFloat4(algo_color(s.algo)));
+  ImGui::TextUnformatted(lab::sim_algorithm_name(s.algo));
+  ImGui::PopStyleColor();
+  ImGui::SameLine();
+  if (p.ready) point_lines(p.r, c);
+  else ImGui::TextDisabled("computing...");
+  return p.ready;
+}
+
 // The legend of the algorithms shown, and the range of their busbw (lo > hi: nothing ready).
 void busbw_legend_and_range(const std::vector<ScaleSeries>& series, const bool* show, std::vector<LegendEntry>& leg,
                             double& lo, double& hi) {
@@ -620,13 +632,7 @@ int busbw_by_nodes_chart(const ChartArgs& x) {
     for (size_t ai = 0; ai < c.by_nodes.size(); ++ai) {
       const ScaleSeries& s = c.by_nodes[ai];
       if (!x.show[ai] || !s.supported) continue;
-      const ScalePoint& p = s.points[static_cast<size_t>(hi_i)];
-      ImGui::PushStyleColor(ImGuiCol_Text, ImGui::ColorConvertU32ToFloat4(algo_color(s.algo)));
-      ImGui::TextUnformatted(lab::sim_algorithm_name(s.algo));
-      ImGui::PopStyleColor();
-      ImGui::SameLine();
-      if (p.ready) point_lines(p.r, c.settings.collective);
-      else ImGui::TextDisabled("computing...");
+      tooltip_algorithm_row(s, s.points[static_cast<size_t>(hi_i)], c.settings.collective);
     }
     ImGui::TextDisabled("click: show %s GPUs in the other charts", fmt_count(p0.gpus).c_str());
     ImGui::EndTooltip();
@@ -822,18 +828,9 @@ uint64_t busbw_by_size_chart(const ChartArgs& x, const ScaleCrossover& cross) {
       const ScaleSeries& s = c.by_size[ai];
       if (!x.show[ai] || !s.supported) continue;
       const ScalePoint& p = s.points[static_cast<size_t>(hi_i)];
-      ImGui::PushStyleColor(ImGuiCol_Text, ImGui::ColorConvertU32ToFloat4(algo_color(s.algo)));
-      ImGui::TextUnformatted(lab::sim_algorithm_name(s.algo));
-      ImGui::PopStyleColor();
-      ImGui::SameLine();
-      if (p.ready) {
-        point_lines(p.r, c.settings.collective);
-        if (!best || p.r.time_s < best->time_s) {
-          best = &p.r;
-          best_name = lab::sim_algorithm_name(s.algo);
-        }
-      } else {
-        ImGui::TextDisabled("computing...");
+      if (tooltip_algorithm_row(s, p, c.settings.collective) && (!best || p.r.time_s < best->time_s)) {
+        best = &p.r;
+        best_name = lab::sim_algorithm_name(s.algo);
       }
     }
     if (best) ImGui::Text("fastest: %s", best_name);

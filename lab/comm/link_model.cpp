@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "config.h"
 #include "errors.h"
 #include "events.h"
 #include "mutation.h"
@@ -425,6 +426,11 @@ LinkModelOptions link_model_options(double latency_us, double gbps, int gpus_per
   o.nodes_per_leaf = nodes_per_leaf;
   o.oversubscription = oversubscription;
   return o;
+}
+
+LinkModelOptions link_model_options(const RunConfig& c) {
+  return link_model_options(c.link_latency_us, c.link_gbps, c.link_gpus_per_node, c.link_nic_gbps, c.link_nic_latency_us,
+                            c.link_nics_per_node, c.link_nodes_per_leaf, c.link_oversubscription);
 }
 
 LinkModelWorld::LinkModelWorld(std::unique_ptr<World> inner, const LinkModelOptions& opt)

@@ -223,5 +223,8 @@ class LinkModelWorld : public World {
 LinkModelOptions link_model_options(double latency_us, double gbps, int gpus_per_node = 0, double nic_gbps = 0,
                                     double nic_latency_us = 0, int nics_per_node = 1, int nodes_per_leaf = 0,
                                     double oversubscription = 1);
+// ... the same from a run's configuration (its --link-* flags).
+struct RunConfig;
+LinkModelOptions link_model_options(const RunConfig& c);
 
 }  // namespace lab

@@ -2,6 +2,7 @@
 
 #include <map>
 #include <set>
+#include <utility>
 
 #include "communicator.h"
 #include "errors.h"
@@ -11,6 +12,28 @@
 #include "tensor_parallel.h"
 
 namespace lab {
+
+ModeSetting grid_dp_setting(std::string help) {
+  ModeSetting dp;
+  dp.field = "dp";
+  dp.flag = "--dp";
+  dp.label = "dp";
+  dp.min = 1;
+  dp.pytorch = "data-parallel group size";
+  dp.help = std::move(help);
+  return dp;
+}
+
+ModeSetting grid_tp_setting(std::string help) {
+  ModeSetting tp;
+  tp.field = "tp";
+  tp.flag = "--tp";
+  tp.label = "tp";
+  tp.min = 0;
+  tp.pytorch = "Megatron-LM's tensor_model_parallel_size";
+  tp.help = std::move(help);
+  return tp;
+}
 
 namespace {
 

@@ -15,8 +15,14 @@ namespace lab {
 
 class Communicator;
 class Model;
+struct ModeSetting;
 struct Param;
 class TensorParallelModel;
+
+// The grid's axes as settings of the modes that place ranks on it (pipeline, tensor): --dp (at
+// least 1) and --tp (0: the mode's default), each with the help the mode gives it.
+ModeSetting grid_dp_setting(std::string help);
+ModeSetting grid_tp_setting(std::string help);
 
 // What a grid mode runs over a group's communicator (Communicator::sub), recorded at the world
 // communicator's step (train_step: -1 for an evaluation's) and counted in the rank's bytes sent.

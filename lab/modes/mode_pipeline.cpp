@@ -625,22 +625,12 @@ class PipelineMode : public ParallelMode {
     deferred.kind = ModeSetting::Kind::Bool;
     deferred.pytorch = "deferred_batch_norm";
     deferred.help = "Pipe(deferred_batch_norm=True): running statistics once per mini-batch, not per micro-batch.";
-    ModeSetting dp;
-    dp.field = "dp";
-    dp.flag = "--dp";
-    dp.label = "dp";
-    dp.min = 1;
-    dp.pytorch = "data-parallel group size";
-    dp.help = "Data-parallel replicas of the whole pipeline: each stage's gradients averaged over them (DDP), world "
-              "size = stages x dp x tp.";
-    ModeSetting tp;
-    tp.field = "tp";
-    tp.flag = "--tp";
-    tp.label = "tp";
-    tp.min = 0;
-    tp.pytorch = "Megatron-LM's tensor_model_parallel_size";
-    tp.help = "Tensor-parallel slices of every stage (0 or 1: none): Megatron-LM's split of the layers, each stage's "
-              "over its own --tp ranks.";
+    const ModeSetting dp = grid_dp_setting(
+        "Data-parallel replicas of the whole pipeline: each stage's gradients averaged over them (DDP), world size = "
+        "stages x dp x tp.");
+    const ModeSetting tp = grid_tp_setting(
+        "Tensor-parallel slices of every stage (0 or 1: none): Megatron-LM's split of the layers, each stage's over "
+        "its own --tp ranks.");
     return {stages, micro, sched, balance, deferred, dp, tp};
   }
   void validate_settings(const RunConfig& c) const override {

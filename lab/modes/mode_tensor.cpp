@@ -244,22 +244,12 @@ class TensorMode : public ParallelMode {
     return k;
   }
   std::vector<ModeSetting> settings() const override {
-    ModeSetting tp;
-    tp.field = "tp";
-    tp.flag = "--tp";
-    tp.label = "tp";
-    tp.min = 0;
-    tp.pytorch = "Megatron-LM's tensor_model_parallel_size";
-    tp.help = "Ranks each split layer is cut over (0: the world size over --dp): it must divide the split sizes "
-              "(mlp: 256; cnn: 32 and 128).";
-    ModeSetting dp;
-    dp.field = "dp";
-    dp.flag = "--dp";
-    dp.label = "dp";
-    dp.min = 1;
-    dp.pytorch = "data-parallel group size";
-    dp.help = "Data-parallel replicas of the tensor-parallel ranks: each slice's gradients averaged over them (DDP), "
-              "world size = tp x dp.";
+    const ModeSetting tp = grid_tp_setting(
+        "Ranks each split layer is cut over (0: the world size over --dp): it must divide the split sizes (mlp: 256; "
+        "cnn: 32 and 128).");
+    const ModeSetting dp = grid_dp_setting(
+        "Data-parallel replicas of the tensor-parallel ranks: each slice's gradients averaged over them (DDP), world "
+        "size = tp x dp.");
     return {tp, dp};
   }
   void validate_settings(const RunConfig& c) const override {

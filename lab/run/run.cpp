@@ -83,10 +83,7 @@ void Run::make_ranks(const WorldFactory& make_world) {
     m_world = make_world(wc);
   }
   if (m_cfg.link_model())  // --link-latency-us / --link-gbps (nodes, leaves): a simulated network (link_model.h)
-    m_world = std::make_unique<LinkModelWorld>(
-        std::move(m_world), link_model_options(m_cfg.link_latency_us, m_cfg.link_gbps, m_cfg.link_gpus_per_node,
-                                               m_cfg.link_nic_gbps, m_cfg.link_nic_latency_us, m_cfg.link_nics_per_node,
-                                               m_cfg.link_nodes_per_leaf, m_cfg.link_oversubscription));
+    m_world = std::make_unique<LinkModelWorld>(std::move(m_world), link_model_options(m_cfg));
   m_local = m_world->local_ranks();
   m_local.erase(std::remove_if(m_local.begin(), m_local.end(), [&](int r) { return r >= m_cfg.world_size; }),
                 m_local.end());  // the server is not a training rank

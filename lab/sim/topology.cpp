@@ -1,5 +1,6 @@
 #include "topology.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
@@ -11,6 +12,32 @@
 #include "toml_parse.h"
 
 namespace lab {
+
+Topology link_model_topology(int world, const LinkModelOptions& opt) {
+  world = std::max(1, world);
+  Topology t;
+  t.name = "emulated";
+  t.about = "dtlab's emulated link model (lab/comm/link_model.h)";
+  t.nvlink = false;
+  t.intra_GBps = opt.bytes_per_s > 0 ? opt.bytes_per_s / 1e9 : 1e6;
+  t.intra_latency_us = opt.latency_s * 1e6;
+  t.nics_per_node = 1;
+  t.nic_Gbps = t.intra_GBps * 8;
+  t.net_latency_us = t.intra_latency_us;
+  if (opt.has_nodes() && world % opt.gpus_per_node == 0) {
+    t.gpus_per_node = opt.gpus_per_node;
+    t.nodes = world / opt.gpus_per_node;
+    t.nics_per_node = std::max(1, opt.nics_per_node);
+    if (opt.nic_bytes_per_s > 0) t.nic_Gbps = opt.nic_bytes_per_s * 8 / 1e9;
+    t.net_latency_us = (opt.latency_s + opt.nic_latency_s) * 1e6;
+    t.nodes_per_leaf = opt.nodes_per_leaf;
+    t.oversubscription = opt.oversubscription;
+  } else {
+    t.gpus_per_node = world;
+    t.nodes = 1;
+  }
+  return t;
+}
 
 double Topology::uplink_bytes_per_s() const {
   const int per_leaf_nodes = nodes_per_leaf > 0 ? nodes_per_leaf : nodes;

@@ -27,6 +27,8 @@
 #include <string>
 #include <vector>
 
+#include "link_model.h"
+
 namespace lab {
 
 struct Topology {
@@ -53,6 +55,13 @@ struct Topology {
   // leaf holds one NIC per node).
   double uplink_bytes_per_s() const;
 };
+
+// The network of dtlab's emulated link model (lab/comm/link_model.h) for `world` ranks, as a
+// topology: each rank's link (unlimited bandwidth: 1e6 GB/s) and latency within a node, with
+// nodes its NICs and their latency added, with leaves their uplinks. PCIe latencies (the link
+// model is not NVLink). Without nodes, or where `world` is not a multiple of the node's ranks,
+// one switch of `world` ranks.
+Topology link_model_topology(int world, const LinkModelOptions& opt);
 
 // The presets, by name (dgx-h100, hgx-a100, pcie-eth, ...), each with its sources in `about`.
 std::vector<std::string> topology_presets();

@@ -594,26 +594,9 @@ bool emulated_topology(const lab::RunConfig& c, lab::Topology& t, std::string* w
     if (why) *why = "no link model";
     return false;
   }
-  const int world = std::max(1, c.world_size);
-  t = lab::Topology{};
+  t = lab::link_model_topology(c.world_size, lab::link_model_options(c));
   t.name = "this run's link";
   t.about = "the emulated link model of the run (lab/comm/link_model.h)";
-  t.nvlink = false;
-  t.intra_GBps = c.link_gbps > 0 ? c.link_gbps / 8 : 1e6;
-  t.intra_latency_us = c.link_latency_us;
-  t.nics_per_node = 1;
-  t.nic_Gbps = c.link_gbps > 0 ? c.link_gbps : 8e6;
-  t.net_latency_us = c.link_latency_us;
-  if (c.link_gpus_per_node > 0 && world % c.link_gpus_per_node == 0) {
-    t.gpus_per_node = c.link_gpus_per_node;
-    t.nodes = world / c.link_gpus_per_node;
-    t.nics_per_node = std::max(1, c.link_nics_per_node);
-    if (c.link_nic_gbps > 0) t.nic_Gbps = c.link_nic_gbps;
-    t.net_latency_us = c.link_latency_us + c.link_nic_latency_us;
-  } else {
-    t.gpus_per_node = world;
-    t.nodes = 1;
-  }
   return true;
 }
 
