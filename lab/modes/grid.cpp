@@ -13,26 +13,26 @@
 
 namespace lab {
 
+namespace {
+
+ModeSetting grid_axis_setting(const char* axis, int64_t min, const char* pytorch, std::string help) {
+  ModeSetting m;
+  m.field = m.label = axis;
+  m.flag = std::string("--") + axis;
+  m.min = min;
+  m.pytorch = pytorch;
+  m.help = std::move(help);
+  return m;
+}
+
+}  // namespace
+
 ModeSetting grid_dp_setting(std::string help) {
-  ModeSetting dp;
-  dp.field = "dp";
-  dp.flag = "--dp";
-  dp.label = "dp";
-  dp.min = 1;
-  dp.pytorch = "data-parallel group size";
-  dp.help = std::move(help);
-  return dp;
+  return grid_axis_setting("dp", 1, "data-parallel group size", std::move(help));
 }
 
 ModeSetting grid_tp_setting(std::string help) {
-  ModeSetting tp;
-  tp.field = "tp";
-  tp.flag = "--tp";
-  tp.label = "tp";
-  tp.min = 0;
-  tp.pytorch = "Megatron-LM's tensor_model_parallel_size";
-  tp.help = std::move(help);
-  return tp;
+  return grid_axis_setting("tp", 0, "Megatron-LM's tensor_model_parallel_size", std::move(help));
 }
 
 namespace {
