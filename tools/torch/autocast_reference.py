@@ -15,13 +15,19 @@ under autocast and in float32: accuracy, loss, every sample's predicted class.
 
 Check mode (the ctest): trains an mlp and a cnn with `dtlab run`, evaluates them with
 `dtlab eval --autocast bf16 --json` and here, and compares:
-  - dtlab's bf16 predictions with PyTorch's bf16 predictions on the 10000 test samples:
-    agreement >= 99.9% (measured on this machine: see the printed figures);
+  - dtlab's bf16 predictions with autocast's semantics computed by PyTorch with its conv2d and
+    linear layers added in float64 (Float32Accumulated: what oneDNN's bf16 kernels compute where
+    they accumulate in float32): agreement >= 99.95% on the 10000 test samples, on every machine;
+  - dtlab's bf16 predictions with torch.autocast's own: agreement >= 99.9%, checked where
+    PyTorch's bf16 conv2d accumulates in float32 (probed first). PyTorch 1.13's does not on an
+    AVX2-only CPU (72% of a probe convolution's outputs more than one bf16 step off): the cnn's
+    figure is then shown with the reason, not checked;
   - dtlab's float32 accuracy with PyTorch's float32 accuracy (the same to 1 sample);
-  - the probe samples' bf16 softmax outputs, dtlab against PyTorch.
+  - the probe samples' bf16 softmax outputs, dtlab against both.
     autocast_reference.py --check DTLAB_BINARY WORK_DIR
 """
 import argparse
+import copy
 import json
 import os
 import re
@@ -41,8 +47,13 @@ import common  # noqa: E402  (the dataset, preprocessed exactly as dtlab does it
 import dtlab_safetensors as st  # noqa: E402
 from dtlab_models import MODELS  # noqa: E402
 
-MIN_AGREEMENT = 0.999  # dtlab bf16 vs PyTorch bf16, top-1, over the test set
-MAX_PROBS_DIFF = 0.02  # dtlab bf16 vs PyTorch bf16, softmax outputs of the probe samples
+MIN_AGREEMENT = 0.999  # dtlab bf16 vs torch.autocast, top-1, over the test set
+MAX_PROBS_DIFF = 0.02  # dtlab bf16 vs torch.autocast, softmax outputs of the probe samples
+# dtlab bf16 vs the float32-accumulated layers (Float32Accumulated): the same rounding points, only
+# float32 against float64 addition, so an activation differs by one bf16 step only where the sum
+# lies on a rounding boundary (measured: every prediction the same, 3e-8 on the probe).
+MIN_AGREEMENT_F32ACC = 0.9995
+MAX_PROBS_DIFF_F32ACC = 2e-3
 
 
 def run_model_name(run_dir):
@@ -54,21 +65,72 @@ def run_model_name(run_dir):
     return m.group(1)
 
 
+class Float32Accumulated(torch.nn.Module):
+    """A conv2d or linear as torch.autocast specifies it, without the CPU's bf16 kernels: input,
+    weight and bias rounded to bf16, the products added in float64, the output rounded to bf16.
+    oneDNN's bf16 kernels compute that (adding in float32) where the CPU has AVX-512; PyTorch 1.13's
+    bf16 conv2d on an AVX2-only CPU does not (see bf16_conv_accumulates_in_float32)."""
+
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, x):
+        m = self.m
+        x = x.bfloat16().double()
+        w = m.weight.bfloat16().double()
+        b = None if m.bias is None else m.bias.bfloat16().double()
+        if isinstance(m, torch.nn.Conv2d):
+            y = torch.nn.functional.conv2d(x, w, b, m.stride, m.padding, m.dilation, m.groups)
+        else:
+            y = torch.nn.functional.linear(x, w, b)
+        return y.float().bfloat16()
+
+
+def float32_accumulated(model):
+    """The model with each conv2d and linear a Float32Accumulated; BatchNorm, ReLU, max-pooling and
+    flatten run on the bf16 tensors between them, as under autocast."""
+    for i, layer in enumerate(model):
+        if isinstance(layer, (torch.nn.Conv2d, torch.nn.Linear)):
+            model[i] = Float32Accumulated(layer)
+    return model
+
+
+def bf16_conv_accumulates_in_float32(threads=2):
+    """Whether torch.autocast's conv2d on this CPU is the bf16-rounded operands' float32-accumulated
+    result rounded to bf16 (within one bf16 step on 99.9% of the outputs), and the share of outputs
+    further off. A (32 -> 64, 3x3) convolution of random data, as the cnn's second layer."""
+    torch.set_num_threads(threads)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(16, 32, 14, 14, generator=g)
+    w = torch.randn(64, 32, 3, 3, generator=g) * 0.1
+    with torch.no_grad():
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = torch.nn.functional.conv2d(x, w, padding=1).float()
+        ref = torch.nn.functional.conv2d(x.bfloat16().double(), w.bfloat16().double(), padding=1)
+    step = ref.abs().float() * 2.0 ** -7 + 1e-30  # one bf16 step (8 significant bits)
+    off = float(((y.double() - ref).abs() > step.double()).double().mean())
+    return off <= 0.001, off
+
+
 def evaluate(run_dir, limit_test=0, batch_size=1000, probe=10, threads=2):
-    """Both precisions: {"bf16": {...}, "fp32": {...}}, each with accuracy, loss, predictions, probe."""
+    """{"bf16": {...}, "bf16_f32acc": {...}, "fp32": {...}}, each with accuracy, loss, predictions,
+    probe: torch.autocast, the autocast of Float32Accumulated layers, float32."""
     torch.set_num_threads(threads)
     name = run_model_name(run_dir)
     model = MODELS[name]()
     model.load_state_dict(st.load_file(os.path.join(run_dir, "final.safetensors")), strict=True)
     model.eval()
+    exact = float32_accumulated(copy.deepcopy(model)).eval()
     x, y = common.load_split(False, limit_test)
     out = {}
-    for precision in ["bf16", "fp32"]:
+    for precision in ["bf16", "bf16_f32acc", "fp32"]:
         logits = []
+        net = exact if precision == "bf16_f32acc" else model
         with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
             for i in range(0, len(x), batch_size):
-                z = model(x[i:i + batch_size])
-                assert z.dtype == (torch.bfloat16 if precision == "bf16" else torch.float32), z.dtype
+                z = net(x[i:i + batch_size])
+                assert z.dtype == (torch.float32 if precision == "fp32" else torch.bfloat16), z.dtype
                 logits.append(z.float())
         z = torch.cat(logits)
         pred = z.argmax(1)
@@ -92,6 +154,10 @@ def check(dtlab, work):
         if not cond:
             failures.append(what)
 
+    conv_f32, conv_off = bf16_conv_accumulates_in_float32()
+    print(f"PyTorch {torch.__version__}'s bf16 conv2d on this CPU: {conv_off:.2%} of a probe convolution's outputs are "
+          f"more than one bf16 step from the float32-accumulated result ("
+          f"{'it accumulates in float32' if conv_f32 else 'it does not accumulate in float32'})")
     for model, limit in [("mlp", 8192), ("cnn", 8192)]:
         run_dir = os.path.join(work, model)
         r = subprocess.run([dtlab, "run", "--model", model, "--epochs", "1", "--limit-train", str(limit),
@@ -112,20 +178,44 @@ def check(dtlab, work):
         t = evaluate(run_dir, probe=100)
         n = t["samples"]
         ok(d["samples"] == n and len(d["predictions"]) == n, f"{model}: {n} test samples on both sides")
-        same = sum(a == b for a, b in zip(d["predictions"], t["bf16"]["predictions"]))
-        torch_flips = sum(a != b for a, b in zip(t["bf16"]["predictions"], t["fp32"]["predictions"]))
+        def agree(a, b):
+            return sum(p == q for p, q in zip(a, b))
+        same = agree(d["predictions"], t["bf16"]["predictions"])
+        same_exact = agree(d["predictions"], t["bf16_f32acc"]["predictions"])
+        torch_flips = n - agree(t["bf16"]["predictions"], t["fp32"]["predictions"])
         print(f"  {model}: torch bf16 accuracy {t['bf16']['accuracy']:.4f} fp32 {t['fp32']['accuracy']:.4f}; "
-              f"torch's own bf16 vs fp32 top-1 changes: {torch_flips} of {n}")
-        ok(same / n >= MIN_AGREEMENT,
-           f"{model}: dtlab bf16 predictions agree with torch.autocast's on {same} of {n} samples "
-           f"({same / n:.4%}, bound {MIN_AGREEMENT:.1%})")
+              f"torch's own bf16 vs fp32 top-1 changes: {torch_flips} of {n}; torch.autocast vs float32-accumulated "
+              f"layers: {n - agree(t['bf16']['predictions'], t['bf16_f32acc']['predictions'])} differ")
+        # Every machine: dtlab against autocast's semantics computed by PyTorch in float64
+        ok(same_exact / n >= MIN_AGREEMENT_F32ACC,
+           f"{model}: dtlab bf16 predictions agree with PyTorch's float32-accumulated autocast layers on "
+           f"{same_exact} of {n} samples ({same_exact / n:.4%}, bound {MIN_AGREEMENT_F32ACC:.2%})")
+        # torch.autocast's own kernels: where they accumulate in float32 (the cnn's conv2d does not on
+        # an AVX2-only CPU), the same bound; elsewhere the figure is shown with the reason
+        what = (f"{model}: dtlab bf16 predictions agree with torch.autocast's on {same} of {n} samples "
+                f"({same / n:.4%}, bound {MIN_AGREEMENT:.1%})")
+        if model == "cnn" and not conv_f32:
+            print(f"shown {what}: not checked, PyTorch's bf16 conv2d on this CPU does not accumulate in float32 "
+                  f"({conv_off:.1%} of a probe convolution's outputs are more than one bf16 step from that)")
+        else:
+            ok(same / n >= MIN_AGREEMENT, what)
         ok(abs(d["fp32"]["accuracy"] - t["fp32"]["accuracy"]) <= 1.0 / n + 1e-12,
            f"{model}: float32 accuracy dtlab {d['fp32']['accuracy']:.4f} torch {t['fp32']['accuracy']:.4f}")
-        ok(abs(d["accuracy"] - t["bf16"]["accuracy"]) <= (n - same) / n + 1e-12,
-           f"{model}: bf16 accuracy dtlab {d['accuracy']:.4f} torch {t['bf16']['accuracy']:.4f}")
-        diff = max(abs(a - b) for pa, pb in zip(d["probe"]["probs"], t["bf16"]["probe"]) for a, b in zip(pa, pb))
-        ok(diff <= MAX_PROBS_DIFF,
-           f"{model}: bf16 softmax of the first 100 samples, max |dtlab - torch| {diff:.2e} (bound {MAX_PROBS_DIFF})")
+        ok(abs(d["accuracy"] - t["bf16_f32acc"]["accuracy"]) <= (n - same_exact) / n + 1e-12,
+           f"{model}: bf16 accuracy dtlab {d['accuracy']:.4f}, float32-accumulated layers "
+           f"{t['bf16_f32acc']['accuracy']:.4f} (torch.autocast {t['bf16']['accuracy']:.4f})")
+        def probe_diff(ref):
+            return max(abs(a - b) for pa, pb in zip(d["probe"]["probs"], t[ref]["probe"]) for a, b in zip(pa, pb))
+        diff = probe_diff("bf16_f32acc")
+        ok(diff <= MAX_PROBS_DIFF_F32ACC,
+           f"{model}: bf16 softmax of the first 100 samples, max |dtlab - float32-accumulated| {diff:.2e} "
+           f"(bound {MAX_PROBS_DIFF_F32ACC})")
+        diff = probe_diff("bf16")
+        what = f"{model}: bf16 softmax of the first 100 samples, max |dtlab - torch.autocast| {diff:.2e} (bound {MAX_PROBS_DIFF})"
+        if model == "cnn" and not conv_f32:
+            print(f"shown {what}: not checked (above)")
+        else:
+            ok(diff <= MAX_PROBS_DIFF, what)
     print(f"{len(failures)} failed")
     return 1 if failures else 0
 
