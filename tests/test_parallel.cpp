@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <memory>
 #include <stdexcept>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -84,6 +87,59 @@ TEST(ParallelFor, ARunGivesTheSameBitsWithOneOrTwoThreads) {
         << model << " batch " << batch;
   }
   lab::set_compute_threads(1);
+}
+
+// A scope gives back what it found, unless a newer scope lives: the app lets go of a finished run
+// after it has started the next one, whose settings must stand until that one ends.
+TEST(ComputeSettingsScope, RestoresWhatItFoundUnlessANewerScopeStands) {
+  lab::set_compute_threads(1);
+  lab::set_nondeterministic(false);
+  {
+    lab::ComputeSettingsScope a(2, true);
+    EXPECT_EQ(lab::compute_threads(), 2);
+    EXPECT_TRUE(lab::nondeterministic());
+    {
+      lab::ComputeSettingsScope b(3, false);
+      EXPECT_EQ(lab::compute_threads(), 3);
+      EXPECT_FALSE(lab::nondeterministic());
+    }
+    EXPECT_EQ(lab::compute_threads(), 2) << "b was the newest: it gave back a's settings";
+    EXPECT_TRUE(lab::nondeterministic());
+  }
+  EXPECT_EQ(lab::compute_threads(), 1);
+  EXPECT_FALSE(lab::nondeterministic());
+  {
+    auto first = std::make_unique<lab::ComputeSettingsScope>(2, true);
+    lab::ComputeSettingsScope second(3, true);  // the next run, started before the first is let go
+    first.reset();
+    EXPECT_EQ(lab::compute_threads(), 3) << "a newer scope's settings stand";
+    EXPECT_TRUE(lab::nondeterministic());
+  }
+  EXPECT_EQ(lab::compute_threads(), 1) << "the last one gives back what the first one found: the process's";
+  EXPECT_FALSE(lab::nondeterministic());
+}
+
+// A run with --nondeterministic and --threads 2 leaves the process as it found it: the next run,
+// evaluation or test (Autocast.NoneIsBitIdenticalToNeverSet after Nondeterministic.* in one
+// binary) computes with the default settings, not with reductions in arrival order.
+TEST(ComputeSettingsScope, ARunLeavesTheProcessAsItFoundIt) {
+  DTLAB_REQUIRE_DATASET();
+  lab::set_compute_threads(1);
+  lab::set_nondeterministic(false);
+  testutil::TempDir dir;
+  lab::RunConfig c = testutil::small_run("mlp", 1, dir.path(), 2);
+  c.threads = 2;
+  c.nondeterministic = true;
+  {
+    lab::Run run(c, lab::make_world);
+    run.start();
+    EXPECT_TRUE(lab::nondeterministic());
+    EXPECT_EQ(lab::compute_threads(), 2);
+    while (!run.poll()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    run.finish();
+  }
+  EXPECT_FALSE(lab::nondeterministic());
+  EXPECT_EQ(lab::compute_threads(), 1);
 }
 
 }  // namespace

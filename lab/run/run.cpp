@@ -218,8 +218,8 @@ void Run::start() {
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int threads = m_cfg.threads > 0 ? m_cfg.threads : hw;
   // Ranks are threads: each computes on its own thread; one rank may use them all (parallel.h).
-  set_compute_threads(world == 1 ? threads : 1);
-  set_nondeterministic(m_cfg.nondeterministic);
+  // Both hold until the run is let go (~Run), then the process's earlier values come back.
+  m_compute_settings = std::make_unique<ComputeSettingsScope>(world == 1 ? threads : 1, m_cfg.nondeterministic);
   m_t0 = now_seconds() - (m_resume ? m_resume->elapsed : 0.0);  // a resumed run's clock goes on
   m_running = static_cast<int>(m_local.size());
   if (m_server_model) {

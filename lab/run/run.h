@@ -42,6 +42,7 @@
 namespace lab {
 
 class RunDir;
+class ComputeSettingsScope;
 struct RankCheckpoint;
 struct SummaryFields;
 struct ModeCheckpoint;
@@ -277,6 +278,7 @@ class Run {
   std::unique_ptr<RunControl> m_control;
   std::vector<std::unique_ptr<EventLog>> m_logs;
   std::vector<std::unique_ptr<Model>> m_replicas;
+  std::unique_ptr<ComputeSettingsScope> m_compute_settings;  // from start(): the pool's size, --nondeterministic
   std::vector<std::unique_ptr<RankState>> m_ranks;
   std::vector<std::thread> m_threads;
   std::unique_ptr<RunDir> m_dir;

@@ -214,4 +214,31 @@ void ReductionSplit::range(int64_t p, int64_t& s0, int64_t& s1, int64_t& i0, int
 
 void parallel_for(int64_t count, const std::function<void(int64_t, int64_t, int)>& fn) { pool().run(count, fn); }
 
+namespace {
+std::mutex g_scopes_mu;
+std::vector<ComputeSettingsScope*> g_scopes;  // the live scopes, oldest first
+}  // namespace
+
+ComputeSettingsScope::ComputeSettingsScope(int threads, bool nondeterministic) {
+  std::lock_guard<std::mutex> lock(g_scopes_mu);
+  m_threads = compute_threads();
+  m_nondeterministic = lab::nondeterministic();
+  set_compute_threads(threads);
+  set_nondeterministic(nondeterministic);
+  g_scopes.push_back(this);
+}
+
+ComputeSettingsScope::~ComputeSettingsScope() {
+  std::lock_guard<std::mutex> lock(g_scopes_mu);
+  const auto it = std::find(g_scopes.begin(), g_scopes.end(), this);
+  if (it + 1 == g_scopes.end()) {  // the newest: what it found comes back
+    set_compute_threads(m_threads);
+    set_nondeterministic(m_nondeterministic);
+  } else {  // a newer scope's settings stand; it will give back what this one found
+    (*(it + 1))->m_threads = m_threads;
+    (*(it + 1))->m_nondeterministic = m_nondeterministic;
+  }
+  g_scopes.erase(it);
+}
+
 }  // namespace lab

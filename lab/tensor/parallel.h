@@ -61,6 +61,23 @@ struct ReductionSplit {
 ReductionSplit split_reduction(int64_t samples, int64_t positions,
                                int64_t max_partials = ReductionSplit::kMaxPartials);
 
+// The pool's size and --nondeterministic for as long as it lives, then the values it found: a run
+// sets both for its ranks (Run::start) and must not leave them to whatever runs next in the same
+// process (the app's next run, an evaluation, the next test of a test binary). Scopes nest; one
+// let go while a newer one lives (the app lets go of a finished run after starting the next)
+// restores nothing, and the newer one gives back, in its turn, what this one found.
+class ComputeSettingsScope {
+ public:
+  ComputeSettingsScope(int threads, bool nondeterministic);
+  ~ComputeSettingsScope();
+  ComputeSettingsScope(const ComputeSettingsScope&) = delete;
+  ComputeSettingsScope& operator=(const ComputeSettingsScope&) = delete;
+
+ private:
+  int m_threads;             // what it found
+  bool m_nondeterministic;
+};
+
 // Calls fn(begin, end, slot) for contiguous slices of [0, count), one slice per compute thread
 // (slot = 0 .. compute_threads() - 1, for per-thread scratch space), and returns when all are
 // done. Empty slices (count < threads) are not called. An exception from fn is rethrown here.
