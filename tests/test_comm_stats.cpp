@@ -5,10 +5,17 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "backends.h"
 #include "comm_stats.h"
 #include "events.h"
+#include "run.h"
+#include "test_util.h"
 
 namespace {
 
@@ -120,4 +127,49 @@ TEST(CommStats, CommunicationHiddenBehindTheSameRanksBackward) {
   EXPECT_EQ(o.hidden_seconds_total, 1.5);
   EXPECT_DOUBLE_EQ(o.hidden_fraction, 1.5 / 4.0);
   EXPECT_EQ(lab::overlap_stats(std::vector<std::vector<lab::Event>>(1)).hidden_fraction, 0.0);
+}
+
+// An evaluation's collectives are the evaluation's, not the training's traffic: with --eval-every 1
+// (rank 0 evaluates the whole model after every iteration) FSDP gathers the shards, tensor
+// parallelism the slices and a pipeline the stages first, and summary.json's "traffic" (the
+// iterations' messages) is what the same run moves without the evaluations.
+TEST(CommStats, PeriodicEvaluationsMoveNoTrainingTraffic) {
+  DTLAB_REQUIRE_DATASET();
+  struct Case {
+    const char* name;
+    std::function<void(lab::RunConfig&)> set;
+  };
+  const Case cases[] = {
+      {"fsdp full_shard, 2 ranks", [](lab::RunConfig& c) { c.mode = "fsdp"; }},
+      {"tensor, tp 2", [](lab::RunConfig& c) { c.mode = "tensor"; c.tp = 2; }},
+      {"pipeline, 2 stages x tp 2", [](lab::RunConfig& c) {
+         c.mode = "pipeline";
+         c.world_size = 4;
+         c.stages = 2;
+         c.tp = 2;
+         c.microbatches = 2;
+       }},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.name);
+    std::string traffic[2];
+    for (int eval_every : {0, 1}) {
+      testutil::TempDir d;
+      lab::RunConfig c = testutil::small_run("mlp", 2, d.path(), 3);
+      c.batch_size = 8;
+      c.limit_train = 64;
+      c.limit_test = 16;
+      k.set(c);
+      c.eval_every = eval_every;
+      c.eval_samples = eval_every ? 16 : c.eval_samples;
+      lab::Run(c, lab::make_world).run();
+      const auto s = nlohmann::json::parse(testutil::read_file(d.file("summary.json")));
+      traffic[eval_every] = s.at("traffic").dump();
+      if (eval_every) {
+        const std::string metrics = testutil::read_file(d.file("metrics.jsonl"));
+        EXPECT_NE(metrics.find("\"kind\":\"eval\""), std::string::npos) << "the evaluations ran";
+      }
+    }
+    EXPECT_EQ(traffic[1], traffic[0]);
+  }
 }

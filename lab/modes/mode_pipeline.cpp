@@ -501,10 +501,8 @@ class PipelineRank : public RankMode, private TpCollectives {
 
   // Every stage broadcasts its parameters and buffers (root: the stage's rank).
   void share_stages() {
+    // (an evaluation's collectives, not an iteration's: the rank loop has set no step)
     if (m_tp) gather_slices(*m_tp, *m_tp_comm, m_env.comm, m_env.model);  // (then the others' are stale: see below)
-    // (an evaluation's, not an iteration's: a periodic evaluation comes while the step is still set)
-    const int64_t step = m_env.comm.train_step();
-    m_env.comm.set_train_step(-1);
     for (size_t s = 0; s < m_stages.size(); ++s) {
       const StatePack pack(m_env.model, kPackParams | kPackBuffers, m_stages[s].begin, m_stages[s].end);
       if (pack.bytes() == 0) continue;
@@ -515,7 +513,6 @@ class PipelineRank : public RankMode, private TpCollectives {
       m_env.comm.broadcast(bytes.data(), bytes.size(), owner, CollectiveInfo{"stage state", static_cast<int>(s)});
       if (!root) pack.unpack(bytes.data());
     }
-    m_env.comm.set_train_step(step);
     m_env.model.host_changed(kStateModel);
   }
 

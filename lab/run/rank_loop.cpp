@@ -227,6 +227,7 @@ struct Run::RankLoop {
       mode->after_batches(epoch, step, static_cast<int64_t>(batches.size()));
       if (evaluate_epochs) end_epoch(epoch, step);
     }
+    comm.set_train_step(-1);  // (the final gathers are not the last iteration's traffic)
     mode->finish();
     // Ranks in other processes: records, events and final state go to rank 0's process.
     if (run.m_local.size() < static_cast<size_t>(c.world_size)) run.gather_to_rank0(rank, transport, model);
@@ -273,7 +274,10 @@ struct Run::RankLoop {
     memory.sample("end");
     rec.memory = memory.points();
     record(rec, count, step, epoch, static_cast<int64_t>(bi));
-    if (run.eval_due(step + 1)) mode->before_periodic_evaluation();
+    if (run.eval_due(step + 1)) {
+      comm.set_train_step(-1);  // the evaluation's collectives (FSDP's gathers ...) are not the iteration's traffic
+      mode->before_periodic_evaluation();
+    }
     periodic_eval(step, epoch);
     return true;
   }
